@@ -1,0 +1,56 @@
+# mongostore - build, test, sanitizers, valgrind, LuaJIT, bench, demo.
+# `make test` sets up a fresh machine itself (tools/deps.sh), starts the
+# bundled test server unless MONGOSTORE_TEST_URI is given, and runs every spec.
+
+LUA        ?= lua5.4
+LUA_PC     ?= lua5.4
+CC         ?= cc
+PKGS        = libmongoc-1.0 libbson-1.0
+CFLAGS_BASE = -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fPIC \
+              -Wall -Wextra -Werror -Wno-unused-parameter
+OPT        ?= -O2 -g
+SRCS        = $(wildcard csrc/*.c)
+HDRS        = $(wildcard csrc/*.h)
+
+MONGO_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+MONGO_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LUA_CFLAGS   = $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null)
+
+# Lua itself is never linked into the module: the host process provides it.
+mongostore/core.so: $(SRCS) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(OPT) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
+
+ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+build/asan/mongostore/core.so: $(SRCS) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
+
+.PHONY: all deps test test-only asan-test valgrind-test clean demo
+all: mongostore/core.so
+
+deps:
+	@tools/deps.sh
+
+# The README's test command: the whole suite, then the whole suite again under
+# AddressSanitizer + UBSan, against one server.
+test: deps
+	@$(MAKE) --no-print-directory mongostore/core.so build/asan/mongostore/core.so
+	@tools/with-server tools/run-suites plain asan
+
+test-only: mongostore/core.so
+	@tools/with-server tools/run-suites plain
+
+asan-test: deps
+	@$(MAKE) --no-print-directory build/asan/mongostore/core.so
+	@tools/with-server tools/run-suites asan
+
+valgrind-test: deps
+	@$(MAKE) --no-print-directory mongostore/core.so
+	@tools/with-server tools/run-suites valgrind
+
+demo: deps mongostore/core.so
+	@tools/with-server $(LUA) examples/store_basics.lua
+
+clean:
+	rm -rf mongostore build .run

@@ -1,0 +1,87 @@
+/*
+ * core.c - luaopen_mongostore_core: process-wide set-up (libmongoc init, a
+ * quiet log handler), the clock, sleep and uuid helpers, and the assembly of
+ * the module table from the other files.
+ */
+#include "ms.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <mongoc/mongoc.h>
+
+double ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* libmongoc's default handler prints to stdout, also from background threads:
+ * only warnings and worse are worth a line, and they go to stderr. */
+static void ms_log_handler(mongoc_log_level_t level, const char *domain,
+                           const char *message, void *data) {
+  (void)data;
+  if (level <= MONGOC_LOG_LEVEL_WARNING)
+    fprintf(stderr, "mongostore: %s: %s: %s\n", mongoc_log_level_str(level), domain, message);
+}
+
+static int l_now(lua_State *L) {
+  lua_pushnumber(L, ms_now());
+  return 1;
+}
+
+static int l_sleep(lua_State *L) {
+  double s = luaL_checknumber(L, 1);
+  struct timespec ts, rem;
+  if (!(s > 0)) return 0;               /* also rejects NaN */
+  if (s > 1e9) s = 1e9;
+  ts.tv_sec = (time_t)s;
+  ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+  while (nanosleep(&ts, &rem) != 0 && errno == EINTR) ts = rem;
+  return 0;
+}
+
+/* 16 random bytes as 32 hex digits, the same shape as harel's uuid4().hex. */
+static int l_uuid(lua_State *L) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char raw[16];
+  char out[32];
+  FILE *f = fopen("/dev/urandom", "rb");
+  size_t got = f ? fread(raw, 1, sizeof raw, f) : 0;
+  int i;
+  if (f) fclose(f);
+  if (got != sizeof raw) return luaL_error(L, "uuid: cannot read /dev/urandom");
+  raw[6] = (unsigned char)((raw[6] & 0x0f) | 0x40);   /* version 4 */
+  raw[8] = (unsigned char)((raw[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
+  for (i = 0; i < 16; i++) {
+    out[2 * i] = hex[raw[i] >> 4];
+    out[2 * i + 1] = hex[raw[i] & 0x0f];
+  }
+  lua_pushlstring(L, out, sizeof out);
+  return 1;
+}
+
+static const luaL_Reg core_funcs[] = {
+  {"now", l_now},
+  {"sleep", l_sleep},
+  {"uuid", l_uuid},
+  {NULL, NULL}
+};
+
+int luaopen_mongostore_core(lua_State *L) {
+  static int initialised = 0;
+  if (!initialised) {
+    mongoc_log_set_handler(ms_log_handler, NULL);
+    mongoc_init();
+    initialised = 1;
+  }
+  lua_newtable(L);
+  luaL_setfuncs(L, core_funcs, 0);
+  ms_open_value(L);
+  ms_open_json(L);
+  ms_open_store(L);
+  lua_pushliteral(L, "0.1.0");
+  lua_setfield(L, -2, "version");
+  return 1;
+}

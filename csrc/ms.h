@@ -1,0 +1,96 @@
+/*
+ * ms.h - private header of mongostore.core: the types and functions the C
+ * files share. Anything not listed here is static to its file.
+ */
+#ifndef MS_H
+#define MS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <bson/bson.h>
+
+#include "compat.h"
+
+/* Deep enough for any real context, shallow enough that a cycle or a hostile
+ * document cannot exhaust the C stack. */
+#if !defined(MS_MAX_DEPTH)
+#define MS_MAX_DEPTH 100
+#endif
+
+/* Metatable that marks a Lua table as an array (mongostore.array). */
+#define MS_ARRAY_MT "mongostore.array"
+/* Metatable of the store userdata. */
+#define MS_STORE_MT "mongostore.Store"
+
+/* An error on its way to Lua as (nil, msg, code). code is one of the fixed
+ * names documented in README.md: conflict, duplicate, network, timeout,
+ * server, invalid, too_large, unavailable, closed. */
+typedef struct ms_err {
+  const char *code;
+  char msg[512];
+} ms_err_t;
+
+/* value.c: shared value rules and the Lua <-> BSON codec */
+void ms_err_set(ms_err_t *e, const char *code, const char *fmt, ...);  /* printf-style */
+void ms_err_prefix(ms_err_t *e, const char *prefix);      /* "prefix: " + msg */
+int  ms_push_error(lua_State *L, const ms_err_t *e);      /* pushes nil, msg, code; returns 3 */
+void ms_push_null(lua_State *L);                          /* pushes mongostore.null */
+int  ms_is_null(lua_State *L, int idx);                   /* 1 if the value is mongostore.null */
+void ms_mark_array(lua_State *L, int idx);                /* sets the array metatable on the table */
+/* Classifies the table at idx: MS_KIND_DOC, MS_KIND_ARRAY (n set to its length),
+ * or -1 with e set (keys that are neither strings nor a 1..n sequence). */
+#define MS_KIND_DOC 0
+#define MS_KIND_ARRAY 1
+int  ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e);
+/* Where a conversion is: the tables on the current path (the cycle guard) and
+ * a printable path such as context.items[3] for error messages. */
+typedef struct ms_path {
+  const void *seen[MS_MAX_DEPTH + 1];
+  size_t mark[MS_MAX_DEPTH + 1];
+  int depth;
+  size_t len;
+  char buf[256];
+} ms_path_t;
+void ms_path_init(ms_path_t *p, const char *root);
+/* Pushes a table onto the path; fails on a cycle or past MS_MAX_DEPTH. */
+int  ms_path_enter(ms_path_t *p, lua_State *L, int idx, ms_err_t *e);
+void ms_path_leave(ms_path_t *p);
+/* Extends the printable path by .key or [i]; ms_path_pop_key undoes it. */
+void ms_path_push_key(ms_path_t *p, const char *key, size_t keylen);
+void ms_path_push_index(ms_path_t *p, size_t i);
+void ms_path_pop_key(ms_path_t *p, size_t oldlen);
+/* Checks a string (value or key) is valid UTF-8; keys may not hold NUL. */
+int  ms_check_string(const char *s, size_t len, int is_key, ms_path_t *p, ms_err_t *e);
+/* Checks a float is finite. */
+int  ms_check_number(lua_Number n, ms_path_t *p, ms_err_t *e);
+/* Appends the Lua value at idx under key to doc; what names the value in errors. */
+int  ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
+                     ms_path_t *p, ms_err_t *e);
+/* Converts the Lua table at idx into doc (initialised by the caller). */
+int  ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_err_t *e);
+/* Pushes the value under iter (documents -> tables, arrays -> marked tables). */
+int  ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err_t *e);
+/* Pushes a whole document as a table. */
+int  ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e);
+void ms_open_value(lua_State *L);                         /* adds null, array, is_array to module */
+
+/* json.c: Lua <-> JSON text, harel's serialisation of Execution and Event */
+int  ms_json_encode(lua_State *L, int idx, bson_string_t *out, ms_path_t *p, ms_err_t *e);
+int  ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e);  /* pushes the value */
+size_t ms_iso8601_format(double t, char *out, size_t outlen);  /* UTC, microseconds, 'Z' */
+int  ms_iso8601_parse(const char *s, size_t len, double *t);   /* 0 on success */
+void ms_open_json(lua_State *L);                          /* json_encode/decode, iso8601 helpers */
+
+/* errors.c: libmongoc failures -> codes */
+void ms_err_from_bson(ms_err_t *e, const bson_error_t *be, const char *doing);
+
+/* store.c: the Store userdata */
+void ms_open_store(lua_State *L);                         /* connect and the Store metatable */
+
+/* core.c: process-wide helpers */
+double ms_now(void);
+
+#endif

@@ -1,0 +1,1372 @@
+/*
+ * store.c - the Store userdata (mongostore.Store): connecting, the CAS commit
+ * with its outbox, spawns, timers, dedupe mark and trace step in one update,
+ * and the reads and sweeps of the execution-store seed. The Lua layer
+ * (lua/mongostore/init.lua) turns Executions and Events into JSON text and
+ * back; this file never sees an Execution as a Lua object.
+ */
+#include "ms.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mongoc/mongoc.h>
+
+/* The server's own limit is read at connect; this is the fallback. */
+#if !defined(MS_DEFAULT_MAX_BSON)
+#define MS_DEFAULT_MAX_BSON (16 * 1024 * 1024)
+#endif
+
+/* Each connection attempt may take this long before connect retries. */
+#if !defined(MS_CONNECT_ATTEMPT_MS)
+#define MS_CONNECT_ATTEMPT_MS 2000
+#endif
+
+/* U+FF0E FULLWIDTH FULL STOP: stands for '.' in timer keys (seed: _enc). */
+#define MS_DOT_ENC "\xef\xbc\x8e"
+
+typedef struct ms_store {
+  mongoc_client_t *client;
+  mongoc_collection_t *exes;
+  mongoc_collection_t *counters;
+  char *password;          /* scrubbed from every message */
+  char *db;
+  int64_t trace_max;       /* 0 keeps every step */
+  int32_t max_bson;
+} ms_store_t;
+
+/* ---- helpers ---- */
+
+static ms_store_t *check_store(lua_State *L) {
+  ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
+  if (!s->client) luaL_error(L, "mongostore: the store is closed");
+  return s;
+}
+
+/* Removes the URI's password from a message wherever libmongoc echoed it. */
+static void scrub(const ms_store_t *s, ms_err_t *e) {
+  const char *pw = s ? s->password : NULL;
+  size_t pl;
+  char *hit;
+  if (!pw || !(pl = strlen(pw))) return;
+  while ((hit = strstr(e->msg, pw)) != NULL) {
+    memmove(hit + 3, hit + pl, strlen(hit + pl) + 1);
+    memcpy(hit, "***", 3);
+  }
+}
+
+static int push_err(lua_State *L, const ms_store_t *s, ms_err_t *e) {
+  scrub(s, e);
+  return ms_push_error(L, e);
+}
+
+static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *be, const char *doing) {
+  ms_err_t e;
+  ms_err_from_bson(&e, be, doing);
+  return push_err(L, s, &e);
+}
+
+/* An execution id or event id: a non-empty UTF-8 string. Not a string is a
+ * programming error and raises; a bad string is an invalid value. */
+static const char *check_id(lua_State *L, int idx, const char *name, size_t *len, ms_err_t *e) {
+  size_t n;
+  const char *s;
+  if (lua_type(L, idx) != LUA_TSTRING)
+    luaL_error(L, "%s must be a string, got %s", name, luaL_typename(L, idx));
+  s = lua_tolstring(L, idx, &n);
+  if (n == 0) {
+    ms_err_set(e, "invalid", "%s is empty", name);
+    return NULL;
+  }
+  if (!bson_utf8_validate(s, n, false)) {
+    ms_err_set(e, "invalid", "%s is not valid UTF-8 or contains NUL", name);
+    return NULL;
+  }
+  if (len) *len = n;
+  return s;
+}
+
+/* Timer paths become keys of the timers sub-document: '.' is encoded as
+ * U+FF0E, and what cannot be a key at all is refused before any I/O. */
+static int encode_path(const char *path, size_t len, bson_string_t **out, ms_err_t *e) {
+  size_t i;
+  if (len == 0) {
+    ms_err_set(e, "invalid", "timer path is empty");
+    return -1;
+  }
+  if (path[0] == '$') {
+    ms_err_set(e, "invalid", "timer path '%s' starts with '$'", path);
+    return -1;
+  }
+  if (memchr(path, '\0', len) || !bson_utf8_validate(path, len, false)) {
+    ms_err_set(e, "invalid", "timer path is not valid UTF-8 or contains NUL");
+    return -1;
+  }
+  if (strstr(path, MS_DOT_ENC)) {
+    ms_err_set(e, "invalid", "timer path '%s' contains U+FF0E, which stands for '.' in stored keys", path);
+    return -1;
+  }
+  *out = bson_string_new("timers.");
+  for (i = 0; i < len; i++) {
+    if (path[i] == '.') bson_string_append(*out, MS_DOT_ENC);
+    else bson_string_append_c(*out, path[i]);
+  }
+  return 0;
+}
+
+static void push_decoded_path(lua_State *L, const char *key, size_t len) {
+  luaL_Buffer b;
+  size_t i = 0;
+  luaL_buffinit(L, &b);
+  while (i < len) {
+    if (i + 3 <= len && memcmp(key + i, MS_DOT_ENC, 3) == 0) {
+      luaL_addchar(&b, '.');
+      i += 3;
+    } else {
+      luaL_addchar(&b, key[i]);
+      i++;
+    }
+  }
+  luaL_pushresult(&b);
+}
+
+/* Reserves count seqs from the counters collection and returns the first of
+ * the block (seed: _next_seq). A block burned by a lost CAS leaves a gap,
+ * which is harmless: seqs are unique and increasing, never gapless. */
+static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count,
+                    int64_t *first, bson_error_t *be) {
+  bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, inc, reply;
+  mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new();
+  bson_iter_t it;
+  int ok;
+  bson_append_utf8(&query, "_id", 3, name, (int)namelen);
+  bson_append_document_begin(&update, "$inc", 4, &inc);
+  bson_append_int64(&inc, "n", 1, count);
+  bson_append_document_end(&update, &inc);
+  mongoc_find_and_modify_opts_set_update(opts, &update);
+  mongoc_find_and_modify_opts_set_flags(opts, MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+  ok = mongoc_collection_find_and_modify_with_opts(s->counters, &query, opts, &reply, be);
+  if (ok) {
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value.n", &it) &&
+        BSON_ITER_HOLDS_NUMBER(&it)) {
+      *first = bson_iter_as_int64(&it) - count + 1;
+    } else {
+      bson_set_error(be, MONGOC_ERROR_SERVER, 0, "counter %s: no value in the reply", name);
+      ok = 0;
+    }
+  }
+  bson_destroy(&reply);
+  bson_destroy(&query);
+  bson_destroy(&update);
+  mongoc_find_and_modify_opts_destroy(opts);
+  return ok;
+}
+
+/* ---- connect ---- */
+
+static int opt_field(lua_State *L, int opts, const char *name) {
+  if (opts == 0) { lua_pushnil(L); return LUA_TNIL; }
+  return lua_getfield(L, opts, name);
+}
+
+/* A name for databases and collection prefixes: what MongoDB accepts. */
+static int valid_name(const char *s, size_t n, int allow_dash) {
+  size_t i;
+  if (n == 0 || n > 60) return 0;
+  for (i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          (allow_dash && c == '-')))
+      return 0;
+  }
+  return 1;
+}
+
+static int ping(mongoc_client_t *client, bson_error_t *be) {
+  bson_t cmd = BSON_INITIALIZER;
+  int ok;
+  bson_append_int32(&cmd, "ping", 4, 1);
+  ok = mongoc_client_command_simple(client, "admin", &cmd, NULL, NULL, be);
+  bson_destroy(&cmd);
+  return ok;
+}
+
+static int32_t read_max_bson(mongoc_client_t *client) {
+  bson_error_t be;
+  int32_t max = MS_DEFAULT_MAX_BSON;
+  mongoc_server_description_t *sd = mongoc_client_select_server(client, true, NULL, &be);
+  if (sd) {
+    const bson_t *hello = mongoc_server_description_hello_response(sd);
+    bson_iter_t it;
+    if (hello && bson_iter_init_find(&it, hello, "maxBsonObjectSize") && BSON_ITER_HOLDS_NUMBER(&it)) {
+      int64_t v = bson_iter_as_int64(&it);
+      if (v > 1024 && v < INT32_MAX) max = (int32_t)v;
+    }
+    mongoc_server_description_destroy(sd);
+  }
+  return max;
+}
+
+static int create_index(ms_store_t *s, const char *coll, const char *name, const char *field,
+                        bson_error_t *be) {
+  bson_t cmd = BSON_INITIALIZER, idxs, idx, key;
+  mongoc_database_t *db = mongoc_client_get_database(s->client, s->db);
+  int ok;
+  bson_append_utf8(&cmd, "createIndexes", -1, coll, -1);
+  bson_append_array_begin(&cmd, "indexes", -1, &idxs);
+  bson_append_document_begin(&idxs, "0", 1, &idx);
+  bson_append_document_begin(&idx, "key", 3, &key);
+  bson_append_int32(&key, field, -1, 1);
+  bson_append_document_end(&idx, &key);
+  bson_append_utf8(&idx, "name", 4, name, -1);
+  bson_append_document_end(&idxs, &idx);
+  bson_append_array_end(&cmd, &idxs);
+  ok = mongoc_database_write_command_with_opts(db, &cmd, NULL, NULL, be);
+  bson_destroy(&cmd);
+  mongoc_database_destroy(db);
+  return ok;
+}
+
+/* The indexes the relays and the listing need, created idempotently: an
+ * index that already exists with the same name and key is a no-op. */
+static int ensure_indexes(ms_store_t *s, bson_error_t *be) {
+  const char *coll = mongoc_collection_get_name(s->exes);
+  return create_index(s, coll, "outbox_seq", "outbox.seq", be) &&
+         create_index(s, coll, "spawns_seq", "spawns.seq", be) &&
+         create_index(s, coll, "definition_id", "definition_id", be);
+}
+
+/* connect(uri, opts): parses the URI, then pings until the server answers or
+ * opts.wait seconds have passed, so a worker started beside its server waits
+ * for it instead of failing. */
+static int l_connect(lua_State *L) {
+  size_t urilen;
+  const char *uristr = luaL_checklstring(L, 1, &urilen);
+  int opts = lua_isnoneornil(L, 2) ? 0 : 2;
+  const char *db = "harel", *prefix = NULL;
+  double wait = 30;
+  int64_t trace_max = 200;
+  mongoc_uri_t *uri;
+  bson_error_t be;
+  ms_err_t e;
+  ms_store_t *s;
+  double deadline;
+  int32_t attempt_ms;
+  char coll[128];
+
+  if (opts) luaL_checktype(L, 2, LUA_TTABLE);
+  if (opt_field(L, opts, "db") != LUA_TNIL) {
+    size_t n;
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "connect: opts.db must be a string");
+    db = lua_tolstring(L, -1, &n);
+    if (!valid_name(db, n, 1)) {
+      ms_err_set(&e, "invalid", "connect: database name '%s' is not valid (letters, digits, _ and -)", db);
+      return ms_push_error(L, &e);
+    }
+  }
+  if (opt_field(L, opts, "prefix") != LUA_TNIL) {
+    size_t n;
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "connect: opts.prefix must be a string");
+    prefix = lua_tolstring(L, -1, &n);
+    if (!valid_name(prefix, n, 0) || n > 30) {
+      ms_err_set(&e, "invalid", "connect: prefix '%s' is not valid (letters, digits and _)", prefix);
+      return ms_push_error(L, &e);
+    }
+  }
+  if (opt_field(L, opts, "trace_max") != LUA_TNIL) {
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+      return luaL_error(L, "connect: opts.trace_max must be an integer >= 0");
+    trace_max = (int64_t)lua_tointeger(L, -1);
+  }
+  if (opt_field(L, opts, "wait") != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400)
+      return luaL_error(L, "connect: opts.wait must be a number of seconds >= 0");
+    wait = lua_tonumber(L, -1);
+  }
+
+  uri = mongoc_uri_new_with_error(uristr, &be);
+  if (!uri) {
+    /* The message may quote the URI: report only that it is malformed. */
+    ms_err_set(&e, "invalid", "connect: malformed MongoDB URI (%s)",
+               strstr(be.message, "://") ? "see the URI format" : be.message);
+    return ms_push_error(L, &e);
+  }
+  attempt_ms = (int32_t)fmin(fmax(wait * 1000.0, 100.0), MS_CONNECT_ATTEMPT_MS);
+  if (!mongoc_uri_has_option(uri, MONGOC_URI_CONNECTTIMEOUTMS))
+    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, attempt_ms);
+  if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
+    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, attempt_ms);
+
+  s = (ms_store_t *)lua_newuserdatauv(L, sizeof *s, 1);
+  memset(s, 0, sizeof *s);
+  luaL_setmetatable(L, MS_STORE_MT);
+  s->password = mongoc_uri_get_password(uri) ? bson_strdup(mongoc_uri_get_password(uri)) : NULL;
+  s->db = bson_strdup(db);
+  s->trace_max = trace_max;
+
+  deadline = ms_now() + wait;
+  for (;;) {
+    /* A fresh client per attempt: a single-threaded client that failed to
+     * reach a server waits out a cooldown before it tries again. */
+    mongoc_client_t *c = mongoc_client_new_from_uri_with_error(uri, &be);
+    if (!c) {
+      mongoc_uri_destroy(uri);
+      ms_err_set(&e, "invalid", "connect: %s", be.message);
+      return push_err(L, s, &e);
+    }
+    mongoc_client_set_error_api(c, MONGOC_ERROR_API_VERSION_2);
+    mongoc_client_set_appname(c, "mongostore");
+    if (ping(c, &be)) {
+      s->client = c;
+      break;
+    }
+    mongoc_client_destroy(c);
+    if (be.domain == MONGOC_ERROR_SERVER || ms_now() >= deadline) {
+      mongoc_uri_destroy(uri);
+      ms_err_from_bson(&e, &be, "connect");
+      return push_err(L, s, &e);
+    }
+    {
+      double left = deadline - ms_now();
+      struct timespec ts;
+      double pause = left < 0.25 ? (left > 0 ? left : 0) : 0.25;
+      ts.tv_sec = 0;
+      ts.tv_nsec = (long)(pause * 1e9);
+      nanosleep(&ts, NULL);
+    }
+  }
+  mongoc_uri_destroy(uri);
+
+  s->max_bson = read_max_bson(s->client);
+  snprintf(coll, sizeof coll, "%s%sexecutions", prefix ? prefix : "", prefix ? "_" : "");
+  s->exes = mongoc_client_get_collection(s->client, s->db, coll);
+  snprintf(coll, sizeof coll, "%s%scounters", prefix ? prefix : "", prefix ? "_" : "");
+  s->counters = mongoc_client_get_collection(s->client, s->db, coll);
+  if (!ensure_indexes(s, &be)) return push_bson_err(L, s, &be, "connect: create indexes");
+  return 1;
+}
+
+/* ---- commit ---- */
+
+/* What a commit carries, converted and checked before any I/O so that bad
+ * input writes nothing, not even a counter. */
+typedef struct commit_in {
+  const char *id, *definition_id, *data, *processed;
+  size_t id_len, def_len, data_len, processed_len;
+  int64_t old;
+  int n_emits, n_spawns;
+  bson_t emits;            /* array of { target_id, event } without seq */
+  bson_t spawns;           /* array of { child_id, root_path, context } without seq */
+  bson_t set_timers;       /* "timers.<enc>" -> fire_at */
+  bson_t unset_timers;     /* "timers.<enc>" -> "" */
+  bson_t trace;            /* the step, without index unless the caller gave one */
+  int has_trace;
+} commit_in_t;
+
+static void commit_in_destroy(commit_in_t *c) {
+  bson_destroy(&c->emits);
+  bson_destroy(&c->spawns);
+  bson_destroy(&c->set_timers);
+  bson_destroy(&c->unset_timers);
+  bson_destroy(&c->trace);
+}
+
+/* Reads ops.emits: { { target_id = string|nil, event = "<Event JSON>" }, ... }
+ * (the Lua layer has serialised each event already). */
+static int read_emits(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  if (lua_getfield(L, ops, "emits") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  n = (lua_Integer)luaL_len(L, -1);
+  for (i = 1; i <= n; i++) {
+    char ik[24];
+    const char *ikey;
+    size_t iklen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ik, sizeof ik);
+    bson_t entry;
+    size_t len;
+    const char *s;
+    lua_rawgeti(L, -1, i);
+    bson_append_document_begin(&c->emits, ikey, (int)iklen, &entry);
+    lua_getfield(L, -1, "target_id");
+    if (lua_isnil(L, -1) || ms_is_null(L, -1)) {
+      bson_append_null(&entry, "target_id", 9);
+    } else if (lua_type(L, -1) == LUA_TSTRING) {
+      s = lua_tolstring(L, -1, &len);
+      if (len == 0 || !bson_utf8_validate(s, len, false)) {
+        ms_err_set(e, "invalid", "emits[%d].target_id is empty or not valid UTF-8", (int)i);
+        lua_pop(L, 3);
+        return -1;
+      }
+      bson_append_utf8(&entry, "target_id", 9, s, (int)len);
+    } else {
+      ms_err_set(e, "invalid", "emits[%d].target_id must be a string, got %s", (int)i, luaL_typename(L, -1));
+      lua_pop(L, 3);
+      return -1;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "event");
+    s = lua_tolstring(L, -1, &len);
+    bson_append_utf8(&entry, "event", 5, s, (int)len);
+    lua_pop(L, 2);
+    bson_append_document_end(&c->emits, &entry);
+  }
+  c->n_emits = (int)n;
+  lua_pop(L, 1);
+  return 0;
+}
+
+static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  if (lua_getfield(L, ops, "spawns") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (!lua_istable(L, -1)) {
+    ms_err_set(e, "invalid", "spawns must be a list of tables");
+    lua_pop(L, 1);
+    return -1;
+  }
+  n = (lua_Integer)luaL_len(L, -1);
+  for (i = 1; i <= n; i++) {
+    char ik[24], what[48];
+    const char *ikey, *s;
+    size_t iklen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ik, sizeof ik), len;
+    bson_t entry;
+    ms_path_t p;
+    int rc;
+    lua_rawgeti(L, -1, i);
+    if (!lua_istable(L, -1)) {
+      ms_err_set(e, "invalid", "spawns[%d] must be a table, got %s", (int)i, luaL_typename(L, -1));
+      lua_pop(L, 2);
+      return -1;
+    }
+    bson_append_document_begin(&c->spawns, ikey, (int)iklen, &entry);
+    lua_getfield(L, -1, "child_id");
+    if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), len == 0) ||
+        !bson_utf8_validate(s, len, false)) {
+      ms_err_set(e, "invalid", "spawns[%d].child_id must be a non-empty string", (int)i);
+      lua_pop(L, 3);
+      return -1;
+    }
+    bson_append_utf8(&entry, "child_id", 8, s, (int)len);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "root_path");
+    if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), !bson_utf8_validate(s, len, false))) {
+      ms_err_set(e, "invalid", "spawns[%d].root_path must be a string", (int)i);
+      lua_pop(L, 3);
+      return -1;
+    }
+    bson_append_utf8(&entry, "root_path", 9, s, (int)len);
+    lua_pop(L, 1);
+    snprintf(what, sizeof what, "spawns[%d].context", (int)i);
+    ms_path_init(&p, what);
+    if (lua_getfield(L, -1, "context") == LUA_TNIL) {
+      bson_t empty;
+      bson_append_document_begin(&entry, "context", 7, &empty);
+      bson_append_document_end(&entry, &empty);
+      rc = 0;
+    } else if (!lua_istable(L, -1)) {
+      ms_err_set(e, "invalid", "%s must be a table", what);
+      rc = -1;
+    } else {
+      size_t alen;
+      rc = ms_table_kind(L, -1, &alen, e);
+      if (rc == MS_KIND_ARRAY) {
+        ms_err_set(e, "invalid", "%s must be a table with string keys", what);
+        rc = -1;
+      } else if (rc < 0) {
+        ms_err_prefix(e, what);
+      } else {
+        rc = ms_append_value(L, -1, &entry, "context", 7, &p, e);
+      }
+    }
+    lua_pop(L, 2);
+    if (rc) { lua_pop(L, 1); return -1; }
+    bson_append_document_end(&c->spawns, &entry);
+  }
+  c->n_spawns = (int)n;
+  lua_pop(L, 1);
+  return 0;
+}
+
+static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  if (lua_getfield(L, ops, "timers") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (!lua_istable(L, -1)) {
+    ms_err_set(e, "invalid", "timers must be a list of tables");
+    lua_pop(L, 1);
+    return -1;
+  }
+  n = (lua_Integer)luaL_len(L, -1);
+  for (i = 1; i <= n; i++) {
+    const char *action, *path;
+    size_t plen;
+    bson_string_t *key = NULL;
+    int schedule;
+    lua_rawgeti(L, -1, i);
+    if (!lua_istable(L, -1)) {
+      ms_err_set(e, "invalid", "timers[%d] must be a table, got %s", (int)i, luaL_typename(L, -1));
+      lua_pop(L, 2);
+      return -1;
+    }
+    lua_getfield(L, -1, "action");
+    action = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+    schedule = strcmp(action, "schedule") == 0;
+    if (!schedule && strcmp(action, "cancel") != 0) {
+      ms_err_set(e, "invalid", "timers[%d].action must be \"schedule\" or \"cancel\"", (int)i);
+      lua_pop(L, 3);
+      return -1;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "path");
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      ms_err_set(e, "invalid", "timers[%d].path must be a string", (int)i);
+      lua_pop(L, 3);
+      return -1;
+    }
+    path = lua_tolstring(L, -1, &plen);
+    if (encode_path(path, plen, &key, e)) {
+      ms_err_prefix(e, "timers");
+      lua_pop(L, 3);
+      return -1;
+    }
+    lua_pop(L, 1);
+    if (schedule) {
+      double at;
+      lua_getfield(L, -1, "fire_at");
+      if (lua_type(L, -1) != LUA_TNUMBER || !isfinite(at = lua_tonumber(L, -1))) {
+        ms_err_set(e, "invalid", "timers[%d].fire_at must be a finite number (epoch seconds)", (int)i);
+        bson_string_free(key, true);
+        lua_pop(L, 3);
+        return -1;
+      }
+      bson_append_double(&c->set_timers, key->str, (int)key->len, at);
+      lua_pop(L, 1);
+    } else {
+      bson_append_utf8(&c->unset_timers, key->str, (int)key->len, "", 0);
+    }
+    bson_string_free(key, true);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return 0;
+}
+
+static int read_trace_step(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  if (lua_getfield(L, ops, "trace") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (ms_table_to_bson(L, -1, &c->trace, "trace", e)) { lua_pop(L, 1); return -1; }
+  c->has_trace = 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* Appends entries of src (an array of documents) to dst under key as an
+ * array, giving the i-th entry seq = first + i as its first field. */
+static void append_with_seqs(bson_t *dst, const char *key, const bson_t *src, int64_t first) {
+  bson_t arr;
+  bson_iter_t it;
+  int64_t i = 0;
+  bson_append_array_begin(dst, key, -1, &arr);
+  if (bson_iter_init(&it, src)) {
+    while (bson_iter_next(&it)) {
+      char ik[24];
+      const char *ikey;
+      size_t iklen = bson_uint32_to_string((uint32_t)i, &ikey, ik, sizeof ik);
+      bson_t entry, inner;
+      const uint8_t *data;
+      uint32_t len;
+      bson_iter_document(&it, &len, &data);
+      bson_init_static(&inner, data, len);
+      bson_append_document_begin(&arr, ikey, (int)iklen, &entry);
+      bson_append_int64(&entry, "seq", 3, first + i);
+      bson_concat(&entry, &inner);
+      bson_append_document_end(&arr, &entry);
+      i++;
+    }
+  }
+  bson_append_array_end(dst, &arr);
+}
+
+static void append_trace_step(bson_t *dst, const char *key, const bson_t *step, int64_t index) {
+  bson_t doc;
+  bson_iter_t it;
+  bson_append_document_begin(dst, key, -1, &doc);
+  bson_concat(&doc, step);
+  if (!bson_iter_init_find(&it, step, "index")) bson_append_int64(&doc, "index", 5, index);
+  bson_append_document_end(dst, &doc);
+}
+
+static int64_t step_index(const bson_t *step, int64_t fallback) {
+  bson_iter_t it;
+  if (bson_iter_init_find(&it, step, "index") && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
+  return fallback;
+}
+
+/* $push of one trace step, trimmed to the last trace_max in the same update. */
+static void append_trace_push(bson_t *push, const bson_t *step, int64_t index, int64_t trace_max) {
+  bson_t spec, each;
+  bson_append_document_begin(push, "trace", 5, &spec);
+  bson_append_array_begin(&spec, "$each", 5, &each);
+  append_trace_step(&each, "0", step, index);
+  bson_append_array_end(&spec, &each);
+  if (trace_max > 0) bson_append_int64(&spec, "$slice", 6, -trace_max);
+  bson_append_document_end(push, &spec);
+}
+
+typedef struct seqs {
+  int64_t outbox, spawn, trace;
+} seqs_t;
+
+static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t *q, bson_t *u) {
+  bson_t set, push, each, spec, add;
+  bson_append_document_begin(u, "$set", 4, &set);
+  bson_append_utf8(&set, "data", 4, c->data, (int)c->data_len);
+  bson_append_int64(&set, "version", 7, c->old + 1);
+  if (c->old == 0) bson_append_utf8(&set, "definition_id", 13, c->definition_id, (int)c->def_len);
+  bson_concat(&set, &c->set_timers);
+  bson_append_document_end(u, &set);
+  if (!bson_empty(&c->unset_timers)) bson_append_document(u, "$unset", 6, &c->unset_timers);
+  if (c->n_emits || c->n_spawns || c->has_trace) {
+    bson_append_document_begin(u, "$push", 5, &push);
+    if (c->n_emits) {
+      bson_append_document_begin(&push, "outbox", 6, &spec);
+      append_with_seqs(&spec, "$each", &c->emits, q->outbox);
+      bson_append_document_end(&push, &spec);
+    }
+    if (c->n_spawns) {
+      bson_append_document_begin(&push, "spawns", 6, &spec);
+      append_with_seqs(&spec, "$each", &c->spawns, q->spawn);
+      bson_append_document_end(&push, &spec);
+    }
+    if (c->has_trace) append_trace_push(&push, &c->trace, q->trace, s->trace_max);
+    bson_append_document_end(u, &push);
+  }
+  if (c->processed) {
+    bson_append_document_begin(u, "$addToSet", 9, &add);
+    bson_append_utf8(&add, "processed", 9, c->processed, (int)c->processed_len);
+    bson_append_document_end(u, &add);
+  }
+  (void)each;
+}
+
+/* The first insert carries every embedded field, so later $push, $set and
+ * $addToSet always find an array or sub-document to work on. */
+static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t *q, bson_t *d) {
+  bson_t arr, timers;
+  bson_iter_t it;
+  bson_append_utf8(d, "_id", 3, c->id, (int)c->id_len);
+  bson_append_utf8(d, "definition_id", 13, c->definition_id, (int)c->def_len);
+  bson_append_int64(d, "version", 7, c->old + 1);
+  bson_append_utf8(d, "data", 4, c->data, (int)c->data_len);
+  append_with_seqs(d, "outbox", &c->emits, q->outbox);
+  append_with_seqs(d, "spawns", &c->spawns, q->spawn);
+  bson_append_array_begin(d, "processed", 9, &arr);
+  if (c->processed) bson_append_utf8(&arr, "0", 1, c->processed, (int)c->processed_len);
+  bson_append_array_end(d, &arr);
+  bson_append_document_begin(d, "timers", 6, &timers);
+  if (bson_iter_init(&it, &c->set_timers)) {
+    while (bson_iter_next(&it))   /* keys are "timers.<enc>": drop the prefix */
+      bson_append_double(&timers, bson_iter_key(&it) + 7, (int)bson_iter_key_len(&it) - 7,
+                         bson_iter_double(&it));
+  }
+  bson_append_document_end(d, &timers);
+  bson_append_array_begin(d, "trace", 5, &arr);
+  if (c->has_trace) append_trace_step(&arr, "0", &c->trace, q->trace);
+  bson_append_array_end(d, &arr);
+  (void)s;
+}
+
+/* The version of the stored document: 1 and *found set, 0 when there is no
+ * document, -1 on error. A document with no version (a trace-only stub made
+ * by append_trace) reports found = 0. */
+static int find_version(ms_store_t *s, const char *id, size_t idlen, int64_t *found, bson_error_t *be) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  int rc = 0;
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "version", 7, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "limit", 5, 1);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  if (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it;
+    rc = 1;
+    *found = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it) : 0;
+  } else if (mongoc_cursor_error(cur, be)) {
+    rc = -1;
+  }
+  mongoc_cursor_destroy(cur);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  return rc;
+}
+
+static int64_t reply_count(const bson_t *reply, const char *field) {
+  bson_iter_t it;
+  if (bson_iter_init_find(&it, reply, field) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
+  return 0;
+}
+
+/* The CAS update: filter on _id and the loaded version. For a version-0
+ * commit the filter also takes a document with no version, which is a stub
+ * that append_trace created before the first commit. */
+static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update, int64_t *matched,
+                      bson_error_t *be) {
+  bson_t filter = BSON_INITIALIZER, reply;
+  int ok;
+  bson_append_utf8(&filter, "_id", 3, c->id, (int)c->id_len);
+  if (c->old == 0) {
+    bson_t in, arr;
+    bson_append_document_begin(&filter, "version", 7, &in);
+    bson_append_array_begin(&in, "$in", 3, &arr);
+    bson_append_int64(&arr, "0", 1, 0);
+    bson_append_null(&arr, "1", 1);
+    bson_append_array_end(&in, &arr);
+    bson_append_document_end(&filter, &in);
+  } else {
+    bson_append_int64(&filter, "version", 7, c->old);
+  }
+  ok = mongoc_collection_update_one(s->exes, &filter, update, NULL, &reply, be);
+  if (ok) *matched = reply_count(&reply, "matchedCount");
+  bson_destroy(&reply);
+  bson_destroy(&filter);
+  return ok;
+}
+
+static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t found) {
+  lua_pushnil(L);
+  if (have)
+    lua_pushfstring(L, "commit %s: version conflict: expected %I, found %I", c->id, (lua_Integer)c->old,
+                    (lua_Integer)found);
+  else
+    lua_pushfstring(L, "commit %s: version conflict: expected %I, found no document", c->id,
+                    (lua_Integer)c->old);
+  lua_pushliteral(L, "conflict");
+  if (have) lua_pushinteger(L, (lua_Integer)found);
+  else lua_pushnil(L);
+  return 4;
+}
+
+/* store:_commit(id, definition_id, old_version, data_json, ops)
+ * -> true | nil, msg, code[, found] */
+static int l_commit(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  commit_in_t c;
+  ms_err_t e;
+  bson_error_t be;
+  seqs_t q = {0, 0, 0};
+  bson_t update = BSON_INITIALIZER;
+  int64_t matched = 0, found = 0;
+  int rc, have;
+  char doing[160];
+
+  memset(&c, 0, sizeof c);
+  if (!(c.id = check_id(L, 2, "commit: execution id", &c.id_len, &e))) return ms_push_error(L, &e);
+  if (!(c.definition_id = check_id(L, 3, "commit: definition_id", &c.def_len, &e))) return ms_push_error(L, &e);
+  c.old = (int64_t)luaL_checkinteger(L, 4);
+  c.data = luaL_checklstring(L, 5, &c.data_len);
+  luaL_checktype(L, 6, LUA_TTABLE);
+  snprintf(doing, sizeof doing, "commit %.100s", c.id);
+  if (c.old < 0) {
+    ms_err_set(&e, "invalid", "%s: version %lld is negative", doing, (long long)c.old);
+    return ms_push_error(L, &e);
+  }
+  if (lua_getfield(L, 6, "processed_event_id") != LUA_TNIL) {
+    if (!(c.processed = check_id(L, -1, "commit: processed_event_id", &c.processed_len, &e)))
+      return ms_push_error(L, &e);
+  }
+  lua_pop(L, 1);
+  bson_init(&c.emits);
+  bson_init(&c.spawns);
+  bson_init(&c.set_timers);
+  bson_init(&c.unset_timers);
+  bson_init(&c.trace);
+  if (read_emits(L, 6, &c, &e) || read_spawns(L, 6, &c, &e) || read_timers(L, 6, &c, &e) ||
+      read_trace_step(L, 6, &c, &e)) {
+    commit_in_destroy(&c);
+    ms_err_prefix(&e, doing);
+    return ms_push_error(L, &e);
+  }
+  /* What the update itself ships is known now: refuse it before any write
+   * when it cannot fit the server's limit. */
+  if ((int64_t)c.data_len + c.emits.len + c.spawns.len + c.set_timers.len + c.trace.len + 1024 >
+      (int64_t)s->max_bson) {
+    commit_in_destroy(&c);
+    ms_err_set(&e, "too_large", "%s: the update is larger than the server's maximum document size (%d bytes)",
+               doing, (int)s->max_bson);
+    return ms_push_error(L, &e);
+  }
+
+  if ((c.n_emits && !next_seq(s, "outbox", 6, c.n_emits, &q.outbox, &be)) ||
+      (c.n_spawns && !next_seq(s, "spawn", 5, c.n_spawns, &q.spawn, &be))) {
+    commit_in_destroy(&c);
+    return push_bson_err(L, s, &be, doing);
+  }
+  if (c.has_trace) {
+    int64_t given = step_index(&c.trace, -1);
+    if (given >= 0) {
+      q.trace = given;
+    } else {
+      char name[300];
+      int n = snprintf(name, sizeof name, "trace:%s", c.id);
+      if (n >= (int)sizeof name) n = (int)sizeof name - 1;
+      if (!next_seq(s, name, (size_t)n, 1, &q.trace, &be)) {
+        commit_in_destroy(&c);
+        return push_bson_err(L, s, &be, doing);
+      }
+      q.trace -= 1;   /* 0-based */
+    }
+  }
+
+  build_update(s, &c, &q, &update);
+  rc = cas_update(s, &c, &update, &matched, &be);
+  bson_destroy(&update);
+  if (!rc) {
+    commit_in_destroy(&c);
+    return push_bson_err(L, s, &be, doing);
+  }
+  if (matched == 1) {
+    commit_in_destroy(&c);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  /* No document at the loaded version: a brand-new execution, or a stale write. */
+  have = find_version(s, c.id, c.id_len, &found, &be);
+  if (have < 0) {
+    commit_in_destroy(&c);
+    return push_bson_err(L, s, &be, doing);
+  }
+  if (have == 0 && c.old == 0) {
+    bson_t doc = BSON_INITIALIZER;
+    build_insert(s, &c, &q, &doc);
+    rc = mongoc_collection_insert_one(s->exes, &doc, NULL, NULL, &be);
+    bson_destroy(&doc);
+    if (rc) {
+      commit_in_destroy(&c);
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+    if (!(be.domain == MONGOC_ERROR_SERVER && be.code == MONGOC_ERROR_DUPLICATE_KEY)) {
+      commit_in_destroy(&c);
+      return push_bson_err(L, s, &be, doing);
+    }
+    /* Lost the race to create it: report the winner's version. */
+    have = find_version(s, c.id, c.id_len, &found, &be);
+    if (have < 0) {
+      commit_in_destroy(&c);
+      return push_bson_err(L, s, &be, doing);
+    }
+  }
+  rc = push_conflict(L, &c, have, found);
+  commit_in_destroy(&c);
+  return rc;
+}
+
+/* ---- reads ---- */
+
+static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, const char *field) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+  mongoc_cursor_t *cur;
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, field, -1, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "limit", 5, 1);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  return cur;
+}
+
+/* Pushes doc.data (a string) or nil when the document has none (absent, or a
+ * trace-only stub). */
+static void push_data(lua_State *L, const bson_t *doc) {
+  bson_iter_t it;
+  if (doc && bson_iter_init_find(&it, doc, "data") && BSON_ITER_HOLDS_UTF8(&it)) {
+    uint32_t len;
+    const char *d = bson_iter_utf8(&it, &len);
+    lua_pushlstring(L, d, len);
+  } else {
+    lua_pushnil(L);
+  }
+}
+
+/* store:_load(id) -> data_json | nil (absent) | nil, msg, code */
+static int l_load(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  size_t idlen;
+  ms_err_t e;
+  bson_error_t be;
+  const bson_t *doc = NULL;
+  const char *id = check_id(L, 2, "load: id", &idlen, &e);
+  mongoc_cursor_t *cur;
+  if (!id) return ms_push_error(L, &e);
+  cur = find_one(s, id, idlen, "data");
+  if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, "load");
+  }
+  push_data(L, doc);
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+/* store:_load_for_event(id, event_id) -> data_json|nil, processed */
+static int l_load_for_event(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  size_t idlen, evlen;
+  ms_err_t e;
+  bson_error_t be;
+  const bson_t *doc = NULL;
+  const char *id = check_id(L, 2, "load_for_event: id", &idlen, &e), *ev;
+  bson_t pipe = BSON_INITIALIZER, st, inner, proj, hit, in, arr, ifn, ifarr, empty;
+  mongoc_cursor_t *cur;
+  bson_iter_t it;
+  if (!id) return ms_push_error(L, &e);
+  if (!(ev = check_id(L, 3, "load_for_event: event_id", &evlen, &e))) return ms_push_error(L, &e);
+  /* [{$match:{_id}}, {$project:{data:1, hit:{$in:[ev, {$ifNull:["$processed", []]}]}}}]:
+   * the membership test runs on the server; the array never travels. */
+  bson_append_document_begin(&pipe, "0", 1, &st);
+  bson_append_document_begin(&st, "$match", 6, &inner);
+  bson_append_utf8(&inner, "_id", 3, id, (int)idlen);
+  bson_append_document_end(&st, &inner);
+  bson_append_document_end(&pipe, &st);
+  bson_append_document_begin(&pipe, "1", 1, &st);
+  bson_append_document_begin(&st, "$project", 8, &proj);
+  bson_append_int32(&proj, "data", 4, 1);
+  bson_append_document_begin(&proj, "hit", 3, &hit);
+  bson_append_array_begin(&hit, "$in", 3, &in);
+  bson_append_utf8(&in, "0", 1, ev, (int)evlen);
+  bson_append_document_begin(&in, "1", 1, &ifn);
+  bson_append_array_begin(&ifn, "$ifNull", 7, &ifarr);
+  bson_append_utf8(&ifarr, "0", 1, "$processed", 10);
+  bson_append_array_begin(&ifarr, "1", 1, &empty);
+  bson_append_array_end(&ifarr, &empty);
+  bson_append_array_end(&ifn, &ifarr);
+  bson_append_document_end(&in, &ifn);
+  bson_append_array_end(&hit, &in);
+  bson_append_document_end(&proj, &hit);
+  bson_append_document_end(&st, &proj);
+  bson_append_document_end(&pipe, &st);
+  (void)arr;
+  cur = mongoc_collection_aggregate(s->exes, MONGOC_QUERY_NONE, &pipe, NULL, NULL);
+  bson_destroy(&pipe);
+  if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, "load_for_event");
+  }
+  push_data(L, doc);
+  lua_pushboolean(L, doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it));
+  mongoc_cursor_destroy(cur);
+  return 2;
+}
+
+/* store:is_processed(id, event_id) -> bool */
+static int l_is_processed(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  size_t idlen, evlen;
+  ms_err_t e;
+  bson_error_t be;
+  const bson_t *doc;
+  const char *id = check_id(L, 2, "is_processed: id", &idlen, &e), *ev;
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+  mongoc_cursor_t *cur;
+  int hit;
+  if (!id) return ms_push_error(L, &e);
+  if (!(ev = check_id(L, 3, "is_processed: event_id", &evlen, &e))) return ms_push_error(L, &e);
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_utf8(&filter, "processed", 9, ev, (int)evlen);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "_id", 3, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "limit", 5, 1);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  hit = mongoc_cursor_next(cur, &doc);
+  if (!hit && mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, "is_processed");
+  }
+  mongoc_cursor_destroy(cur);
+  lua_pushboolean(L, hit);
+  return 1;
+}
+
+/* store:_scan(definition_id|nil, after_id|nil, n) -> { {id, version, data}, ... }
+ * n documents at most, by _id, after after_id: the listing's raw material. */
+static int l_scan(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj, sort, gt;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  lua_Integer n = luaL_checkinteger(L, 4), i = 0;
+  if (!lua_isnil(L, 2)) {
+    size_t len;
+    const char *d = luaL_checklstring(L, 2, &len);
+    bson_append_utf8(&filter, "definition_id", 13, d, (int)len);
+  }
+  if (!lua_isnil(L, 3)) {
+    size_t len;
+    const char *a = luaL_checklstring(L, 3, &len);
+    bson_append_document_begin(&filter, "_id", 3, &gt);
+    bson_append_utf8(&gt, "$gt", 3, a, (int)len);
+    bson_append_document_end(&filter, &gt);
+  }
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "version", 7, 1);
+  bson_append_int32(&proj, "data", 4, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_document_begin(&opts, "sort", 4, &sort);
+  bson_append_int32(&sort, "_id", 3, 1);
+  bson_append_document_end(&opts, &sort);
+  bson_append_int64(&opts, "limit", 5, (int64_t)n);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  lua_newtable(L);
+  while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it;
+    lua_createtable(L, 0, 3);
+    if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_UTF8(&it)) {
+      uint32_t len;
+      const char *v = bson_iter_utf8(&it, &len);
+      lua_pushlstring(L, v, len);
+      lua_setfield(L, -2, "id");
+    }
+    if (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) {
+      lua_pushinteger(L, (lua_Integer)bson_iter_as_int64(&it));
+      lua_setfield(L, -2, "version");
+    }
+    push_data(L, doc);
+    lua_setfield(L, -2, "data");
+    lua_rawseti(L, -2, ++i);
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, "list_executions");
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+/* Documents whose array `field` is non-empty, projecting only that array;
+ * pushes every entry (a table) into the list on top of the stack. */
+static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  ms_err_t e;
+  lua_Integer n = (lua_Integer)luaL_len(L, -1);
+  bson_append_document_begin(&filter, field, -1, &cond);
+  bson_append_bool(&cond, "$exists", 7, true);
+  bson_append_array_begin(&cond, "$ne", 3, &empty);
+  bson_append_array_end(&cond, &empty);
+  bson_append_document_end(&filter, &cond);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, field, -1, 1);
+  bson_append_document_end(&opts, &proj);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it, arr;
+    if (!bson_iter_init_find(&it, doc, field) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+      continue;
+    while (bson_iter_next(&arr)) {
+      if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+      if (ms_push_bson_value(L, &arr, 1, &e)) {
+        mongoc_cursor_destroy(cur);
+        ms_err_prefix(&e, doing);
+        return push_err(L, s, &e);
+      }
+      lua_rawseti(L, -2, ++n);
+    }
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, doing);
+  }
+  mongoc_cursor_destroy(cur);
+  return 0;
+}
+
+/* store:_pending_outbox() -> { {seq, target_id, event = "<json>"}, ... } unsorted */
+static int l_pending_outbox(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  lua_newtable(L);
+  if (collect_entries(L, s, "outbox", "pending_outbox")) return 3;
+  return 1;
+}
+
+/* store:_pending_spawns() -> { {seq, parent_id, child_id, root_path, context}, ... } unsorted */
+static int l_pending_spawns(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  lua_newtable(L);
+  if (collect_entries(L, s, "spawns", "pending_spawns")) return 3;
+  return 1;
+}
+
+/* $pull of the entry with this seq from array `field`: removes exactly it. */
+static int ack(lua_State *L, const char *field, const char *doing) {
+  ms_store_t *s = check_store(L);
+  lua_Integer seq = luaL_checkinteger(L, 2);
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond;
+  bson_error_t be;
+  char key[32];
+  int ok;
+  snprintf(key, sizeof key, "%s.seq", field);
+  bson_append_int64(&filter, key, -1, (int64_t)seq);
+  bson_append_document_begin(&update, "$pull", 5, &pull);
+  bson_append_document_begin(&pull, field, -1, &cond);
+  bson_append_int64(&cond, "seq", 3, (int64_t)seq);
+  bson_append_document_end(&pull, &cond);
+  bson_append_document_end(&update, &pull);
+  ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
+  bson_destroy(&filter);
+  bson_destroy(&update);
+  if (!ok) return push_bson_err(L, s, &be, doing);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
+static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
+
+/* store:_due_timers(now) -> { {execution_id, path, fire_at}, ... } unsorted */
+static int l_due_timers(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  double now = luaL_checknumber(L, 2);
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  lua_Integer n = 0;
+  bson_append_document_begin(&filter, "timers", 6, &cond);
+  bson_append_bool(&cond, "$exists", 7, true);
+  bson_append_document_begin(&cond, "$ne", 3, &empty);
+  bson_append_document_end(&cond, &empty);
+  bson_append_document_end(&filter, &cond);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "timers", 6, 1);
+  bson_append_document_end(&opts, &proj);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  lua_newtable(L);
+  while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it, t;
+    uint32_t idlen;
+    const char *id;
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
+    id = bson_iter_utf8(&it, &idlen);
+    if (!bson_iter_init_find(&it, doc, "timers") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &t))
+      continue;
+    while (bson_iter_next(&t)) {
+      double at;
+      if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
+      at = bson_iter_as_double(&t);
+      if (!(at <= now)) continue;
+      lua_createtable(L, 0, 3);
+      lua_pushlstring(L, id, idlen);
+      lua_setfield(L, -2, "execution_id");
+      push_decoded_path(L, bson_iter_key(&t), bson_iter_key_len(&t));
+      lua_setfield(L, -2, "path");
+      lua_pushnumber(L, at);
+      lua_setfield(L, -2, "fire_at");
+      lua_rawseti(L, -2, ++n);
+    }
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, "due_timers");
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+/* store:delete_timer(id, path, fire_at): unsets the timer only while it still
+ * holds exactly this fire_at, so a stale sweep cannot remove a re-armed timer. */
+static int l_delete_timer(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  size_t idlen, plen;
+  ms_err_t e;
+  bson_error_t be;
+  const char *id = check_id(L, 2, "delete_timer: execution_id", &idlen, &e), *path;
+  bson_string_t *key = NULL;
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, unset;
+  double at;
+  int ok;
+  if (!id) return ms_push_error(L, &e);
+  path = luaL_checklstring(L, 3, &plen);
+  at = luaL_checknumber(L, 4);
+  if (encode_path(path, plen, &key, &e)) {
+    ms_err_prefix(&e, "delete_timer");
+    return ms_push_error(L, &e);
+  }
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_double(&filter, key->str, (int)key->len, at);
+  bson_append_document_begin(&update, "$unset", 6, &unset);
+  bson_append_utf8(&unset, key->str, (int)key->len, "", 0);
+  bson_append_document_end(&update, &unset);
+  ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
+  bson_string_free(key, true);
+  bson_destroy(&filter);
+  bson_destroy(&update);
+  if (!ok) return push_bson_err(L, s, &be, "delete_timer");
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* store:append_trace(id, entry): the standalone trace writer, upserting. */
+static int l_append_trace(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  size_t idlen;
+  ms_err_t e;
+  bson_error_t be;
+  const char *id = check_id(L, 2, "append_trace: execution_id", &idlen, &e);
+  bson_t step = BSON_INITIALIZER, filter = BSON_INITIALIZER, update = BSON_INITIALIZER, opts = BSON_INITIALIZER, push;
+  int64_t index;
+  int ok;
+  if (!id) return ms_push_error(L, &e);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  if (ms_table_to_bson(L, 3, &step, "append_trace: entry", &e)) {
+    bson_destroy(&step);
+    return ms_push_error(L, &e);
+  }
+  index = step_index(&step, -1);
+  if (index < 0) {
+    char name[300];
+    int n = snprintf(name, sizeof name, "trace:%s", id);
+    if (n >= (int)sizeof name) n = (int)sizeof name - 1;
+    if (!next_seq(s, name, (size_t)n, 1, &index, &be)) {
+      bson_destroy(&step);
+      return push_bson_err(L, s, &be, "append_trace");
+    }
+    index -= 1;
+  }
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_document_begin(&update, "$push", 5, &push);
+  append_trace_push(&push, &step, index, s->trace_max);
+  bson_append_document_end(&update, &push);
+  bson_append_bool(&opts, "upsert", 6, true);
+  ok = mongoc_collection_update_one(s->exes, &filter, &update, &opts, NULL, &be);
+  bson_destroy(&step);
+  bson_destroy(&filter);
+  bson_destroy(&update);
+  bson_destroy(&opts);
+  if (!ok) return push_bson_err(L, s, &be, "append_trace");
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* store:read_trace(id) -> { step, ... } (empty when absent) */
+static int l_read_trace(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  size_t idlen;
+  ms_err_t e;
+  bson_error_t be;
+  const bson_t *doc;
+  const char *id = check_id(L, 2, "read_trace: execution_id", &idlen, &e);
+  mongoc_cursor_t *cur;
+  bson_iter_t it;
+  if (!id) return ms_push_error(L, &e);
+  cur = find_one(s, id, idlen, "trace");
+  if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "trace") && BSON_ITER_HOLDS_ARRAY(&it)) {
+    if (ms_push_bson_value(L, &it, 0, &e)) {
+      mongoc_cursor_destroy(cur);
+      return push_err(L, s, &e);
+    }
+  } else if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, "read_trace");
+  } else {
+    lua_newtable(L);
+    ms_mark_array(L, -1);
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+static void store_release(ms_store_t *s) {
+  if (s->exes) mongoc_collection_destroy(s->exes);
+  if (s->counters) mongoc_collection_destroy(s->counters);
+  if (s->client) mongoc_client_destroy(s->client);
+  bson_free(s->password);
+  bson_free(s->db);
+  s->exes = s->counters = NULL;
+  s->client = NULL;
+  s->password = s->db = NULL;
+}
+
+/* store:close(): idempotent; any later call raises "the store is closed". */
+static int l_close(lua_State *L) {
+  ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
+  store_release(s);
+  return 0;
+}
+
+static int l_tostring(lua_State *L) {
+  ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
+  if (s->client) lua_pushfstring(L, "mongostore.Store (%s.%s)", s->db, mongoc_collection_get_name(s->exes));
+  else lua_pushliteral(L, "mongostore.Store (closed)");
+  return 1;
+}
+
+/* store:_info() -> { db, executions, counters, trace_max, max_bson } */
+static int l_info(lua_State *L) {
+  ms_store_t *s = check_store(L);
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, s->db);
+  lua_setfield(L, -2, "db");
+  lua_pushstring(L, mongoc_collection_get_name(s->exes));
+  lua_setfield(L, -2, "executions");
+  lua_pushstring(L, mongoc_collection_get_name(s->counters));
+  lua_setfield(L, -2, "counters");
+  lua_pushinteger(L, (lua_Integer)s->trace_max);
+  lua_setfield(L, -2, "trace_max");
+  lua_pushinteger(L, (lua_Integer)s->max_bson);
+  lua_setfield(L, -2, "max_bson");
+  return 1;
+}
+
+static const luaL_Reg store_methods[] = {
+  {"_commit", l_commit},
+  {"_load", l_load},
+  {"_load_for_event", l_load_for_event},
+  {"_scan", l_scan},
+  {"_pending_outbox", l_pending_outbox},
+  {"_pending_spawns", l_pending_spawns},
+  {"_due_timers", l_due_timers},
+  {"_info", l_info},
+  {"is_processed", l_is_processed},
+  {"ack_outbox", l_ack_outbox},
+  {"ack_spawn", l_ack_spawn},
+  {"delete_timer", l_delete_timer},
+  {"append_trace", l_append_trace},
+  {"read_trace", l_read_trace},
+  {"close", l_close},
+  {NULL, NULL}
+};
+
+void ms_open_store(lua_State *L) {
+  if (luaL_newmetatable(L, MS_STORE_MT)) {
+    luaL_newlib(L, store_methods);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "__index");
+    lua_pop(L, 1);
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, l_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "Store");           /* module.Store: the method table */
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_connect);
+  lua_setfield(L, -2, "connect");
+}

@@ -1,0 +1,445 @@
+/*
+ * value.c - the value rules shared by every conversion (null, arrays, keys,
+ * UTF-8, finite numbers, cycles, depth) and the Lua <-> BSON codec. It is the
+ * only place that turns Lua values into BSON and back.
+ */
+#include "ms.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void ms_err_set(ms_err_t *e, const char *code, const char *fmt, ...) {
+  va_list ap;
+  e->code = code;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+}
+
+void ms_err_prefix(ms_err_t *e, const char *prefix) {
+  char tmp[sizeof e->msg];
+  size_t pl = strlen(prefix), ml = strlen(e->msg);
+  if (pl > sizeof tmp - 3) pl = sizeof tmp - 3;
+  memcpy(tmp, prefix, pl);
+  tmp[pl] = ':';
+  tmp[pl + 1] = ' ';
+  if (ml > sizeof tmp - pl - 3) ml = sizeof tmp - pl - 3;
+  memcpy(tmp + pl + 2, e->msg, ml);
+  tmp[pl + 2 + ml] = '\0';
+  memcpy(e->msg, tmp, sizeof tmp);
+}
+
+int ms_push_error(lua_State *L, const ms_err_t *e) {
+  lua_pushnil(L);
+  lua_pushstring(L, e->msg);
+  lua_pushstring(L, e->code ? e->code : "invalid");
+  return 3;
+}
+
+/* mongostore.null is the NULL light userdata, as in lua-cjson: it survives
+ * every copy, compares equal to itself and needs no registry lookup. */
+void ms_push_null(lua_State *L) { lua_pushlightuserdata(L, NULL); }
+
+int ms_is_null(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TLIGHTUSERDATA && lua_touserdata(L, idx) == NULL;
+}
+
+void ms_mark_array(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  luaL_getmetatable(L, MS_ARRAY_MT);
+  lua_setmetatable(L, idx);
+}
+
+static int is_marked_array(lua_State *L, int idx) {
+  int r = 0;
+  if (lua_getmetatable(L, idx)) {
+    luaL_getmetatable(L, MS_ARRAY_MT);
+    r = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  return r;
+}
+
+/* ---- the path of a conversion, for cycles and messages ---- */
+
+void ms_path_init(ms_path_t *p, const char *root) {
+  size_t n = strlen(root);
+  if (n >= sizeof p->buf) n = sizeof p->buf - 1;
+  memcpy(p->buf, root, n);
+  p->buf[n] = '\0';
+  p->len = n;
+  p->depth = 0;
+}
+
+static void path_append(ms_path_t *p, const char *s, size_t n) {
+  size_t room = sizeof p->buf - 1 - p->len;
+  if (n > room) n = room;
+  memcpy(p->buf + p->len, s, n);
+  p->len += n;
+  p->buf[p->len] = '\0';
+}
+
+void ms_path_push_key(ms_path_t *p, const char *key, size_t keylen) {
+  if (keylen > 40) {
+    path_append(p, ".", 1);
+    path_append(p, key, 37);
+    path_append(p, "...", 3);
+    return;
+  }
+  path_append(p, ".", 1);
+  path_append(p, key, keylen);
+}
+
+void ms_path_push_index(ms_path_t *p, size_t i) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "[%zu]", i);
+  path_append(p, tmp, (size_t)n);
+}
+
+void ms_path_pop_key(ms_path_t *p, size_t oldlen) {
+  p->len = oldlen;
+  p->buf[oldlen] = '\0';
+}
+
+int ms_path_enter(ms_path_t *p, lua_State *L, int idx, ms_err_t *e) {
+  const void *t = lua_topointer(L, idx);
+  int i;
+  for (i = 0; i < p->depth; i++) {
+    if (p->seen[i] == t) {
+      ms_err_set(e, "invalid", "%s: cycle: the table contains itself", p->buf);
+      return -1;
+    }
+  }
+  if (p->depth >= MS_MAX_DEPTH) {
+    ms_err_set(e, "invalid", "%s: nested deeper than %d levels", p->buf, MS_MAX_DEPTH);
+    return -1;
+  }
+  p->seen[p->depth++] = t;
+  return 0;
+}
+
+void ms_path_leave(ms_path_t *p) { p->depth--; }
+
+int ms_check_string(const char *s, size_t len, int is_key, ms_path_t *p, ms_err_t *e) {
+  if (is_key && memchr(s, '\0', len)) {
+    ms_err_set(e, "invalid", "%s: key contains a NUL byte", p->buf);
+    return -1;
+  }
+  if (!bson_utf8_validate(s, len, true)) {
+    ms_err_set(e, "invalid", "%s: %s is not valid UTF-8", p->buf, is_key ? "key" : "string");
+    return -1;
+  }
+  return 0;
+}
+
+int ms_check_number(lua_Number n, ms_path_t *p, ms_err_t *e) {
+  if (isnan(n) || isinf(n)) {
+    ms_err_set(e, "invalid", "%s: %s cannot be stored (numbers must be finite)", p->buf,
+               isnan(n) ? "NaN" : "infinity");
+    return -1;
+  }
+  return 0;
+}
+
+/* A table is an array when it is marked with mongostore.array or when its
+ * keys are exactly 1..n (a Lua sequence); a document when all keys are
+ * strings. Anything else (mixed, sparse, boolean or float keys) is an error,
+ * because it has no faithful BSON or JSON form. An empty unmarked table is a
+ * document. */
+int ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e) {
+  size_t nstr = 0, nint = 0;
+  lua_Integer maxk = 0;
+  int marked = is_marked_array(L, idx);
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    int kt = lua_type(L, -2);
+    lua_pop(L, 1);
+    if (kt == LUA_TSTRING) {
+      nstr++;
+    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1) {
+      lua_Integer k = lua_tointeger(L, -1);
+      nint++;
+      if (k > maxk) maxk = k;
+    } else {
+      ms_err_set(e, "invalid", "keys must be strings (found a %s key)", luaL_typename(L, -1));
+      lua_pop(L, 1);
+      return -1;
+    }
+  }
+  if (nstr && (nint || marked)) {
+    ms_err_set(e, "invalid", "a table mixes string keys with array items");
+    return -1;
+  }
+  if (nint && (size_t)maxk != nint) {
+    ms_err_set(e, "invalid", "an array has holes (%zu items, highest index %lld)", nint, (long long)maxk);
+    return -1;
+  }
+  *n = nint;
+  return (nint || marked) ? MS_KIND_ARRAY : MS_KIND_DOC;
+}
+
+/* ---- Lua -> BSON ---- */
+
+static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
+                        ms_path_t *p, ms_err_t *e);
+
+int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
+                    ms_path_t *p, ms_err_t *e) {
+  int t = lua_type(L, idx);
+  int kl = (int)keylen;
+  switch (t) {
+  case LUA_TBOOLEAN:
+    bson_append_bool(doc, key, kl, lua_toboolean(L, idx));
+    return 0;
+  case LUA_TNUMBER:
+    if (lua_isinteger(L, idx)) {
+      bson_append_int64(doc, key, kl, (int64_t)lua_tointeger(L, idx));
+    } else {
+      lua_Number n = lua_tonumber(L, idx);
+      if (ms_check_number(n, p, e)) return -1;
+      bson_append_double(doc, key, kl, (double)n);
+    }
+    return 0;
+  case LUA_TSTRING: {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (ms_check_string(s, len, 0, p, e)) return -1;
+    bson_append_utf8(doc, key, kl, s, (int)len);
+    return 0;
+  }
+  case LUA_TTABLE:
+    return append_table(L, idx, doc, key, keylen, p, e);
+  case LUA_TLIGHTUSERDATA:
+    if (ms_is_null(L, idx)) {
+      bson_append_null(doc, key, kl);
+      return 0;
+    }
+    /* fall through */
+  default:
+    ms_err_set(e, "invalid", "%s: a %s cannot be stored", p->buf, luaL_typename(L, idx));
+    return -1;
+  }
+}
+
+static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
+                        ms_path_t *p, ms_err_t *e) {
+  bson_t child;
+  size_t n = 0;
+  int kind, rc = 0;
+  idx = lua_absindex(L, idx);
+  if (ms_path_enter(p, L, idx, e)) return -1;
+  kind = ms_table_kind(L, idx, &n, e);
+  if (kind < 0) {
+    ms_err_prefix(e, p->buf);
+    ms_path_leave(p);
+    return -1;
+  }
+  luaL_checkstack(L, 4, "mongostore: value too deep");
+  if (kind == MS_KIND_ARRAY) {
+    size_t i;
+    bson_append_array_begin(doc, key, (int)keylen, &child);
+    for (i = 1; i <= n && rc == 0; i++) {
+      char ibuf[24];
+      const char *ikey;
+      size_t oldlen = p->len;
+      size_t ilen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ibuf, sizeof ibuf);
+      lua_rawgeti(L, idx, (lua_Integer)i);
+      ms_path_push_index(p, i);
+      rc = ms_append_value(L, -1, &child, ikey, ilen, p, e);
+      ms_path_pop_key(p, oldlen);
+      lua_pop(L, 1);
+    }
+    bson_append_array_end(doc, &child);
+  } else {
+    bson_append_document_begin(doc, key, (int)keylen, &child);
+    lua_pushnil(L);
+    while (rc == 0 && lua_next(L, idx)) {
+      size_t kl, oldlen = p->len;
+      const char *k = lua_tolstring(L, -2, &kl);   /* keys are strings: checked above */
+      ms_path_push_key(p, k, kl);
+      rc = ms_check_string(k, kl, 1, p, e);
+      if (rc == 0) rc = ms_append_value(L, -1, &child, k, kl, p, e);
+      ms_path_pop_key(p, oldlen);
+      lua_pop(L, 1);
+    }
+    if (rc != 0) lua_pop(L, 1);                      /* the key lua_next left */
+    bson_append_document_end(doc, &child);
+  }
+  ms_path_leave(p);
+  return rc;
+}
+
+int ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_err_t *e) {
+  ms_path_t p;
+  size_t n;
+  int kind, rc = 0;
+  idx = lua_absindex(L, idx);
+  ms_path_init(&p, what);
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s: expected a table, got %s", what, luaL_typename(L, idx));
+    return -1;
+  }
+  if (ms_path_enter(&p, L, idx, e)) return -1;
+  kind = ms_table_kind(L, idx, &n, e);
+  if (kind != MS_KIND_DOC) {
+    if (kind == MS_KIND_ARRAY) ms_err_set(e, "invalid", "%s: expected a table with string keys, got an array", what);
+    else ms_err_prefix(e, what);
+    return -1;
+  }
+  lua_pushnil(L);
+  while (rc == 0 && lua_next(L, idx)) {
+    size_t kl, oldlen = p.len;
+    const char *k = lua_tolstring(L, -2, &kl);
+    ms_path_push_key(&p, k, kl);
+    rc = ms_check_string(k, kl, 1, &p, e);
+    if (rc == 0) rc = ms_append_value(L, -1, doc, k, kl, &p, e);
+    ms_path_pop_key(&p, oldlen);
+    lua_pop(L, 1);
+  }
+  if (rc != 0) lua_pop(L, 1);
+  return rc;
+}
+
+/* ---- BSON -> Lua ---- */
+
+static int push_bson_iter_table(lua_State *L, bson_iter_t *it, int is_array, int depth, ms_err_t *e) {
+  lua_Integer i = 1;
+  lua_newtable(L);
+  while (bson_iter_next(it)) {
+    if (is_array) {
+      if (ms_push_bson_value(L, it, depth + 1, e)) { lua_pop(L, 1); return -1; }
+      lua_rawseti(L, -2, i++);
+    } else {
+      lua_pushlstring(L, bson_iter_key(it), bson_iter_key_len(it));
+      if (ms_push_bson_value(L, it, depth + 1, e)) { lua_pop(L, 2); return -1; }
+      lua_rawset(L, -3);
+    }
+  }
+  if (is_array) ms_mark_array(L, -1);
+  return 0;
+}
+
+int ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err_t *e) {
+  bson_iter_t child;
+  if (depth > MS_MAX_DEPTH) {
+    ms_err_set(e, "invalid", "document nested deeper than %d levels", MS_MAX_DEPTH);
+    return -1;
+  }
+  luaL_checkstack(L, 4, "mongostore: document too deep");
+  switch (bson_iter_type(iter)) {
+  case BSON_TYPE_DOUBLE: lua_pushnumber(L, bson_iter_double(iter)); break;
+  case BSON_TYPE_UTF8: {
+    uint32_t len;
+    const char *s = bson_iter_utf8(iter, &len);
+    lua_pushlstring(L, s, len);
+    break;
+  }
+  case BSON_TYPE_DOCUMENT:
+  case BSON_TYPE_ARRAY:
+    if (!bson_iter_recurse(iter, &child)) {
+      ms_err_set(e, "server", "corrupt document from the server");
+      return -1;
+    }
+    return push_bson_iter_table(L, &child, bson_iter_type(iter) == BSON_TYPE_ARRAY, depth, e);
+  case BSON_TYPE_BINARY: {
+    uint32_t len;
+    const uint8_t *b;
+    bson_iter_binary(iter, NULL, &len, &b);
+    lua_pushlstring(L, (const char *)b, len);
+    break;
+  }
+  case BSON_TYPE_OID: {
+    char hex[25];
+    bson_oid_to_string(bson_iter_oid(iter), hex);
+    lua_pushstring(L, hex);
+    break;
+  }
+  case BSON_TYPE_BOOL: lua_pushboolean(L, bson_iter_bool(iter)); break;
+  case BSON_TYPE_DATE_TIME: lua_pushnumber(L, (double)bson_iter_date_time(iter) / 1000.0); break;
+  case BSON_TYPE_INT32: lua_pushinteger(L, (lua_Integer)bson_iter_int32(iter)); break;
+  case BSON_TYPE_INT64: lua_pushinteger(L, (lua_Integer)bson_iter_int64(iter)); break;
+  case BSON_TYPE_TIMESTAMP: {
+    uint32_t ts, inc;
+    bson_iter_timestamp(iter, &ts, &inc);
+    lua_pushinteger(L, (lua_Integer)(((uint64_t)ts << 32) | inc));
+    break;
+  }
+  case BSON_TYPE_DECIMAL128: {
+    bson_decimal128_t d;
+    char s[BSON_DECIMAL128_STRING];
+    bson_iter_decimal128(iter, &d);
+    bson_decimal128_to_string(&d, s);
+    lua_pushstring(L, s);
+    break;
+  }
+  case BSON_TYPE_NULL:
+  case BSON_TYPE_UNDEFINED:
+  default:
+    /* Types with no Lua counterpart read as null rather than failing a load
+     * of a document another program wrote. */
+    ms_push_null(L);
+    break;
+  }
+  return 0;
+}
+
+int ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e) {
+  bson_iter_t it;
+  if (!bson_iter_init(&it, doc)) {
+    ms_err_set(e, "server", "corrupt document from the server");
+    return -1;
+  }
+  return push_bson_iter_table(L, &it, 0, 0, e);
+}
+
+/* ---- module functions ---- */
+
+static int l_array(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) lua_newtable(L);
+  else luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  if (lua_isnil(L, 1)) { lua_pop(L, 1); lua_newtable(L); }
+  ms_mark_array(L, 1);
+  return 1;
+}
+
+static int l_is_array(lua_State *L) {
+  lua_pushboolean(L, lua_type(L, 1) == LUA_TTABLE && is_marked_array(L, 1));
+  return 1;
+}
+
+/* Round trip through BSON, for specs and for callers that want to check a
+ * value before handing it to a store call. */
+static int l_bson_roundtrip(lua_State *L) {
+  bson_t doc = BSON_INITIALIZER;
+  ms_err_t e;
+  if (ms_table_to_bson(L, 1, &doc, "value", &e)) {
+    bson_destroy(&doc);
+    return ms_push_error(L, &e);
+  }
+  if (ms_push_bson_doc(L, &doc, &e)) {
+    bson_destroy(&doc);
+    return ms_push_error(L, &e);
+  }
+  bson_destroy(&doc);
+  return 1;
+}
+
+void ms_open_value(lua_State *L) {
+  if (luaL_newmetatable(L, MS_ARRAY_MT)) {
+    lua_pushliteral(L, "array");
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  ms_push_null(L);
+  lua_setfield(L, -2, "null");
+  lua_pushcfunction(L, l_array);
+  lua_setfield(L, -2, "array");
+  lua_pushcfunction(L, l_is_array);
+  lua_setfield(L, -2, "is_array");
+  lua_pushcfunction(L, l_bson_roundtrip);
+  lua_setfield(L, -2, "bson_roundtrip");
+}

@@ -1,0 +1,336 @@
+-- mongostore.execution - the Execution and Event values: construction, field
+-- rules, and their JSON form, which is harel's (field names, order, ISO-8601
+-- times) so harel's own stores read what we write and we read theirs.
+local core = require "mongostore.core"
+
+local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
+local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
+local math_type, concat, format = math.type, table.concat, string.format
+local json_encode, json_decode = core.json_encode, core.json_decode
+local null = core.null
+
+local M = {}
+
+M.STATUSES = { "PENDING", "RUNNING", "DONE", "CANCELLED", "SUSPENDED", "CANCELLING", "FAILED" }
+local STATUS = {}
+for _, s in ipairs(M.STATUSES) do STATUS[s] = true end
+
+-- harel's Execution fields in its declaration order, with their kinds.
+local FIELDS = {
+  { "id", "id" }, { "definition_id", "id" }, { "definition_fqn", "string?" },
+  { "root_path", "string" }, { "status", "status" }, { "outcome", "string?" },
+  { "error", "string?" }, { "active_path", "string?" }, { "history", "map" },
+  { "context", "map" }, { "processed_events", "count" }, { "version", "count" },
+  { "priority", "priority" }, { "parent_id", "string?" }, { "child_id", "string?" },
+  { "deferred", "events" }, { "children", "children" }, { "invoke_seq", "map" },
+  { "created_at", "time?" }, { "updated_at", "time?" }, { "finished_at", "time?" },
+  { "expires_at", "time?" },
+}
+local KIND = {}
+for _, f in ipairs(FIELDS) do KIND[f[1]] = f[2] end
+local READ_ONLY = { id = true, definition_id = true, version = true }
+
+local function is_null(v) return v == nil or v == null end
+
+-- Checks a value for a field; returns the value to keep (nil for null) or
+-- nil plus a message.
+local function check(field, kind, v)
+  if kind == "string?" then
+    if is_null(v) then return nil end
+    if type(v) ~= "string" then return nil, field .. " must be a string or nil, got " .. type(v) end
+    return v
+  elseif kind == "string" then
+    if type(v) ~= "string" then return nil, field .. " must be a string, got " .. type(v) end
+    return v
+  elseif kind == "id" then
+    if type(v) ~= "string" or v == "" then
+      return nil, field .. " must be a non-empty string, got " .. (type(v) == "string" and "''" or type(v))
+    end
+    return v
+  elseif kind == "status" then
+    if not STATUS[v] then return nil, "status must be one of " .. concat(M.STATUSES, ", ") .. ", got " .. tostring(v) end
+    return v
+  elseif kind == "count" then
+    if math_type(v) ~= "integer" or v < 0 then return nil, field .. " must be an integer >= 0" end
+    return v
+  elseif kind == "priority" then
+    if math_type(v) ~= "integer" or v < 0 or v > 4 then return nil, "priority must be an integer from 0 to 4" end
+    return v
+  elseif kind == "time?" then
+    if is_null(v) then return nil end
+    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+      return nil, field .. " must be a finite number of epoch seconds or nil"
+    end
+    return v
+  elseif kind == "map" or kind == "children" then
+    if type(v) ~= "table" or core.is_array(v) then return nil, field .. " must be a table with string keys" end
+    return v
+  elseif kind == "events" then
+    if type(v) ~= "table" then return nil, field .. " must be a list of events" end
+    return v
+  end
+  return v
+end
+
+-- The private fields of each Execution, keyed by the proxy the caller holds.
+local state = setmetatable({}, { __mode = "k" })
+
+local Execution = {}
+Execution.__name = "mongostore.Execution"
+Execution.__index = function(exe, k)
+  return state[exe][k]
+end
+Execution.__newindex = function(exe, k, v)
+  local kind = KIND[k]
+  if not kind then error(format("Execution has no field '%s'", tostring(k)), 2) end
+  if READ_ONLY[k] then error(format("Execution.%s is read-only", k), 2) end
+  local val, err = check(k, kind, v)
+  if err then error("Execution." .. err, 2) end
+  state[exe][k] = val
+end
+Execution.__pairs = function(exe)
+  return next, state[exe], nil
+end
+Execution.__tostring = function(exe)
+  local s = state[exe]
+  return format("mongostore.Execution(%s %s v%d %s)", s.definition_id, s.id, s.version, s.status)
+end
+
+local function defaults(f)
+  f.root_path = f.root_path or ""
+  f.status = f.status or "PENDING"
+  f.history = f.history or {}
+  f.context = f.context or {}
+  f.processed_events = f.processed_events or 0
+  f.version = f.version or 0
+  f.priority = f.priority or 0
+  f.deferred = f.deferred or core.array()
+  f.children = f.children or {}
+  f.invoke_seq = f.invoke_seq or {}
+  return f
+end
+
+local function wrap(fields)
+  local exe = setmetatable({}, Execution)
+  state[exe] = fields
+  return exe
+end
+
+function M.is_execution(v)
+  return getmetatable(v) == Execution
+end
+
+-- mongostore.execution{ definition_id = ..., id = nil, context = {}, ... }
+-- Raises on a wrong field: it is a programming error, caught at once.
+function M.new(t)
+  if type(t) ~= "table" then error("execution: expected a table of fields, got " .. type(t), 2) end
+  local f = {}
+  for k, v in pairs(t) do
+    local kind = KIND[k]
+    if not kind then error(format("execution: no field '%s'", tostring(k)), 2) end
+    if not (k == "id" and is_null(v)) then
+      local val, err = check(k, kind, v)
+      if err then error("execution: " .. err, 2) end
+      f[k] = val
+    end
+  end
+  if f.definition_id == nil then error("execution: definition_id is required", 2) end
+  f.id = f.id or core.uuid()
+  return wrap(defaults(f))
+end
+
+-- Raw access for the store: the version is read-only to callers.
+function M.set_version(exe, v)
+  state[exe].version = v
+end
+
+------------------------------------------------------------------------
+-- Events
+
+local function enc(v, what)
+  if v == nil then return "null" end
+  local s, err = json_encode(v, what)
+  if not s then error(err, 0) end
+  return s
+end
+
+local function time_json(v, what)
+  if is_null(v) then return "null" end
+  if type(v) == "string" then
+    if not core.iso_to_time(v) then error(what .. " is not an ISO-8601 time: " .. v, 0) end
+    return enc(v, what)
+  end
+  if type(v) ~= "number" then error(what .. " must be epoch seconds or an ISO-8601 string", 0) end
+  local iso, err = core.time_to_iso(v)
+  if not iso then error(what .. ": " .. tostring(err), 0) end
+  return '"' .. iso .. '"'
+end
+
+-- An Event as harel's JSON: {id, kind, created_time, received_time, data}.
+-- A missing id is filled into the caller's table with a fresh uuid, so the
+-- caller learns the id its event was stored under.
+local function event_json(ev, what)
+  if type(ev) ~= "table" then error(what .. " must be a table, got " .. type(ev), 0) end
+  if type(ev.kind) ~= "string" or ev.kind == "" then error(what .. ".kind must be a non-empty string", 0) end
+  if is_null(ev.id) then ev.id = core.uuid() end
+  if type(ev.id) ~= "string" or ev.id == "" then error(what .. ".id must be a non-empty string", 0) end
+  local data = ev.data
+  if is_null(data) then data = {} end
+  if type(data) ~= "table" or core.is_array(data) then error(what .. ".data must be a table with string keys", 0) end
+  return concat {
+    '{"id":', enc(ev.id, what .. ".id"),
+    ',"kind":', enc(ev.kind, what .. ".kind"),
+    ',"created_time":', time_json(ev.created_time, what .. ".created_time"),
+    ',"received_time":', time_json(ev.received_time, what .. ".received_time"),
+    ',"data":', enc(data, what .. ".data"), "}",
+  }
+end
+
+-- Returns the JSON text of an event, or nil and a message.
+function M.event_to_json(ev, what)
+  local ok, s = pcall(event_json, ev, what or "event")
+  if ok then return s end
+  return nil, s
+end
+
+local function time_value(v)
+  if type(v) == "string" then return core.iso_to_time(v) end
+  if type(v) == "number" then return v end
+  return nil
+end
+
+local function event_from(t)
+  if type(t) ~= "table" then return nil end
+  local data = t.data
+  if type(data) ~= "table" then data = {} end
+  return {
+    id = type(t.id) == "string" and t.id or nil,
+    kind = t.kind,
+    data = data,
+    created_time = time_value(t.created_time),
+    received_time = time_value(t.received_time),
+  }
+end
+
+-- Parses an event's JSON text into an event table, or nil and a message.
+function M.event_from_json(s)
+  local t, err = json_decode(s)
+  if t == nil then return nil, err end
+  local ev = event_from(t)
+  if not ev or type(ev.kind) ~= "string" then return nil, "event JSON has no kind" end
+  return ev
+end
+
+------------------------------------------------------------------------
+-- Execution JSON
+
+local function children_json(children)
+  local parts = {}
+  for cid, ch in pairs(children) do
+    if type(cid) ~= "string" then error("children: keys must be child ids (strings)", 0) end
+    if type(ch) ~= "table" then error("children." .. cid .. " must be a table", 0) end
+    local result = ch.result
+    if is_null(result) then result = {} end
+    parts[#parts + 1] = enc(cid, "children") .. ":" .. concat {
+      '{"root_path":', enc(ch.root_path or "", "children." .. cid .. ".root_path"),
+      ',"finished":', ch.finished and "true" or "false",
+      ',"outcome":', enc(not is_null(ch.outcome) and ch.outcome or nil, "children." .. cid .. ".outcome"),
+      ',"result":', enc(result, "children." .. cid .. ".result"),
+      ',"submachine":', ch.submachine and "true" or "false",
+      ',"key":', enc(ch.key or "", "children." .. cid .. ".key"), "}",
+    }
+  end
+  return "{" .. concat(parts, ",") .. "}"
+end
+
+local function execution_json(f, version)
+  local parts = {}
+  for i, fd in ipairs(FIELDS) do
+    local name, kind = fd[1], fd[2]
+    local v = f[name]
+    if name == "version" then v = version end
+    local s
+    if kind == "events" then
+      local evs = {}
+      for j, ev in ipairs(v) do evs[j] = event_json(ev, "deferred[" .. j .. "]") end
+      s = "[" .. concat(evs, ",") .. "]"
+    elseif kind == "children" then
+      s = children_json(v)
+    else
+      s = enc(v, name)
+    end
+    parts[i] = '"' .. name .. '":' .. s
+  end
+  return "{" .. concat(parts, ",") .. "}"
+end
+
+-- The JSON text of an Execution as it will be stored at `version`, or nil
+-- and a message naming the bad value.
+function M.to_json(exe, version)
+  local ok, s = pcall(execution_json, state[exe], version or state[exe].version)
+  if ok then return s end
+  return nil, s
+end
+
+local function map_or_empty(v)
+  if type(v) == "table" then return v end
+  return {}
+end
+
+-- Builds an Execution from stored JSON text (ours or harel's), or nil and a
+-- message. Unknown fields are ignored, so newer writers do not break us.
+function M.from_json(s)
+  local t, err = json_decode(s)
+  if t == nil then return nil, err end
+  if type(t) ~= "table" or type(t.id) ~= "string" or type(t.definition_id) ~= "string" then
+    return nil, "stored execution has no id or definition_id"
+  end
+  local f = {}
+  for _, fd in ipairs(FIELDS) do
+    local name, kind = fd[1], fd[2]
+    local v = t[name]
+    if v == null then v = nil end
+    if kind == "events" then
+      local evs = core.array()
+      for j, ev in ipairs(type(v) == "table" and v or {}) do evs[j] = event_from(ev) end
+      v = evs
+    elseif kind == "map" or kind == "children" then
+      v = map_or_empty(v)
+    elseif kind == "status" then
+      v = STATUS[v] and v or "PENDING"
+    elseif kind == "count" or kind == "priority" then
+      v = math_type(v) == "integer" and v or nil
+    elseif kind == "string" then
+      v = type(v) == "string" and v or nil
+    end
+    f[name] = v
+  end
+  if f.children then
+    for _, ch in pairs(f.children) do
+      if type(ch) == "table" then
+        if ch.outcome == null then ch.outcome = nil end
+        if type(ch.result) ~= "table" then ch.result = {} end
+      end
+    end
+  end
+  return wrap(defaults(f))
+end
+
+-- A listing summary from stored JSON text: no context, history or children.
+function M.summary_from_json(s, version)
+  local t, err = json_decode(s)
+  if type(t) ~= "table" then return nil, err or "stored execution is not an object" end
+  local function opt(v) if v == null then return nil end return v end
+  return {
+    id = t.id,
+    definition_id = t.definition_id,
+    status = t.status,
+    outcome = opt(t.outcome),
+    active_path = opt(t.active_path),
+    version = version or t.version,
+    parent_id = opt(t.parent_id),
+    finished_at = opt(t.finished_at),
+  }
+end
+
+return M

@@ -1,0 +1,222 @@
+-- mongostore - the public face: connect, the Execution constructor, value
+-- helpers, and the Store methods that turn Executions and Events into their
+-- stored JSON form around the C core's operations (csrc/store.c).
+local core = require "mongostore.core"
+local execution = require "mongostore.execution"
+
+local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
+local math_type, sort, format = math.type, table.sort, string.format
+local is_execution, set_version = execution.is_execution, execution.set_version
+
+local M = {
+  _VERSION = core.version,
+  null = core.null,
+  array = core.array,
+  is_array = core.is_array,
+  now = core.now,
+  sleep = core.sleep,
+  uuid = core.uuid,
+  execution = execution.new,
+  is_execution = is_execution,
+  -- The codes an operation can return as its third value (see README.md).
+  codes = { "conflict", "duplicate", "network", "timeout", "server", "invalid", "too_large",
+            "unavailable" },
+}
+
+local Store = core.Store
+
+-- connect(uri, { db = "harel", prefix = nil, trace_max = 200, wait = 30 })
+function M.connect(uri, opts)
+  if type(uri) ~= "string" then error("connect: uri must be a string, got " .. type(uri), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("connect: opts must be a table", 2) end
+  return core.connect(uri, opts)
+end
+
+local function check_exe(exe, fn)
+  if not is_execution(exe) then
+    error(format("%s: expected an Execution (mongostore.execution{...}), got %s", fn, type(exe)), 3)
+  end
+end
+
+local function invalid(msg)
+  return nil, msg, "invalid"
+end
+
+-- Emits become { target_id, event = "<Event JSON>" } for the core.
+local function prepare_emits(emits, doing)
+  if emits == nil then return nil end
+  if type(emits) ~= "table" then return nil, doing .. ": emits must be a list of tables" end
+  local out = {}
+  for i, em in ipairs(emits) do
+    if type(em) ~= "table" then return nil, format("%s: emits[%d] must be a table", doing, i) end
+    local ev, err = execution.event_to_json(em.event, format("emits[%d].event", i))
+    if not ev then return nil, doing .. ": " .. err end
+    out[i] = { target_id = em.target_id, event = ev }
+  end
+  local n = 0
+  for _ in pairs(emits) do n = n + 1 end
+  if n ~= #out then return nil, doing .. ": emits must be a list (keys 1..n)" end
+  return out
+end
+
+-- store:commit(exe, { emits, processed_event_id, timers, spawns, trace })
+-- -> true | nil, msg, code[, found]. On success exe.version is one higher;
+-- on any failure it stays where it was and nothing is written.
+function Store:commit(exe, opts)
+  check_exe(exe, "commit")
+  if opts ~= nil and type(opts) ~= "table" then error("commit: the second argument must be a table or nil", 2) end
+  opts = opts or {}
+  local doing = "commit " .. exe.id
+  local emits, err = prepare_emits(opts.emits, doing)
+  if err then return invalid(err) end
+  local old = exe.version
+  local data
+  data, err = execution.to_json(exe, old + 1)
+  if not data then return invalid(doing .. ": " .. err) end
+  local ok, msg, code, found = self:_commit(exe.id, exe.definition_id, old, data, {
+    emits = emits,
+    processed_event_id = opts.processed_event_id,
+    timers = opts.timers,
+    spawns = opts.spawns,
+    trace = opts.trace,
+  })
+  if ok then
+    set_version(exe, old + 1)
+    return true
+  end
+  return nil, msg, code, found
+end
+
+-- store:save(exe): a commit with nothing else.
+function Store:save(exe)
+  check_exe(exe, "save")
+  return self:commit(exe)
+end
+
+local function check_id(v, fn, name)
+  if type(v) ~= "string" then error(format("%s: %s must be a string, got %s", fn, name, type(v)), 3) end
+end
+
+-- store:load(id) -> Execution | nil (absent) | nil, msg, code
+function Store:load(id)
+  check_id(id, "load", "id")
+  local data, err, code = self:_load(id)
+  if data == nil then return nil, err, code end
+  local exe
+  exe, err = execution.from_json(data)
+  if not exe then return nil, "load " .. id .. ": stored data is not readable: " .. err, "server" end
+  return exe
+end
+
+-- store:load_for_event(id, event_id) -> Execution|nil, processed (one round trip)
+function Store:load_for_event(id, event_id)
+  check_id(id, "load_for_event", "id")
+  check_id(event_id, "load_for_event", "event_id")
+  local data, hit, code = self:_load_for_event(id, event_id)
+  if data == nil then
+    if type(hit) == "string" then return nil, hit, code end
+    return nil, false
+  end
+  local exe, err = execution.from_json(data)
+  if not exe then return nil, "load_for_event " .. id .. ": stored data is not readable: " .. err, "server" end
+  return exe, hit
+end
+
+-- Keyset cursor: the last _id a page scanned, hex-encoded behind a tag.
+local function encode_cursor(id)
+  return "c1." .. (id:gsub(".", function(c) return format("%02x", c:byte()) end))
+end
+
+local function decode_cursor(c)
+  local hex = type(c) == "string" and c:match("^c1%.(%x*)$")
+  if not hex or #hex % 2 == 1 or #hex == 0 then return nil end
+  return (hex:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+-- store:list_executions{ status, definition_id, roots_only, limit, cursor }
+-- -> { items = { summary, ... }, next_cursor = string|nil }
+function Store:list_executions(q)
+  if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil", 2) end
+  q = q or {}
+  local statuses
+  if q.status ~= nil then
+    statuses = {}
+    local list = type(q.status) == "table" and q.status or { q.status }
+    for _, s in ipairs(list) do
+      if type(s) ~= "string" then return invalid("list_executions: status must be a string or a list of strings") end
+      statuses[s] = true
+    end
+  end
+  if q.definition_id ~= nil and type(q.definition_id) ~= "string" then
+    return invalid("list_executions: definition_id must be a string")
+  end
+  local limit = q.limit == nil and 100 or q.limit
+  if math_type(limit) ~= "integer" or limit < 1 or limit > 10000 then
+    return invalid("list_executions: limit must be an integer from 1 to 10000")
+  end
+  local after
+  if q.cursor ~= nil then
+    after = decode_cursor(q.cursor)
+    if not after then return invalid("list_executions: cursor is not one this store returned") end
+  end
+  local items, batch = {}, limit < 100 and 100 or limit
+  while true do
+    local rows, err, code = self:_scan(q.definition_id, after, batch)
+    if not rows then return nil, err, code end
+    for _, row in ipairs(rows) do
+      after = row.id
+      if row.data then
+        local s, serr = execution.summary_from_json(row.data, row.version)
+        if not s then return nil, "list_executions: " .. row.id .. ": stored data is not readable: " .. serr, "server" end
+        if (not statuses or statuses[s.status]) and (not q.roots_only or s.parent_id == nil) then
+          items[#items + 1] = s
+          if #items == limit then return { items = items, next_cursor = encode_cursor(after) } end
+        end
+      end
+    end
+    if #rows < batch then return { items = items } end
+  end
+end
+
+-- store:pending_outbox() -> { { seq, target_id, event }, ... } oldest first
+function Store:pending_outbox()
+  local rows, err, code = self:_pending_outbox()
+  if not rows then return nil, err, code end
+  for _, r in ipairs(rows) do
+    local ev, eerr = execution.event_from_json(r.event)
+    if not ev then return nil, format("pending_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
+    r.event = ev
+    if r.target_id == core.null then r.target_id = nil end
+  end
+  sort(rows, function(a, b) return a.seq < b.seq end)
+  return rows
+end
+
+-- store:pending_spawns() -> { { seq, parent_id, child_id, root_path, context }, ... }
+function Store:pending_spawns()
+  local rows, err, code = self:_pending_spawns()
+  if not rows then return nil, err, code end
+  sort(rows, function(a, b) return a.seq < b.seq end)
+  return rows
+end
+
+-- store:due_timers(now) -> { { execution_id, path, fire_at }, ... } by fire_at
+function Store:due_timers(now)
+  if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds)", 2) end
+  local rows, err, code = self:_due_timers(now)
+  if not rows then return nil, err, code end
+  sort(rows, function(a, b)
+    if a.fire_at ~= b.fire_at then return a.fire_at < b.fire_at end
+    if a.execution_id ~= b.execution_id then return a.execution_id < b.execution_id end
+    return a.path < b.path
+  end)
+  return rows
+end
+
+-- store:info() -> { db, executions, counters, trace_max, max_bson }
+function Store:info()
+  return self:_info()
+end
+
+M.Store = Store
+return M

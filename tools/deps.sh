@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages needed to build and test mongostore.
+# Idempotent: asks dpkg what is already installed and only then touches apt.
+# Runs as root (CI) or through sudo.
+set -euo pipefail
+
+die() { echo "deps.sh: $*" >&2; exit 1; }
+
+packages=(
+    lua5.4 liblua5.4-dev libmongoc-dev libbson-dev pkg-config lua-unit
+    luarocks gcc make curl ca-certificates valgrind python3
+)
+# Any Java 17+ on PATH will do for the test server; only add one if none is.
+if ! command -v java >/dev/null 2>&1; then
+    packages+=(default-jre-headless)
+fi
+
+command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script expects Debian 12"
+
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+    echo "deps.sh: all packages already installed"
+    exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+    as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+    as_root=(sudo)
+else
+    die "need root to install ${missing[*]}, and sudo is not available"
+fi
+
+echo "deps.sh: installing ${missing[*]}"
+
+log=$(mktemp "${TMPDIR:-/tmp}/deps.XXXXXX.log")
+trap 'rm -f "$log"' EXIT
+
+apt() {
+    # sudo drops the environment, so pass the frontend setting explicitly.
+    if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "$@" >"$log" 2>&1; then
+        tail -n 30 "$log" >&2
+        die "apt-get $1 failed (see the output above)"
+    fi
+}
+
+# Slim images drop man directories, and the Java postinst scripts expect them.
+if [[ " ${missing[*]} " == *" default-jre-headless "* ]]; then
+    "${as_root[@]}" mkdir -p /usr/share/man/man1
+fi
+
+apt update -q
+apt install -y -q --no-install-recommends "${missing[@]}"
+
+for p in "${missing[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] || die "package $p is still not installed after apt-get install"
+done
