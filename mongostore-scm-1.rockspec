@@ -1,0 +1,46 @@
+-- luarocks: builtin build of the C core and the Lua modules. On Debian the
+-- driver headers live in versioned folders, so pass them in:
+--   luarocks make MONGOC_INCDIR=/usr/include/libmongoc-1.0 BSON_INCDIR=/usr/include/libbson-1.0
+rockspec_format = "3.0"
+package = "mongostore"
+version = "scm-1"
+source = {
+   url = "git+file:///dev/null",
+}
+description = {
+   summary = "Durable statechart executions in MongoDB, from Lua and OpenResty",
+   detailed = [[
+mongostore keeps statechart executions in MongoDB: every event is one load and
+one atomic single-document commit (CAS) that advances the execution, queues
+its emitted events, records forked children, arms or cancels durable timers
+and marks the event handled. A C core on mongo-c-driver, a Lua API on top.
+]],
+   license = "MIT",
+}
+dependencies = {
+   "lua >= 5.1",
+}
+external_dependencies = {
+   MONGOC = { library = "mongoc-1.0" },
+   BSON = { library = "bson-1.0" },
+}
+build = {
+   type = "builtin",
+   modules = {
+      ["mongostore.core"] = {
+         sources = {
+            "csrc/core.c", "csrc/errors.c", "csrc/json.c", "csrc/store.c", "csrc/value.c",
+         },
+         defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
+         libraries = { "mongoc-1.0", "bson-1.0" },
+         incdirs = { "$(MONGOC_INCDIR)", "$(BSON_INCDIR)" },
+         libdirs = { "$(MONGOC_LIBDIR)", "$(BSON_LIBDIR)" },
+      },
+      ["mongostore"] = "lua/mongostore/init.lua",
+      ["mongostore.execution"] = "lua/mongostore/execution.lua",
+   },
+}
+test = {
+   type = "command",
+   command = "make test",
+}
