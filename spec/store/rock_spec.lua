@@ -1,0 +1,50 @@
+-- spec/store/rock_spec.lua - `luarocks make` installs the rock from this
+-- checkout offline into a scratch tree, and a separate Lua process that
+-- knows only that tree loads it and commits to the server.
+local lu = require "luaunit"
+local helper = require "helper"
+
+TestRock = {}
+
+local function run(cmd)
+  local f = assert(io.popen(cmd .. " 2>&1", "r"))
+  local out = f:read("a")
+  local ok, _, status = f:close()
+  return ok, out, status
+end
+
+function TestRock:test_luarocks_make_installs_a_working_rock()
+  local root = helper.root()
+  local tree = os.tmpname()
+  os.remove(tree)
+  local build = string.format(
+    "cd %s && LD_PRELOAD= luarocks --lua-version 5.4 make --tree %s --deps-mode none " ..
+    "MONGOC_INCDIR=/usr/include/libmongoc-1.0 BSON_INCDIR=/usr/include/libbson-1.0 mongostore-scm-1.rockspec",
+    helper.shell_quote(root), helper.shell_quote(tree))
+  local ok, out = run(build)
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, "mongostore scm-1 is now installed")
+
+  -- Only the scratch tree on the paths: nothing from the checkout.
+  local code = [[
+    local ms = require "mongostore"
+    assert(package.searchpath("mongostore.core", package.cpath):find(TREE, 1, true))
+    local store = assert(ms.connect(URI, { db = DB, wait = 10 }))
+    local exe = ms.execution{ definition_id = "rock" }
+    assert(store:save(exe))
+    assert(store:load(exe.id).version == 1)
+    store:close()
+    print("rock ok " .. exe.id)
+  ]]
+  code = code:gsub("TREE", string.format("%q", tree)):gsub("URI", string.format("%q", helper.uri()))
+             :gsub("DB", string.format("%q", helper.fresh_db("rock")))
+  local cmd = string.format(
+    "LUA_PATH_5_4=%s LUA_CPATH_5_4=%s LD_PRELOAD= lua5.4 -e %s",
+    helper.shell_quote(tree .. "/share/lua/5.4/?.lua;" .. tree .. "/share/lua/5.4/?/init.lua"),
+    helper.shell_quote(tree .. "/lib/lua/5.4/?.so"),
+    helper.shell_quote(code))
+  ok, out = run(cmd)
+  lu.assertTrue(ok, out)
+  lu.assertStrMatches(out, "rock ok %x+\n")
+  run("rm -rf " .. helper.shell_quote(tree))
+end
