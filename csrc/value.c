@@ -81,15 +81,23 @@ static void path_append(ms_path_t *p, const char *s, size_t n) {
   p->buf[p->len] = '\0';
 }
 
+/* Keys go into messages that get logged and stored, so the path stays
+ * printable ASCII whatever the key holds: other bytes are written \xNN, and a
+ * long key is cut. */
 void ms_path_push_key(ms_path_t *p, const char *key, size_t keylen) {
-  if (keylen > 40) {
-    path_append(p, ".", 1);
-    path_append(p, key, 37);
-    path_append(p, "...", 3);
-    return;
-  }
+  static const char hex[] = "0123456789abcdef";
+  size_t i, shown = keylen > 40 ? 37 : keylen;
   path_append(p, ".", 1);
-  path_append(p, key, keylen);
+  for (i = 0; i < shown; i++) {
+    unsigned char c = (unsigned char)key[i];
+    if (c >= 0x20 && c < 0x7f) {
+      path_append(p, (const char *)&key[i], 1);
+    } else {
+      char esc[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+      path_append(p, esc, 4);
+    }
+  }
+  if (shown < keylen) path_append(p, "...", 3);
 }
 
 void ms_path_push_index(ms_path_t *p, size_t i) {
@@ -127,7 +135,10 @@ int ms_check_string(const char *s, size_t len, int is_key, ms_path_t *p, ms_err_
     ms_err_set(e, "invalid", "%s: key contains a NUL byte", p->buf);
     return -1;
   }
-  if (!bson_utf8_validate(s, len, true)) {
+  /* libbson's validator, with NUL allowed, also lets through C0 80 (the
+   * "modified UTF-8" NUL), which is not UTF-8; in a string it accepted, a C0
+   * byte can only be that pair. */
+  if (!bson_utf8_validate(s, len, true) || memchr(s, 0xC0, len)) {
     ms_err_set(e, "invalid", "%s: %s is not valid UTF-8", p->buf, is_key ? "key" : "string");
     return -1;
   }
