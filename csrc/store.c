@@ -439,6 +439,7 @@ static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
       return -1;
     }
     bson_append_document_begin(&c->spawns, ikey, (int)iklen, &entry);
+    bson_append_utf8(&entry, "parent_id", 9, c->id, (int)c->id_len);
     lua_getfield(L, -1, "child_id");
     if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), len == 0) ||
         !bson_utf8_validate(s, len, false)) {
