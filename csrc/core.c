@@ -17,12 +17,14 @@ double ms_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+volatile int ms_log_quiet = 0;
+
 /* libmongoc's default handler prints to stdout, also from background threads:
  * only warnings and worse are worth a line, and they go to stderr. */
 static void ms_log_handler(mongoc_log_level_t level, const char *domain,
                            const char *message, void *data) {
   (void)data;
-  if (level <= MONGOC_LOG_LEVEL_WARNING)
+  if (level <= MONGOC_LOG_LEVEL_WARNING && !ms_log_quiet)
     fprintf(stderr, "mongostore: %s: %s: %s\n", mongoc_log_level_str(level), domain, message);
 }
 

@@ -92,5 +92,8 @@ void ms_open_store(lua_State *L);                         /* connect and the Sto
 
 /* core.c: process-wide helpers */
 double ms_now(void);
+/* Set while the core makes a call whose failure it reports itself (URI
+ * parsing), so libmongoc's own log line about it is not printed too. */
+extern volatile int ms_log_quiet;
 
 #endif

@@ -39,11 +39,23 @@ typedef struct ms_store {
 
 /* ---- helpers ---- */
 
+/* The store argument, or NULL once it is closed: a call on a closed store is
+ * an ordinary failure (nil, msg, "closed"), since a worker may close its store
+ * while another coroutine still holds it. */
 static ms_store_t *check_store(lua_State *L) {
   ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
-  if (!s->client) luaL_error(L, "mongostore: the store is closed");
-  return s;
+  return s->client ? s : NULL;
 }
+
+static int push_closed(lua_State *L, const char *doing) {
+  ms_err_t e;
+  ms_err_set(&e, "closed", "%s: the store is closed", doing);
+  return ms_push_error(L, &e);
+}
+
+#define STORE_OR_CLOSED(L, s, doing) \
+  ms_store_t *s = check_store(L);    \
+  if (!s) return push_closed(L, doing)
 
 /* Removes the URI's password from a message wherever libmongoc echoed it. */
 static void scrub(const ms_store_t *s, ms_err_t *e) {
@@ -286,7 +298,9 @@ static int l_connect(lua_State *L) {
     wait = lua_tonumber(L, -1);
   }
 
+  ms_log_quiet = 1;
   uri = mongoc_uri_new_with_error(uristr, &be);
+  ms_log_quiet = 0;
   if (!uri) {
     /* The message may quote the URI: report only that it is malformed. */
     ms_err_set(&e, "invalid", "connect: malformed MongoDB URI (%s)",
@@ -751,7 +765,7 @@ static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t f
 /* store:_commit(id, definition_id, old_version, data_json, ops)
  * -> true | nil, msg, code[, found] */
 static int l_commit(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "commit");
   commit_in_t c;
   ms_err_t e;
   bson_error_t be;
@@ -894,7 +908,7 @@ static void push_data(lua_State *L, const bson_t *doc) {
 
 /* store:_load(id) -> data_json | nil (absent) | nil, msg, code */
 static int l_load(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "load");
   size_t idlen;
   ms_err_t e;
   bson_error_t be;
@@ -914,7 +928,7 @@ static int l_load(lua_State *L) {
 
 /* store:_load_for_event(id, event_id) -> data_json|nil, processed */
 static int l_load_for_event(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "load_for_event");
   size_t idlen, evlen;
   ms_err_t e;
   bson_error_t be;
@@ -964,7 +978,7 @@ static int l_load_for_event(lua_State *L) {
 
 /* store:is_processed(id, event_id) -> bool */
 static int l_is_processed(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "is_processed");
   size_t idlen, evlen;
   ms_err_t e;
   bson_error_t be;
@@ -997,7 +1011,7 @@ static int l_is_processed(lua_State *L) {
 /* store:_scan(definition_id|nil, after_id|nil, n) -> { {id, version, data}, ... }
  * n documents at most, by _id, after after_id: the listing's raw material. */
 static int l_scan(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "list_executions");
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj, sort, gt;
   mongoc_cursor_t *cur;
   const bson_t *doc;
@@ -1096,7 +1110,7 @@ static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const
 
 /* store:_pending_outbox() -> { {seq, target_id, event = "<json>"}, ... } unsorted */
 static int l_pending_outbox(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "pending_outbox");
   lua_newtable(L);
   if (collect_entries(L, s, "outbox", "pending_outbox")) return 3;
   return 1;
@@ -1104,7 +1118,7 @@ static int l_pending_outbox(lua_State *L) {
 
 /* store:_pending_spawns() -> { {seq, parent_id, child_id, root_path, context}, ... } unsorted */
 static int l_pending_spawns(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "pending_spawns");
   lua_newtable(L);
   if (collect_entries(L, s, "spawns", "pending_spawns")) return 3;
   return 1;
@@ -1112,7 +1126,7 @@ static int l_pending_spawns(lua_State *L) {
 
 /* $pull of the entry with this seq from array `field`: removes exactly it. */
 static int ack(lua_State *L, const char *field, const char *doing) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, doing);
   lua_Integer seq = luaL_checkinteger(L, 2);
   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond;
   bson_error_t be;
@@ -1138,7 +1152,7 @@ static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
 
 /* store:_due_timers(now) -> { {execution_id, path, fire_at}, ... } unsorted */
 static int l_due_timers(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "due_timers");
   double now = luaL_checknumber(L, 2);
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
   mongoc_cursor_t *cur;
@@ -1191,7 +1205,7 @@ static int l_due_timers(lua_State *L) {
 /* store:delete_timer(id, path, fire_at): unsets the timer only while it still
  * holds exactly this fire_at, so a stale sweep cannot remove a re-armed timer. */
 static int l_delete_timer(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "delete_timer");
   size_t idlen, plen;
   ms_err_t e;
   bson_error_t be;
@@ -1223,7 +1237,7 @@ static int l_delete_timer(lua_State *L) {
 
 /* store:append_trace(id, entry): the standalone trace writer, upserting. */
 static int l_append_trace(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "append_trace");
   size_t idlen;
   ms_err_t e;
   bson_error_t be;
@@ -1265,7 +1279,7 @@ static int l_append_trace(lua_State *L) {
 
 /* store:read_trace(id) -> { step, ... } (empty when absent) */
 static int l_read_trace(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "read_trace");
   size_t idlen;
   ms_err_t e;
   bson_error_t be;
@@ -1318,7 +1332,7 @@ static int l_tostring(lua_State *L) {
 
 /* store:_info() -> { db, executions, counters, trace_max, max_bson } */
 static int l_info(lua_State *L) {
-  ms_store_t *s = check_store(L);
+  STORE_OR_CLOSED(L, s, "info");
   lua_createtable(L, 0, 5);
   lua_pushstring(L, s->db);
   lua_setfield(L, -2, "db");

@@ -20,7 +20,7 @@ local M = {
   is_execution = is_execution,
   -- The codes an operation can return as its third value (see README.md).
   codes = { "conflict", "duplicate", "network", "timeout", "server", "invalid", "too_large",
-            "unavailable" },
+            "unavailable", "closed" },
 }
 
 local Store = core.Store
