@@ -154,14 +154,7 @@ static int encode_value(lua_State *L, int idx, jw_t *w, ms_path_t *p, ms_err_t *
 static int encode_table(lua_State *L, int idx, jw_t *w, ms_path_t *p, ms_err_t *e) {
   size_t n = 0;
   int kind, rc = 0;
-  if (ms_path_enter(p, L, idx, e)) return -1;
-  kind = ms_table_kind(L, idx, &n, e);
-  if (kind < 0) {
-    ms_err_prefix(e, p->buf);
-    ms_path_leave(p);
-    return -1;
-  }
-  luaL_checkstack(L, 4, "mongostore: value too deep");
+  if ((kind = ms_table_enter(L, idx, p, &n, e)) < 0) return -1;
   if (kind == MS_KIND_ARRAY) {
     size_t i;
     jw_putc(w, '[');

@@ -62,6 +62,9 @@ void ms_path_leave(ms_path_t *p);
 void ms_path_push_key(ms_path_t *p, const char *key, size_t keylen);
 void ms_path_push_index(ms_path_t *p, size_t i);
 void ms_path_pop_key(ms_path_t *p, size_t oldlen);
+/* Enters a table on the path and classifies it (ms_table_kind); on error the
+ * path is left as it was and e names where. Leave with ms_path_leave. */
+int  ms_table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, ms_err_t *e);
 /* Checks a string (value or key) is valid UTF-8; keys may not hold NUL. */
 int  ms_check_string(const char *s, size_t len, int is_key, ms_path_t *p, ms_err_t *e);
 /* Checks a float is finite. */

@@ -192,6 +192,19 @@ int ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e) {
   return (nint || marked) ? MS_KIND_ARRAY : MS_KIND_DOC;
 }
 
+int ms_table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, ms_err_t *e) {
+  int kind;
+  if (ms_path_enter(p, L, idx, e)) return -1;
+  kind = ms_table_kind(L, idx, n, e);
+  if (kind < 0) {
+    ms_err_prefix(e, p->buf);
+    ms_path_leave(p);
+    return -1;
+  }
+  luaL_checkstack(L, 4, "mongostore: value too deep");
+  return kind;
+}
+
 /* ---- Lua -> BSON ---- */
 
 static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
@@ -241,14 +254,7 @@ static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, siz
   size_t n = 0;
   int kind, rc = 0;
   idx = lua_absindex(L, idx);
-  if (ms_path_enter(p, L, idx, e)) return -1;
-  kind = ms_table_kind(L, idx, &n, e);
-  if (kind < 0) {
-    ms_err_prefix(e, p->buf);
-    ms_path_leave(p);
-    return -1;
-  }
-  luaL_checkstack(L, 4, "mongostore: value too deep");
+  if ((kind = ms_table_enter(L, idx, p, &n, e)) < 0) return -1;
   if (kind == MS_KIND_ARRAY) {
     size_t i;
     bson_append_array_begin(doc, key, (int)keylen, &child);
