@@ -26,6 +26,13 @@ build/asan/mongostore/core.so: $(SRCS) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
 
+# A Lua interpreter built with the same sanitizers, for the sanitized module
+# to load into (tools/sanitized-lua.c); it links Lua itself, the module never does.
+LUA_LIBS = $(shell pkg-config --libs $(LUA_PC) 2>/dev/null)
+build/asan/lua: tools/sanitized-lua.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c99 -Wall -Wextra -Werror -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS) -lm -ldl
+
 .PHONY: all deps test test-only asan-test valgrind-test clean demo
 all: mongostore/core.so
 
@@ -35,14 +42,14 @@ deps:
 # The README's test command: the whole suite, then the whole suite again under
 # AddressSanitizer + UBSan, against one server.
 test: deps
-	@$(MAKE) --no-print-directory mongostore/core.so build/asan/mongostore/core.so
+	@$(MAKE) --no-print-directory mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites plain asan
 
 test-only: mongostore/core.so
 	@tools/with-server tools/run-suites plain
 
 asan-test: deps
-	@$(MAKE) --no-print-directory build/asan/mongostore/core.so
+	@$(MAKE) --no-print-directory build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites asan
 
 valgrind-test: deps

@@ -1,0 +1,301 @@
+-- mongostore.chart - statechart definitions: a Lua table checked once by
+-- chart.define and compiled into an immutable tree of states with their
+-- transitions, timers, hooks and paths. A wrong chart raises an error that
+-- names the state path, before anything runs.
+local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
+local setmetatable, getmetatable, format, concat = setmetatable, getmetatable, string.format, table.concat
+
+local M = {}
+
+-- Events the engine itself gives meaning to; a chart may handle Cancel,
+-- Timeout and Finished with transitions, the others are driven by the engine.
+M.RESERVED = { Start = true, Finished = true, Timeout = true, Cancel = true, Reset = true, SetState = true,
+               Terminate = true, Suspend = true, Resume = true }
+
+local STATE_KEYS = {
+  [1] = true, initial = true, states = true, transitions = true, orthogonal = true, final = true,
+  timeout = true, on_enter = true, on_exit = true, on_activity = true, defer = true, history = true,
+}
+local TRANSITION_KEYS = {
+  from = true, to = true, on = true, where = true, select = true, join = true, else_to = true,
+  action = true,
+}
+
+local function fail(chart_id, path, fmt, ...)
+  local where = path == "" and "(root)" or path
+  error(format("chart %s: state %s: " .. fmt, tostring(chart_id), where, ...), 0)
+end
+
+local function check_name(chart_id, parent_path, name)
+  if type(name) ~= "string" or name == "" then
+    fail(chart_id, parent_path, "a state needs a name as its first item, got %s", tostring(name))
+  end
+  if name:find(".", 1, true) or name:sub(1, 1) == "$" or name:find("%z") or name:find("[%c]") then
+    fail(chart_id, parent_path, "state name '%s' may not contain '.', control characters or start with '$'", name)
+  end
+end
+
+local function is_fn(v) return type(v) == "function" end
+
+-- Builds the node for one state table (recursively).
+local function build_node(chart_id, def, parent, index)
+  local name = def[1]
+  local parent_path = parent and parent.path or ""
+  check_name(chart_id, parent_path, name)
+  local path = parent and (parent.path == "" and name or parent.path .. "." .. name) or name
+  for k in pairs(def) do
+    if not STATE_KEYS[k] then fail(chart_id, path, "unknown key '%s'", tostring(k)) end
+  end
+  if index[path] then fail(chart_id, path, "duplicate state name '%s'", name) end
+  local node = {
+    name = name, path = path, parent = parent, depth = parent and parent.depth + 1 or 0,
+    children = {}, by_name = {}, transitions = {}, outgoing = {},
+    on_enter = def.on_enter, on_exit = def.on_exit, on_activity = def.on_activity,
+    history = def.history ~= false, defer = {},
+  }
+  index[path] = node
+  for _, hook in ipairs { "on_enter", "on_exit", "on_activity" } do
+    if def[hook] ~= nil and not is_fn(def[hook]) then fail(chart_id, path, "%s must be a function", hook) end
+  end
+  if def.history ~= nil and type(def.history) ~= "boolean" then fail(chart_id, path, "history must be true or false") end
+  if def.defer ~= nil then
+    if type(def.defer) ~= "table" then fail(chart_id, path, "defer must be a list of event kinds") end
+    for _, k in ipairs(def.defer) do
+      if type(k) ~= "string" or k == "" then fail(chart_id, path, "defer must be a list of event kinds") end
+      node.defer[k] = true
+    end
+  end
+  local t = def.timeout
+  if t ~= nil then
+    if type(t) == "number" then
+      if not (t > 0 and t < math.huge) then fail(chart_id, path, "timeout must be a positive number of seconds") end
+    elseif type(t) ~= "table" or type(t.context) ~= "string" then
+      fail(chart_id, path, "timeout must be seconds or { context = \"key\" }")
+    end
+    node.timeout = t
+  end
+  if def.final ~= nil then
+    if type(def.final) ~= "string" and def.final ~= true then
+      fail(chart_id, path, "final must be an outcome string (or true for no outcome)")
+    end
+    node.final = true
+    node.outcome = type(def.final) == "string" and def.final or nil
+    if def.states then fail(chart_id, path, "a final state cannot have states") end
+  end
+  local states = def.states
+  if states ~= nil then
+    if type(states) ~= "table" or #states == 0 then fail(chart_id, path, "states must be a non-empty list") end
+    for _, sdef in ipairs(states) do
+      if type(sdef) ~= "table" then fail(chart_id, path, "each state must be a table like { \"Name\", ... }") end
+      local child = build_node(chart_id, sdef, node, index)
+      if node.by_name[child.name] then fail(chart_id, child.path, "duplicate state name '%s'", child.name) end
+      node.by_name[child.name] = child
+      node.children[#node.children + 1] = child
+    end
+  end
+  node.orthogonal = def.orthogonal == true
+  if node.orthogonal then
+    if #node.children == 0 then fail(chart_id, path, "an orthogonal state needs regions (states)") end
+    if def.initial ~= nil then fail(chart_id, path, "an orthogonal state has no initial: every region runs") end
+    for _, region in ipairs(node.children) do
+      if #region.children == 0 then fail(chart_id, region.path, "a region of an orthogonal state needs states") end
+    end
+  elseif #node.children > 0 then
+    if def.initial == nil then fail(chart_id, path, "missing initial") end
+    local init = node.by_name[def.initial]
+    if not init then fail(chart_id, path, "initial '%s' is not one of its states", tostring(def.initial)) end
+    node.initial = init
+  elseif def.initial ~= nil then
+    fail(chart_id, path, "initial given but the state has no states")
+  end
+  node.kind = node.orthogonal and "orthogonal" or (#node.children > 0 and "composite") or (node.final and "final") or "leaf"
+  node.def_transitions = def.transitions
+  return node
+end
+
+-- A state named by a transition, seen from `scope`: a path below the scope,
+-- then below each enclosing state, then from the chart's root.
+local function lookup(index, scope, name)
+  local s = scope
+  while s do
+    local p = s.path == "" and name or s.path .. "." .. name
+    if index[p] then return index[p] end
+    s = s.parent
+  end
+  return nil
+end
+
+local function event_set(chart_id, path, on)
+  if on == nil then return nil end
+  local set, list = {}, type(on) == "table" and on or { on }
+  if type(on) ~= "string" and type(on) ~= "table" then fail(chart_id, path, "on must be an event kind or a list of them") end
+  for _, k in ipairs(list) do
+    if type(k) ~= "string" or k == "" then fail(chart_id, path, "on must be an event kind or a list of them") end
+    set[k] = true
+  end
+  if next(set) == nil then fail(chart_id, path, "on must name at least one event kind") end
+  return set
+end
+
+local function is_ancestor(a, b) -- a is a proper ancestor of b
+  local p = b.parent
+  while p do
+    if p == a then return true end
+    p = p.parent
+  end
+  return false
+end
+M.is_ancestor = is_ancestor
+
+local function compile_transitions(chart_id, scope, index, all)
+  local defs = scope.def_transitions
+  scope.def_transitions = nil
+  if defs ~= nil then
+    if type(defs) ~= "table" then fail(chart_id, scope.path, "transitions must be a list") end
+    for i, d in ipairs(defs) do
+      if type(d) ~= "table" then fail(chart_id, scope.path, "transition %d must be a table", i) end
+      for k in pairs(d) do
+        if not TRANSITION_KEYS[k] then fail(chart_id, scope.path, "transition %d: unknown key '%s'", i, tostring(k)) end
+      end
+      if type(d.from) ~= "string" then fail(chart_id, scope.path, "transition %d needs from = \"State\"", i) end
+      local src = lookup(index, scope, d.from)
+      if not src or not (src == scope or is_ancestor(scope, src)) then
+        fail(chart_id, scope.path, "transition %d: from '%s' is not a state inside this one", i, d.from)
+      end
+      local label = format("transition from %s%s", d.from, d.on and (" on " .. (type(d.on) == "table" and concat(d.on, "|") or tostring(d.on))) or "")
+      local t = { index = #all + 1, scope = scope, source = src, events = event_set(chart_id, src.path, d.on), label = label }
+      if d.where ~= nil and not is_fn(d.where) then fail(chart_id, src.path, "%s: where must be a function", label) end
+      if d.action ~= nil and not is_fn(d.action) then fail(chart_id, src.path, "%s: action must be a function", label) end
+      t.guard, t.action = d.where, d.action
+      if src.final then fail(chart_id, src.path, "%s: a final state has no way out", label) end
+      local function target(name, what)
+        if type(name) ~= "string" then fail(chart_id, src.path, "%s: %s must be a state name", label, what) end
+        local node = lookup(index, scope, name)
+        if not node then fail(chart_id, src.path, "%s: unknown target '%s'", label, name) end
+        return node
+      end
+      if d.select ~= nil then
+        if not is_fn(d.select) then fail(chart_id, src.path, "%s: select must be a function", label) end
+        if type(d.to) ~= "table" or next(d.to) == nil then
+          fail(chart_id, src.path, "%s: a selector needs targets: to = { key = \"State\", ... }", label)
+        end
+        t.select, t.targets = d.select, {}
+        for key, name in pairs(d.to) do
+          if type(key) ~= "string" then fail(chart_id, src.path, "%s: selector keys must be strings", label) end
+          t.targets[key] = target(name, "to." .. key)
+        end
+      else
+        if d.to == nil then fail(chart_id, src.path, "%s: needs a target (to)", label) end
+        t.target = target(d.to, "to")
+      end
+      if d.join ~= nil then
+        if d.join ~= "all" and d.join ~= "any" then fail(chart_id, src.path, "%s: join must be \"all\" or \"any\"", label) end
+        if not src.orthogonal then fail(chart_id, src.path, "%s: join is only for an orthogonal state", label) end
+        if t.events then fail(chart_id, src.path, "%s: a join is automatic, it takes no on", label) end
+        t.join = d.join
+      end
+      if d.else_to ~= nil then
+        if not t.join then fail(chart_id, src.path, "%s: else_to belongs to a join", label) end
+        t.else_target = target(d.else_to, "else_to")
+      end
+      if src.orthogonal and not t.events and not t.join then t.join = "all" end
+      all[#all + 1] = t
+      src.outgoing[#src.outgoing + 1] = t
+    end
+  end
+  for _, c in ipairs(scope.children) do compile_transitions(chart_id, c, index, all) end
+end
+
+-- Every state must be reachable from the root's initial state through
+-- initial states, regions and transition targets.
+local function check_reachable(chart_id, root, index)
+  local seen, stack = { [root] = true }, { root }
+  local function visit(n)
+    if n and not seen[n] then
+      seen[n] = true
+      stack[#stack + 1] = n
+    end
+  end
+  while #stack > 0 do
+    local n = table.remove(stack)
+    -- entering a node enters its ancestors; a composite enters its initial,
+    -- and (through history) any child it once left
+    local p = n.parent
+    while p do visit(p); p = p.parent end
+    if n.orthogonal then
+      for _, r in ipairs(n.children) do visit(r) end
+    elseif n.initial then
+      visit(n.initial)
+    end
+    local up = n
+    while up do
+      for _, t in ipairs(up.outgoing) do
+        visit(t.target)
+        visit(t.else_target)
+        if t.targets then for _, x in pairs(t.targets) do visit(x) end end
+      end
+      up = up.parent
+    end
+  end
+  local missing = {}
+  for path, n in pairs(index) do
+    if not seen[n] then missing[#missing + 1] = path end
+  end
+  if #missing > 0 then
+    table.sort(missing)
+    fail(chart_id, missing[1], "unreachable: no initial state or transition leads here")
+  end
+end
+
+local Chart = {}
+Chart.__index = Chart
+Chart.__newindex = function() error("a chart is immutable", 2) end
+Chart.__name = "mongostore.Chart"
+
+-- chart.define{ id = "order", initial = "Cart", states = {...}, transitions = {...} }
+function M.define(def)
+  if type(def) ~= "table" then error("chart.define: expected a table", 2) end
+  local id = def.id
+  if type(id) ~= "string" or id == "" then error("chart.define: id must be a non-empty string", 2) end
+  for k in pairs(def) do
+    if k ~= "id" and k ~= "initial" and k ~= "states" and k ~= "transitions" and k ~= "history" then
+      error(format("chart %s: unknown key '%s'", id, tostring(k)), 2)
+    end
+  end
+  if def.states == nil then error(format("chart %s: states are required", id), 2) end
+  local index = {}
+  local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, transitions = {}, outgoing = {},
+                 history = def.history ~= false, defer = {}, kind = "composite" }
+  index[""] = root
+  if type(def.states) ~= "table" or #def.states == 0 then error(format("chart %s: states must be a non-empty list", id), 2) end
+  local ok2, err2 = pcall(function()
+    for _, sdef in ipairs(def.states) do
+      if type(sdef) ~= "table" then fail(id, "", "each state must be a table like { \"Name\", ... }") end
+      local child = build_node(id, sdef, root, index)
+      if root.by_name[child.name] then fail(id, child.path, "duplicate state name '%s'", child.name) end
+      root.by_name[child.name] = child
+      root.children[#root.children + 1] = child
+    end
+    if def.initial == nil then fail(id, "", "missing initial") end
+    root.initial = root.by_name[def.initial]
+    if not root.initial then fail(id, "", "initial '%s' is not one of its states", tostring(def.initial)) end
+    root.def_transitions = def.transitions
+    local all = {}
+    compile_transitions(id, root, index, all)
+    check_reachable(id, root, index)
+    return all
+  end)
+  if not ok2 then error(err2, 2) end
+  return setmetatable({ id = id, root = root, index = index }, Chart)
+end
+
+function M.is_chart(v)
+  return getmetatable(v) == Chart
+end
+
+-- The node at a path, or nil.
+function Chart:node(path)
+  return self.index[path]
+end
+
+return M
