@@ -938,7 +938,17 @@ static int l_load_for_event(lua_State *L) {
   mongoc_cursor_t *cur;
   bson_iter_t it;
   if (!id) return ms_push_error(L, &e);
+  bson_string_t *tkey = NULL;
   if (!(ev = check_id(L, 3, "load_for_event: event_id", &evlen, &e))) return ms_push_error(L, &e);
+  if (!lua_isnoneornil(L, 4)) {
+    /* a Timeout's path: also bring back the fire_at armed for it now */
+    size_t plen;
+    const char *path = luaL_checklstring(L, 4, &plen);
+    if (encode_path(path, plen, &tkey, &e)) {
+      ms_err_prefix(&e, "load_for_event");
+      return ms_push_error(L, &e);
+    }
+  }
   /* [{$match:{_id}}, {$project:{data:1, hit:{$in:[ev, {$ifNull:["$processed", []]}]}}}]:
    * the membership test runs on the server; the array never travels. */
   bson_append_document_begin(&pipe, "0", 1, &st);
@@ -961,6 +971,19 @@ static int l_load_for_event(lua_State *L) {
   bson_append_document_end(&in, &ifn);
   bson_append_array_end(&hit, &in);
   bson_append_document_end(&proj, &hit);
+  if (tkey) {
+    bson_t armed, arr2;
+    bson_string_t *ref = bson_string_new("$");
+    bson_string_append(ref, tkey->str);
+    bson_append_document_begin(&proj, "armed", 5, &armed);
+    bson_append_array_begin(&armed, "$ifNull", 7, &arr2);
+    bson_append_utf8(&arr2, "0", 1, ref->str, (int)ref->len);
+    bson_append_null(&arr2, "1", 1);
+    bson_append_array_end(&armed, &arr2);
+    bson_append_document_end(&proj, &armed);
+    bson_string_free(ref, true);
+    bson_string_free(tkey, true);
+  }
   bson_append_document_end(&st, &proj);
   bson_append_document_end(&pipe, &st);
   (void)arr;
@@ -972,8 +995,12 @@ static int l_load_for_event(lua_State *L) {
   }
   push_data(L, doc);
   lua_pushboolean(L, doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it));
+  if (doc && bson_iter_init_find(&it, doc, "armed") && BSON_ITER_HOLDS_NUMBER(&it))
+    lua_pushnumber(L, bson_iter_as_double(&it));
+  else
+    lua_pushnil(L);
   mongoc_cursor_destroy(cur);
-  return 2;
+  return 3;
 }
 
 /* store:is_processed(id, event_id) -> bool */

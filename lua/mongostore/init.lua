@@ -20,7 +20,7 @@ local M = {
   is_execution = is_execution,
   -- The codes an operation can return as its third value (see README.md).
   codes = { "conflict", "duplicate", "network", "timeout", "server", "invalid", "too_large",
-            "unavailable", "closed" },
+            "unavailable", "closed", "not_found" },
 }
 
 local Store = core.Store
@@ -108,18 +108,21 @@ function Store:load(id)
   return exe
 end
 
--- store:load_for_event(id, event_id) -> Execution|nil, processed (one round trip)
-function Store:load_for_event(id, event_id)
+-- store:load_for_event(id, event_id[, timer_path]) -> Execution|nil, processed[, armed]
+-- One round trip: the execution, whether event_id is already processed, and,
+-- given a timer path, the fire_at armed for it now (nil when none).
+function Store:load_for_event(id, event_id, timer_path)
   check_id(id, "load_for_event", "id")
   check_id(event_id, "load_for_event", "event_id")
-  local data, hit, code = self:_load_for_event(id, event_id)
+  if timer_path ~= nil then check_id(timer_path, "load_for_event", "timer_path") end
+  local data, hit, armed = self:_load_for_event(id, event_id, timer_path)
   if data == nil then
-    if type(hit) == "string" then return nil, hit, code end
+    if type(hit) == "string" then return nil, hit, armed end
     return nil, false
   end
   local exe, err = execution.from_json(data)
   if not exe then return nil, "load_for_event " .. id .. ": stored data is not readable: " .. err, "server" end
-  return exe, hit
+  return exe, hit, armed
 end
 
 -- Keyset cursor: the last _id a page scanned, hex-encoded behind a tag.

@@ -1,0 +1,327 @@
+-- mongostore.engine - drives executions through the store: each event is one
+-- load_for_event, the pure interpreter, and one commit; the spawn relay
+-- creates forked children, the outbox relay delivers emitted events, and the
+-- timer sweep fires durable timeouts. Every step is safe to repeat, so a
+-- crash or a second worker loses nothing and applies no event twice.
+local ms = require "mongostore"
+local chart_mod = require "mongostore.chart"
+local runtime = require "mongostore.runtime"
+
+local type, pairs, ipairs, error, tostring, setmetatable = type, pairs, ipairs, error, tostring, setmetatable
+local format = string.format
+
+local M = {}
+
+local Engine = {}
+Engine.__index = Engine
+
+local function default_log(msg)
+  io.stderr:write("mongostore.engine: ", msg, "\n")
+end
+
+-- engine.new{ store = store, charts = { chart, ... }, trace = false,
+--             now = mongostore.now, max_conflicts = 50, max_attempts = 100,
+--             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
+function M.new(opts)
+  if type(opts) ~= "table" then error("engine.new: expected a table of options", 2) end
+  if type(opts.store) ~= "userdata" then error("engine.new: store must be a connected store", 2) end
+  local charts = {}
+  for i, c in ipairs(opts.charts or {}) do
+    if not chart_mod.is_chart(c) then error(format("engine.new: charts[%d] is not a chart (chart.define)", i), 2) end
+    charts[c.id] = c
+  end
+  for _, name in ipairs { "now", "on_external", "on_dead_letter", "log" } do
+    if opts[name] ~= nil and type(opts[name]) ~= "function" then
+      error("engine.new: " .. name .. " must be a function", 2)
+    end
+  end
+  return setmetatable({
+    store = opts.store,
+    charts = charts,
+    trace = opts.trace == true,
+    now = opts.now or ms.now,
+    max_conflicts = opts.max_conflicts or 50,
+    max_attempts = opts.max_attempts or 100,
+    on_external = opts.on_external,
+    on_dead_letter = opts.on_dead_letter,
+    log = opts.log or default_log,
+    attempts = {},          -- outbox seq -> failed deliveries in this process
+    definitions = {},       -- execution id -> definition id (for the spawn relay)
+  }, Engine)
+end
+
+-- Adds a chart after construction.
+function Engine:register(c)
+  if not chart_mod.is_chart(c) then error("register: expected a chart (chart.define)", 2) end
+  self.charts[c.id] = c
+end
+
+local function trace_step(event, fx, exe, now)
+  return {
+    event = event.kind, event_id = event.id, from = fx.from, to = fx.to,
+    status = exe.status, at = now, actions = ms.array(fx.actions), error = fx.failed,
+  }
+end
+
+local function commit_opts(self, exe, event, fx, now)
+  return {
+    emits = fx.emits,
+    spawns = fx.spawns,
+    timers = fx.timers,
+    processed_event_id = event.id,
+    trace = self.trace and trace_step(event, fx, exe, now) or nil,
+  }
+end
+
+-- Applies one event to one execution: load_for_event, the interpreter, one
+-- commit; on a conflict it reloads and tries again (the dedupe mark makes a
+-- second application impossible). Returns true, "applied" | "duplicate", or
+-- nil, msg, code ("not_found" when there is no such execution).
+function Engine:deliver(id, event, timer_path)
+  local store = self.store
+  for _ = 1, self.max_conflicts do
+    local exe, processed, armed = store:load_for_event(id, event.id, timer_path)
+    if exe == nil then
+      if type(processed) == "string" then return nil, processed, armed end
+      return nil, format("deliver %s to %s: no such execution", event.kind, id), "not_found"
+    end
+    if processed then return true, "duplicate" end
+    local c = self.charts[exe.definition_id]
+    if not c then
+      return nil, format("deliver %s to %s: no chart '%s' is registered", event.kind, id, exe.definition_id), "invalid"
+    end
+    local now = self.now()
+    local fx = runtime.apply(c, exe, event, now, { armed = armed })
+    if fx.failed then self.log(format("execution %s failed on %s: %s", id, event.kind, fx.failed)) end
+    local ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now))
+    if ok then return true, "applied" end
+    if code ~= "conflict" then return nil, err, code end
+  end
+  return nil, format("deliver %s to %s: still conflicting after %d attempts", event.kind, id, self.max_conflicts),
+    "conflict"
+end
+
+local function check_event(event, fn)
+  if type(event) ~= "table" then error(fn .. ": event must be a table", 3) end
+  if type(event.kind) ~= "string" or event.kind == "" then error(fn .. ": event.kind must be a non-empty string", 3) end
+  if event.id ~= nil and (type(event.id) ~= "string" or event.id == "") then
+    error(fn .. ": event.id must be a non-empty string", 3)
+  end
+  if event.data ~= nil and type(event.data) ~= "table" then error(fn .. ": event.data must be a table", 3) end
+end
+
+-- engine:send(id, { kind, data, id }) -> true | nil, msg, code
+-- Delivered once per event id: sending the same id again changes nothing.
+function Engine:send(id, event)
+  if type(id) ~= "string" then error("send: id must be a string", 2) end
+  check_event(event, "send")
+  local ev = { id = event.id or ms.uuid(), kind = event.kind, data = event.data or {},
+               created_time = event.created_time or self.now(), received_time = self.now() }
+  event.id = ev.id
+  local ok, err, code = self:deliver(id, ev)
+  if not ok then return nil, err, code end
+  return true
+end
+
+-- Creates an execution from its spec and applies Start in the same first
+-- commit. Returns true when this call created it, false when it existed.
+function Engine:create(spec)
+  local c = self.charts[spec.definition_id]
+  if not c then return nil, format("start: no chart '%s' is registered", tostring(spec.definition_id)), "invalid" end
+  local exe = ms.execution(spec)
+  local event = { id = "start:" .. exe.id, kind = "Start", data = {} }
+  local now = self.now()
+  local fx = runtime.apply(c, exe, event, now)
+  if fx.failed then self.log(format("execution %s failed on Start: %s", exe.id, fx.failed)) end
+  local ok, err, code = self.store:commit(exe, commit_opts(self, exe, event, fx, now))
+  if ok then return true end
+  if code == "conflict" then return false end -- someone created it first: no second Start
+  return nil, err, code
+end
+
+-- engine:start("order", { id = "o-1", context = {}, priority = 0 }) -> id | nil, msg, code
+-- The same id again is the same execution: no second Start.
+function Engine:start(chart_id, opts)
+  if type(chart_id) ~= "string" then error("start: chart id must be a string", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table", 2) end
+  opts = opts or {}
+  if opts.id ~= nil and (type(opts.id) ~= "string" or opts.id == "") then error("start: opts.id must be a non-empty string", 2) end
+  if opts.context ~= nil and type(opts.context) ~= "table" then error("start: opts.context must be a table", 2) end
+  local id = opts.id or ms.uuid()
+  local existing, err, code = self.store:load(id)
+  if existing then return id end
+  if err then return nil, err, code end
+  local ok
+  ok, err, code = self:create{ definition_id = chart_id, id = id, context = opts.context or {}, priority = opts.priority }
+  if ok == nil then return nil, err, code end
+  return id
+end
+
+------------------------------------------------------------------------
+-- Relays and the sweep
+
+function Engine:definition_of(id)
+  local d = self.definitions[id]
+  if d then return d end
+  local exe, err, code = self.store:load(id)
+  if not exe then return nil, err, code end
+  d = exe.definition_id
+  self.definitions[id] = d
+  return d
+end
+
+-- Creates each pending child (idempotently: an existing child is left as it
+-- is) and acks its entry. Returns how many entries it handled.
+function Engine:relay_spawns()
+  local entries, err = self.store:pending_spawns()
+  if not entries then
+    self.log("pending_spawns: " .. tostring(err))
+    return 0
+  end
+  local n = 0
+  for _, s in ipairs(entries) do
+    local def, derr = self:definition_of(s.parent_id)
+    local done
+    if not def then
+      self.log(format("spawn %s: parent %s: %s", s.child_id, s.parent_id, tostring(derr or "not found")))
+      done = derr == nil -- the parent is gone: nothing to spawn for
+    else
+      local ok, cerr = self:create{ definition_id = def, id = s.child_id, root_path = s.root_path,
+                                    parent_id = s.parent_id, child_id = s.child_id, context = s.context or {} }
+      done = ok ~= nil
+      if ok == nil then self.log(format("spawn %s: %s", s.child_id, tostring(cerr))) end
+    end
+    if done then
+      self.store:ack_spawn(s.seq)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+function Engine:dead_letter(entry, err)
+  self.attempts[entry.seq] = nil
+  if self.on_dead_letter then
+    self.on_dead_letter(entry, err)
+  else
+    self.log(format("outbox %d: %s to %s given up: %s", entry.seq, entry.event.kind, tostring(entry.target_id), err))
+  end
+  self.store:ack_outbox(entry.seq)
+end
+
+-- Delivers each pending outbox entry (oldest first) and acks it. A target
+-- that does not exist yet (a child whose spawn is still pending) is retried
+-- on later passes, and given up after max_attempts.
+function Engine:relay_outbox()
+  local entries, err = self.store:pending_outbox()
+  if not entries then
+    self.log("pending_outbox: " .. tostring(err))
+    return 0
+  end
+  local n = 0
+  for _, e in ipairs(entries) do
+    local ok, derr, code
+    if e.target_id == nil then
+      if self.on_external then
+        ok, derr = pcall(self.on_external, e)
+        if not ok then derr, code = tostring(derr), "external" end
+      else
+        ok = true
+      end
+    else
+      ok, derr, code = self:deliver(e.target_id, e.event)
+    end
+    if ok then
+      self.attempts[e.seq] = nil
+      self.store:ack_outbox(e.seq)
+      n = n + 1
+    elseif code == "not_found" or code == "invalid" or code == "external" then
+      local a = (self.attempts[e.seq] or 0) + 1
+      self.attempts[e.seq] = a
+      if a >= self.max_attempts then
+        self:dead_letter(e, derr)
+        n = n + 1
+      end
+    else
+      self.log(format("outbox %d: %s", e.seq, tostring(derr)))
+    end
+  end
+  return n
+end
+
+-- Fires every due timer as its Timeout event; the commit that applies it
+-- also disarms it. Returns how many it handled.
+function Engine:sweep(now)
+  now = now or self.now()
+  local due, err = self.store:due_timers(now)
+  if not due then
+    self.log("due_timers: " .. tostring(err))
+    return 0
+  end
+  local n = 0
+  for _, t in ipairs(due) do
+    local ev = runtime.timeout_event(t.execution_id, t.path, t.fire_at)
+    local ok, derr, code = self:deliver(t.execution_id, ev, t.path)
+    if ok or code == "not_found" or code == "invalid" then
+      -- a timer nobody can apply must not fire forever
+      if not ok then self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(derr))) end
+      self.store:delete_timer(t.execution_id, t.path, t.fire_at)
+      n = n + 1
+    else
+      self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(derr)))
+    end
+  end
+  return n
+end
+
+-- One pass: spawns, then the outbox, then due timers. Returns items handled.
+function Engine:step()
+  return self:relay_spawns() + self:relay_outbox() + self:sweep()
+end
+
+-- Drains what a crash left in the spawns and the outbox (and due timers).
+function Engine:recover(max_passes)
+  local total = 0
+  for _ = 1, max_passes or 100 do
+    local n = self:step()
+    total = total + n
+    if n == 0 then break end
+  end
+  return total
+end
+
+-- engine:run{ stop = fn, idle_sleep = 0.05, sweep_interval = 1 }
+-- The worker loop: relays as long as there is work, sleeps when there is
+-- none, and sweeps timers at least every sweep_interval even under load.
+function Engine:run(opts)
+  opts = opts or {}
+  local stop, idle = opts.stop, opts.idle_sleep or 0.05
+  local interval = opts.sweep_interval or 1
+  local last_sweep = -math.huge
+  while not (stop and stop()) do
+    local n = self:relay_spawns() + self:relay_outbox()
+    local now = self.now()
+    if now - last_sweep >= interval then
+      last_sweep = now
+      n = n + self:sweep(now)
+    end
+    if n == 0 then ms.sleep(idle) end
+  end
+end
+
+------------------------------------------------------------------------
+-- Control
+
+local function control(self, id, kind, fn)
+  if type(id) ~= "string" then error(fn .. ": id must be a string", 3) end
+  return self:send(id, { kind = kind, data = {} })
+end
+
+-- Cooperative when the chart has a Cancel transition in the active
+-- configuration, otherwise it terminates. Reaches the children too.
+function Engine:cancel(id) return control(self, id, "Cancel", "cancel") end
+function Engine:terminate(id) return control(self, id, "Terminate", "terminate") end
+function Engine:suspend(id) return control(self, id, "Suspend", "suspend") end
+function Engine:resume(id) return control(self, id, "Resume", "resume") end
+
+return M

@@ -1,0 +1,687 @@
+-- mongostore.runtime - the pure interpreter: (chart, execution, event, now)
+-- -> the execution advanced in memory plus the effects of the step (events to
+-- emit, children to spawn, timers to arm or cancel, a trace step). It does
+-- no I/O; the engine hands the effects to one store commit.
+local core = require "mongostore.core"
+local chart_mod = require "mongostore.chart"
+
+local type, pairs, ipairs, error, tostring, pcall = type, pairs, ipairs, error, tostring, pcall
+local setmetatable, getmetatable = setmetatable, getmetatable
+local format, insert, remove = string.format, table.insert, table.remove
+local is_ancestor = chart_mod.is_ancestor
+local null = core.null
+
+local M = {}
+
+-- Control events reach the execution they are addressed to; other events
+-- sent to a parent whose regions are live go on to those regions.
+M.CONTROL = { Start = true, Finished = true, Timeout = true, Cancel = true, Reset = true, SetState = true,
+              Terminate = true, Suspend = true, Resume = true }
+
+local FINISHED = { DONE = true, CANCELLED = true, FAILED = true }
+M.FINISHED = FINISHED
+
+-- An action's failure, carried up through the step as an error object.
+local ActionError = {}
+ActionError.__index = ActionError
+ActionError.__tostring = function(e) return e.message end
+
+local function action_error(err)
+  if type(err) == "table" and getmetatable(err) == ActionError then return err end
+  local kind, msg = "error", tostring(err)
+  if type(err) == "table" then
+    kind = type(err.type) == "string" and err.type or kind
+    msg = err.message ~= nil and tostring(err.message) or msg
+  end
+  return setmetatable({ message = kind .. ": " .. msg }, ActionError)
+end
+
+------------------------------------------------------------------------
+-- A step: one event applied to one execution.
+
+local Step = {}
+Step.__index = Step
+
+local function new_step(chart, exe, event, now)
+  return setmetatable({
+    chart = chart, exe = exe, event = event, now = now,
+    emits = {}, spawns = {}, timer_ops = {}, timer_order = {}, n_actions = 0, actions = {},
+  }, Step)
+end
+
+function Step:node(path)
+  return self.chart.index[path or ""]
+end
+
+function Step:root()
+  return self.chart.index[self.exe.root_path] or self.chart.root
+end
+
+function Step:emit(target_id, event)
+  if event.id == nil then event.id = core.uuid() end
+  if event.data == nil then event.data = {} end
+  self.emits[#self.emits + 1] = { target_id = target_id, event = event }
+end
+
+-- Timer ops collapse per path: the last one in the step wins, so a state left
+-- and entered again in one step ends armed, and one update never both sets
+-- and unsets a key.
+function Step:timer(action, path, fire_at)
+  if self.timer_ops[path] == nil then self.timer_order[#self.timer_order + 1] = path end
+  self.timer_ops[path] = { action = action, path = path, fire_at = fire_at }
+end
+
+-- Runs a user function (hook, guard, selector) as an action: its error fails
+-- the step with "<type>: <message>".
+function Step:call(name, fn, ...)
+  local ok, r = pcall(fn, ...)
+  if not ok then
+    local e = action_error(r)
+    e.message = e.message .. " (in " .. name .. ")"
+    error(e, 0)
+  end
+  return r
+end
+
+-- The act table a hook receives: emit into this commit's outbox, and a key
+-- that is the same each time this event is applied at this version.
+function Step:act(name)
+  local exe, step = self.exe, self
+  local n = self.n_actions
+  self.n_actions = n + 1
+  self.actions[#self.actions + 1] = name
+  return {
+    execution_id = exe.id,
+    parent_id = exe.parent_id,
+    now = self.now,
+    idempotency_key = format("%s:%d:%d", exe.id, exe.version, n),
+    emit = function(target_id, kind, data)
+      if target_id ~= nil and (type(target_id) ~= "string" or target_id == "") then
+        error("act.emit: target_id must be a non-empty string or nil", 2)
+      end
+      if type(kind) ~= "string" or kind == "" then error("act.emit: kind must be a non-empty string", 2) end
+      if data ~= nil and type(data) ~= "table" then error("act.emit: data must be a table", 2) end
+      step:emit(target_id, { kind = kind, data = data or {} })
+    end,
+  }
+end
+
+function Step:hook(node, which)
+  local fn = node[which]
+  if fn then
+    local label = which .. " " .. (node.path == "" and "(root)" or node.path)
+    self:call(label, fn, self.exe.context, self.event, self:act(label))
+  end
+end
+
+------------------------------------------------------------------------
+-- Timers
+
+function Step:timeout_seconds(node)
+  local t = node.timeout
+  if type(t) == "number" then return t end
+  local v = self.exe.context[t.context]
+  if type(v) ~= "number" or not (v >= 0) or v == math.huge then
+    error(action_error(format("timeout of %s: context.%s must be a number of seconds, got %s",
+      node.path, t.context, type(v))), 0)
+  end
+  return v
+end
+
+function Step:enter(node)
+  self.exe.active_path = node.path
+  self:hook(node, "on_enter")
+  if node.timeout then self:timer("schedule", node.path, self.now + self:timeout_seconds(node)) end
+  if node.parent then self.exe.history[node.parent.path] = node.path end
+end
+
+function Step:exit(node)
+  self.exe.active_path = node.path
+  self:hook(node, "on_exit")
+  if node.timeout then self:timer("cancel", node.path) end
+  if node.parent then self.exe.history[node.parent.path] = node.path end
+  if node.orthogonal then self:leave_regions(node) end
+end
+
+------------------------------------------------------------------------
+-- Orthogonal regions: each region runs as a child execution
+
+function Step:live_children()
+  local out = {}
+  for cid, ch in pairs(self.exe.children) do
+    if not ch.finished and not ch.submachine then out[#out + 1] = cid end
+  end
+  table.sort(out)
+  return out
+end
+
+-- Deep copy of a context for a child: the child's context is its own.
+local function copy(v, seen)
+  if type(v) ~= "table" or v == null then return v end
+  seen = seen or {}
+  if seen[v] then return seen[v] end
+  local t = {}
+  seen[v] = t
+  for k, x in pairs(v) do t[k] = copy(x, seen) end
+  if core.is_array(v) then core.array(t) end
+  return t
+end
+M.copy = copy
+
+function Step:fork(node)
+  local exe = self.exe
+  local seq = exe.invoke_seq[node.path] or 0
+  exe.children = {}
+  for _, region in ipairs(node.children) do
+    local cid = format("%s:%s:%d", exe.id, region.path, seq)
+    exe.children[cid] = { root_path = region.path, finished = false, result = {}, submachine = false, key = region.name }
+    self.spawns[#self.spawns + 1] = { child_id = cid, root_path = region.path, context = copy(exe.context) }
+  end
+end
+
+-- Leaving an orthogonal state: a later entry spawns fresh children, and any
+-- region still running is told to stop.
+function Step:leave_regions(node)
+  local exe = self.exe
+  exe.invoke_seq[node.path] = (exe.invoke_seq[node.path] or 0) + 1
+  for _, cid in ipairs(self:live_children()) do
+    self:emit(cid, { kind = "Cancel", data = { reason = "left " .. node.path } })
+  end
+end
+
+local function region_ok(outcome)
+  return outcome == nil or outcome == "success"
+end
+
+function Step:region_results()
+  local results = {}
+  for _, ch in pairs(self.exe.children) do
+    if ch.finished then
+      results[ch.key ~= "" and ch.key or ch.root_path] = { outcome = ch.outcome or null, context = ch.result or {} }
+    end
+  end
+  self.exe.context.region_results = results
+end
+
+------------------------------------------------------------------------
+-- Resolving transitions
+
+-- The active configuration, innermost first, from the active state up to
+-- (not including) the execution's root.
+function Step:configuration()
+  local out, n = {}, self:node(self.exe.active_path)
+  local root = self:root()
+  while n and n ~= root do
+    out[#out + 1] = n
+    n = n.parent
+  end
+  return out
+end
+
+function Step:enabled(t, event)
+  if event then
+    if not t.events or not t.events[event.kind] then return false end
+  elseif t.events then
+    return false
+  end
+  if t.guard then
+    local data = event and event.data or {}
+    return self:call(t.label .. " (where)", t.guard, data, self.exe.context, event) and true or false
+  end
+  return true
+end
+
+-- The first enabled transition, innermost source first, declaration order
+-- within a source. `from` limits the search to that state and its ancestors
+-- (a Timeout resolves from the state that timed out upward).
+function Step:find(event, from)
+  local nodes = self:configuration()
+  local start = 1
+  if from then
+    start = nil
+    for i, n in ipairs(nodes) do if n == from then start = i break end end
+    if not start then return nil end
+  end
+  for i = start, #nodes do
+    local n = nodes[i]
+    for _, t in ipairs(n.outgoing) do
+      if not t.join and self:enabled(t, event) then return t end
+    end
+  end
+  return nil
+end
+
+function Step:target_of(t, event)
+  if not t.select then return t.target end
+  local key = self:call(t.label .. " (select)", t.select, self.exe.context, event)
+  local target = t.targets[tostring(key)]
+  if not target then
+    error(action_error(format("%s: selector returned '%s', which names no target", t.label, tostring(key))), 0)
+  end
+  return target
+end
+
+-- Lowest common proper ancestor: the state a transition does not leave.
+local function lcca(a, b)
+  local p = a.parent
+  while p do
+    if p == b or is_ancestor(p, b) then return p end
+    p = p.parent
+  end
+  return nil
+end
+
+-- Takes a transition from the active configuration to target with UML's
+-- external semantics: exit innermost first up to the common ancestor, run
+-- the transition's action, enter outermost first down to the target, then
+-- descend into its initial (or remembered) state.
+function Step:take(t, target, event)
+  local active = self:node(self.exe.active_path)
+  local pivot = lcca(t.source, target) or self.chart.root
+  local n = active
+  while n and n ~= pivot do
+    self:exit(n)
+    n = n.parent
+  end
+  self.exe.active_path = pivot.path
+  if t.action then
+    local label = t.label
+    self:call(label .. " (action)", t.action, self.exe.context, event, self:act(label))
+  end
+  local path = {}
+  n = target
+  while n and n ~= pivot do
+    insert(path, 1, n)
+    n = n.parent
+  end
+  for _, node in ipairs(path) do self:enter(node) end
+  self:descend(target)
+end
+
+-- From a composite just entered down to a leaf: its remembered child (deep
+-- history, unless the state says history = false) or its initial state. An
+-- orthogonal state forks its regions and parks there.
+function Step:descend(node)
+  local exe = self.exe
+  while true do
+    if node.orthogonal then
+      self:fork(node)
+      return
+    end
+    if #node.children == 0 then return end
+    local child
+    if node.history then child = self:node(exe.history[node.path]) end
+    if not child or child.parent ~= node then child = node.initial end
+    self:enter(child)
+    node = child
+  end
+end
+
+------------------------------------------------------------------------
+-- Settling: automatic transitions, joins, deferred events, sinks
+
+function Step:deferred_kinds()
+  local kinds = {}
+  for _, n in ipairs(self:configuration()) do
+    for k in pairs(n.defer) do kinds[k] = true end
+  end
+  return kinds
+end
+
+function Step:join_transition(node)
+  local all, any, ok_all = true, false, true
+  local n = 0
+  for _, ch in pairs(self.exe.children) do
+    n = n + 1
+    if ch.finished then
+      any = true
+      if not region_ok(ch.outcome) then ok_all = false end
+    else
+      all = false
+    end
+  end
+  if n == 0 then all = true end
+  for _, t in ipairs(node.outgoing) do
+    if t.join and ((t.join == "all" and all) or (t.join == "any" and any)) and self:enabled(t, nil) then
+      return t, ok_all
+    end
+  end
+  return nil, all
+end
+
+function Step:settle()
+  local exe = self.exe
+  local root = self:root()
+  for _ = 1, 10000 do
+    if FINISHED[exe.status] or exe.status ~= "RUNNING" then return end
+    local active = self:node(exe.active_path)
+    if active.orthogonal then
+      local t, ok = self:join_transition(active)
+      if t then
+        self:region_results()
+        local target = (not ok and t.else_target) or self:target_of(t, nil)
+        self:take(t, target, nil)
+        goto continue
+      end
+      if not ok then return end -- regions still running
+      -- every region finished and no join leads out: the state is done
+      self:region_results()
+      if #active.outgoing > 0 then return end
+    end
+    do
+      local auto = self:find(nil)
+      if auto then
+        self:take(auto, self:target_of(auto, nil), nil)
+        goto continue
+      end
+      -- a deferred event that the new configuration handles, oldest first
+      for i, ev in ipairs(exe.deferred) do
+        local t = self:find(ev)
+        if t then
+          remove(exe.deferred, i)
+          self.event = ev
+          self:take(t, self:target_of(t, ev), ev)
+          goto continue
+        end
+      end
+      if #active.outgoing > 0 and not active.final then return end
+      -- a sink: it finishes its parent with its outcome
+      if active.outcome ~= nil and exe.outcome == nil then exe.outcome = active.outcome end
+      self:exit(active)
+      local parent = active.parent
+      if parent and parent ~= root then
+        exe.history[parent.path] = nil
+        exe.active_path = parent.path
+        goto continue
+      end
+      self:finish()
+      return
+    end
+    ::continue::
+  end
+  error(action_error("the chart does not settle: more than 10000 automatic steps"), 0)
+end
+
+-- The execution reached the end of its chart (or of its region).
+function Step:finish()
+  local exe = self.exe
+  local root = self:root()
+  if exe.parent_id ~= nil and root ~= self.chart.root then self:exit(root) end
+  exe.status = "DONE"
+  exe.finished_at = self.now
+  self:report_finished()
+end
+
+function Step:report_finished()
+  local exe = self.exe
+  if exe.parent_id == nil then return end
+  local result = copy(exe.context)
+  result.region_results = nil
+  -- a region stopped from outside has no outcome of its own: say how it ended,
+  -- so a join does not count it as a success
+  local outcome = exe.outcome or (exe.status == "CANCELLED" and "cancelled") or
+                  (exe.status == "FAILED" and "failed") or null
+  self:emit(exe.parent_id, {
+    id = "finished:" .. exe.id,
+    kind = "Finished",
+    data = { child_id = exe.child_id or exe.id, outcome = outcome, status = exe.status, result = result },
+  })
+end
+
+------------------------------------------------------------------------
+-- Starting and stopping
+
+function Step:start(data)
+  local exe = self.exe
+  if exe.status ~= "PENDING" then return end
+  if type(data) == "table" then
+    for k, v in pairs(data) do exe.context[k] = v end
+  end
+  exe.status = "RUNNING"
+  exe.created_at = exe.created_at or self.now
+  local root = self:root()
+  if root ~= self.chart.root then
+    -- a region runs its own state's hooks and timer
+    self:enter(root)
+  end
+  self:descend(root)
+  self:settle()
+end
+
+-- Cancels every timer the active configuration may hold.
+function Step:cancel_all_timers()
+  local root = self:root()
+  for _, n in ipairs(self:configuration()) do
+    if n.timeout then self:timer("cancel", n.path) end
+  end
+  if root.timeout then self:timer("cancel", root.path) end
+end
+
+function Step:stop(status, reason)
+  local exe = self.exe
+  self:cancel_all_timers()
+  for _, cid in ipairs(self:live_children()) do
+    self:emit(cid, { kind = "Terminate", data = { reason = reason } })
+  end
+  exe.status = status
+  exe.finished_at = self.now
+  self:report_finished()
+end
+
+------------------------------------------------------------------------
+-- Events
+
+function Step:domain(event)
+  local exe = self.exe
+  local active = self:node(exe.active_path)
+  local t = self:find(event)
+  if t then
+    self:take(t, self:target_of(t, event), event)
+  elseif active.orthogonal and #self:live_children() > 0 then
+    -- the regions run the chart below this state: they get the event
+    for _, cid in ipairs(self:live_children()) do
+      self:emit(cid, { id = event.id .. "@" .. cid, kind = event.kind, data = copy(event.data),
+                       created_time = event.created_time })
+    end
+  elseif self:deferred_kinds()[event.kind] then
+    exe.deferred[#exe.deferred + 1] = event
+  else
+    self:hook(active, "on_activity")
+  end
+  self:settle()
+  exe.processed_events = exe.processed_events + 1
+end
+
+function Step:finished(event)
+  local exe = self.exe
+  local data = event.data or {}
+  local ch = exe.children[data.child_id]
+  if ch and not ch.finished then
+    ch.finished = true
+    ch.outcome = data.outcome ~= null and data.outcome or nil
+    ch.result = type(data.result) == "table" and data.result or {}
+  end
+  if exe.status == "RUNNING" then self:settle() end
+end
+
+function Step:timeout(event, armed)
+  local exe = self.exe
+  local data = event.data or {}
+  local path, fire_at = data.path, data.fire_at
+  if type(path) ~= "string" then return end
+  -- the timer this event came from is spent, unless the step arms it again
+  self:timer("cancel", path)
+  if exe.status ~= "RUNNING" then return end
+  if armed ~= nil and armed ~= fire_at then return end -- re-armed since: stale
+  local node = self:node(path)
+  if not node then return end
+  local in_config = false
+  for _, n in ipairs(self:configuration()) do if n == node then in_config = true break end end
+  if not in_config and not (node == self:root() and node.timeout) then return end -- left since: stale
+  local t = self:find(event, node)
+  if t then
+    self:take(t, self:target_of(t, event), event)
+    self:settle()
+    exe.processed_events = exe.processed_events + 1
+  end
+end
+
+function Step:cancel(event)
+  local exe = self.exe
+  if FINISHED[exe.status] then return end
+  if exe.status == "RUNNING" or exe.status == "CANCELLING" then
+    exe.status = "RUNNING"
+    local t = self:find(event)
+    if t then
+      -- cooperative: the chart models its own cleanup
+      self:take(t, self:target_of(t, event), event)
+      self:settle()
+      if exe.status == "RUNNING" then
+        -- the cleanup parked somewhere: regions still running hear of it too
+        for _, cid in ipairs(self:live_children()) do self:emit(cid, { kind = "Cancel", data = {} }) end
+      end
+      return
+    end
+  end
+  self:stop("CANCELLED", "cancelled")
+end
+
+function Step:reset()
+  local exe = self.exe
+  local active = self:node(exe.active_path)
+  if active and active.orthogonal then self:leave_regions(active) end
+  self:cancel_all_timers()
+  exe.children, exe.context, exe.history, exe.deferred = {}, {}, {}, core.array()
+  exe.active_path, exe.outcome, exe.error, exe.finished_at = nil, nil, nil, nil
+  exe.status = "PENDING"
+  self:start(self.event.data)
+end
+
+function Step:set_state(event)
+  local exe = self.exe
+  local path = event.data and event.data.path
+  local node = type(path) == "string" and self:node(path)
+  if not node or #node.children > 0 or exe.status ~= "RUNNING" or #self:live_children() > 0 then return end
+  local root = self:root()
+  if not (root == self.chart.root or is_ancestor(root, node)) then return end
+  local p = node.parent
+  while p and p ~= root do
+    if p.orthogonal then return end
+    p = p.parent
+  end
+  exe.deferred = core.array()
+  exe.active_path = node.path
+  self:settle()
+end
+
+function Step:apply(event, opts)
+  local exe, kind = self.exe, event.kind
+  if kind == "Start" then return self:start(event.data) end
+  if kind == "Reset" then
+    if exe.status ~= "CANCELLING" then self:reset() end
+    return
+  end
+  if kind == "Cancel" then return self:cancel(event) end
+  if kind == "Terminate" then
+    if not FINISHED[exe.status] then self:stop("CANCELLED", "terminated") end
+    return
+  end
+  if kind == "Suspend" then
+    if exe.status == "RUNNING" then
+      exe.status = "SUSPENDED"
+      for _, cid in ipairs(self:live_children()) do self:emit(cid, { kind = "Suspend", data = {} }) end
+    end
+    return
+  end
+  if kind == "Resume" then
+    if exe.status == "SUSPENDED" then
+      exe.status = "RUNNING"
+      for _, cid in ipairs(self:live_children()) do self:emit(cid, { kind = "Resume", data = {} }) end
+      -- what arrived while suspended is delivered now, in order
+      local held = exe.deferred
+      exe.deferred = core.array()
+      for _, ev in ipairs(held) do
+        if exe.status ~= "RUNNING" then
+          exe.deferred[#exe.deferred + 1] = ev
+        elseif ev.kind == "Timeout" then
+          self:timeout(ev, nil)
+        else
+          self.event = ev
+          self:domain(ev)
+        end
+      end
+      self:settle()
+    end
+    return
+  end
+  if kind == "Finished" then return self:finished(event) end
+  if exe.status == "SUSPENDED" then
+    -- held, not lost: Resume delivers it
+    exe.deferred[#exe.deferred + 1] = event
+    return
+  end
+  if kind == "Timeout" then return self:timeout(event, opts.armed) end
+  if kind == "SetState" then return self:set_state(event) end
+  if exe.status ~= "RUNNING" then return end
+  return self:domain(event)
+end
+
+------------------------------------------------------------------------
+-- The interface
+
+-- Applies event to exe (mutated in place) at time now. opts.armed is the
+-- fire_at currently armed for a Timeout's path (nil: unknown or none).
+-- Returns the effects:
+--   { emits = { {target_id, event} }, spawns = { {child_id, root_path, context} },
+--     timers = { {action, path, fire_at} }, from = path, to = path, actions = {names},
+--     failed = message|nil }
+-- An action that raises leaves the execution FAILED with its error, its
+-- timers cancelled and nothing else of the step kept.
+function M.apply(chart, exe, event, now, opts)
+  opts = opts or {}
+  local step = new_step(chart, exe, event, now)
+  local from = exe.active_path
+  local ok, err = pcall(Step.apply, step, event, opts)
+  local failed
+  if not ok then
+    if getmetatable(err) ~= ActionError then error(err, 0) end -- a bug in the runtime itself
+    failed = err.message
+    step.emits, step.spawns = {}, {}
+    for _, p in ipairs(step.timer_order) do
+      if step.timer_ops[p].action == "schedule" then step.timer_ops[p] = { action = "cancel", path = p } end
+    end
+    step:cancel_all_timers()
+    for _, cid in ipairs(step:live_children()) do
+      step:emit(cid, { kind = "Terminate", data = { reason = "parent failed" } })
+    end
+    exe.status = "FAILED"
+    exe.error = failed
+    exe.finished_at = now
+    step:report_finished()
+  end
+  exe.updated_at = now
+  local timers = {}
+  for _, p in ipairs(step.timer_order) do timers[#timers + 1] = step.timer_ops[p] end
+  return {
+    emits = step.emits,
+    spawns = step.spawns,
+    timers = timers,
+    from = from,
+    to = exe.active_path,
+    actions = step.actions,
+    failed = failed,
+  }
+end
+
+-- The Timeout event of a timer, with its fixed id.
+function M.timeout_event(execution_id, path, fire_at)
+  return {
+    id = format("timeout:%s:%s:%s", execution_id, path, format("%.6f", fire_at)),
+    kind = "Timeout",
+    data = { path = path, fire_at = fire_at },
+  }
+end
+
+M.is_control = function(kind) return M.CONTROL[kind] == true end
+
+return M
