@@ -57,7 +57,7 @@ valgrind-test: deps
 	@tools/with-server tools/run-suites valgrind
 
 demo: deps mongostore/core.so
-	@tools/with-server $(LUA) examples/store_basics.lua
+	@tools/with-server $(LUA) examples/order.lua
 
 clean:
 	rm -rf mongostore build .run
