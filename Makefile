@@ -21,6 +21,15 @@ mongostore/core.so: $(SRCS) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(OPT) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
 
+# The same sources for LuaJIT (OpenResty): LuaJIT's headers first, then
+# lua-compat53's compat-5.3.h from /usr/include/lua5.1 for the 5.3 C API.
+JIT_CFLAGS = $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1) -idirafter /usr/include/lua5.1
+build/jit/mongostore/core.so: $(SRCS) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(OPT) $(JIT_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
+
+jit: build/jit/mongostore/core.so
+
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 build/asan/mongostore/core.so: $(SRCS) $(HDRS)
 	@mkdir -p $(dir $@)
@@ -33,7 +42,7 @@ build/asan/lua: tools/sanitized-lua.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -Wall -Wextra -Werror -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS) -lm -ldl
 
-.PHONY: all deps test test-only asan-test valgrind-test clean demo
+.PHONY: all jit deps test test-only asan-test valgrind-test clean demo
 all: mongostore/core.so
 
 deps:

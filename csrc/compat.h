@@ -9,4 +9,9 @@
 #include "compat-5.3.h"
 #endif
 
+#if LUA_VERSION_NUM < 504
+/* one user value is all the core asks for, and it never reads it */
+#define lua_newuserdatauv(L, size, nuv) lua_newuserdata((L), (size))
+#endif
+
 #endif

@@ -149,6 +149,12 @@ static void put_double(jw_t *w, double v) {
   jw_put(w, out, (size_t)o);
 }
 
+static void put_int64(jw_t *w, int64_t v) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
+  jw_put(w, tmp, (size_t)n);
+}
+
 static int encode_value(lua_State *L, int idx, jw_t *w, ms_path_t *p, ms_err_t *e);
 
 static int encode_table(lua_State *L, int idx, jw_t *w, ms_path_t *p, ms_err_t *e) {
@@ -204,17 +210,17 @@ static int encode_value(lua_State *L, int idx, jw_t *w, ms_path_t *p, ms_err_t *
     if (lua_toboolean(L, idx)) jw_put(w, "true", 4);
     else jw_put(w, "false", 5);
     return 0;
-  case LUA_TNUMBER:
-    if (lua_isinteger(L, idx)) {
-      char tmp[32];
-      int n = snprintf(tmp, sizeof tmp, "%" PRId64, (int64_t)lua_tointeger(L, idx));
-      jw_put(w, tmp, (size_t)n);
+  case LUA_TNUMBER: {
+    int64_t iv;
+    if (ms_to_int64(L, idx, &iv)) {
+      put_int64(w, iv);
     } else {
       lua_Number v = lua_tonumber(L, idx);
       if (ms_check_number(v, p, e)) return -1;
       put_double(w, (double)v);
     }
     return 0;
+  }
   case LUA_TSTRING: {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
@@ -229,11 +235,20 @@ static int encode_value(lua_State *L, int idx, jw_t *w, ms_path_t *p, ms_err_t *
       jw_put(w, "null", 4);
       return 0;
     }
-    /* fall through */
-  default:
-    ms_err_set(e, "invalid", "%s: a %s cannot be stored", p->buf, luaL_typename(L, idx));
-    return -1;
+    break;
+  case LUA_TUSERDATA: {
+    int64_t iv;
+    if (ms_to_int64(L, idx, &iv)) {
+      put_int64(w, iv);
+      return 0;
+    }
+    break;
   }
+  default:
+    break;
+  }
+  ms_err_set(e, "invalid", "%s: a %s cannot be stored", p->buf, luaL_typename(L, idx));
+  return -1;
 }
 
 int ms_json_encode(lua_State *L, int idx, bson_string_t *out, ms_path_t *p, ms_err_t *e) {
@@ -481,11 +496,11 @@ static int parse_number(jp_t *p) {
       u = u * 10 + d;
     }
     if (fits) {
-      lua_Integer v;
-      if (!neg) v = (lua_Integer)u;
-      else if (u == (uint64_t)INT64_MAX + 1) v = (lua_Integer)INT64_MIN;
-      else v = -(lua_Integer)u;
-      lua_pushinteger(L, v);
+      int64_t v;
+      if (!neg) v = (int64_t)u;
+      else if (u == (uint64_t)INT64_MAX + 1) v = INT64_MIN;
+      else v = -(int64_t)u;
+      ms_push_int64(L, v);
       return 0;
     }
   }

@@ -22,6 +22,8 @@
 
 /* Metatable that marks a Lua table as an array (mongostore.array). */
 #define MS_ARRAY_MT "mongostore.array"
+/* Metatable of a boxed 64-bit integer (LuaJIT / Lua 5.1: beyond 2^53). */
+#define MS_INT64_MT "mongostore.int64"
 /* Metatable of the store userdata. */
 #define MS_STORE_MT "mongostore.Store"
 
@@ -40,6 +42,8 @@ int  ms_push_error(lua_State *L, const ms_err_t *e);      /* pushes nil, msg, co
 void ms_push_null(lua_State *L);                          /* pushes mongostore.null */
 int  ms_is_null(lua_State *L, int idx);                   /* 1 if the value is mongostore.null */
 void ms_mark_array(lua_State *L, int idx);                /* sets the array metatable on the table */
+void ms_push_int64(lua_State *L, int64_t v);              /* an integer, boxed where numbers are doubles */
+int  ms_to_int64(lua_State *L, int idx, int64_t *v);      /* 1 for an integer or a box, *v set */
 /* Classifies the table at idx: MS_KIND_DOC, MS_KIND_ARRAY (n set to its length),
  * or -1 with e set (keys that are neither strings nor a 1..n sequence). */
 #define MS_KIND_DOC 0

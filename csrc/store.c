@@ -8,9 +8,11 @@
 #include "ms.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mongoc/mongoc.h>
 
@@ -27,7 +29,52 @@
 /* U+FF0E FULLWIDTH FULL STOP: stands for '.' in timer keys (seed: _enc). */
 #define MS_DOT_ENC "\xef\xbc\x8e"
 
+/* One libmongoc client pool per process and URI, made on first use in the
+ * process that uses it (never inherited across fork: an nginx master's pool
+ * would be useless to its workers) and kept for the life of the process.
+ * Pools are safe to share between threads; a store holds one client popped
+ * from its pool, since a store belongs to one Lua state. */
+typedef struct ms_pool {
+  char *uri;                 /* the URI string as parsed, with our options */
+  mongoc_client_pool_t *pool;
+  pid_t pid;
+  struct ms_pool *next;
+} ms_pool_t;
+
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static ms_pool_t *pools = NULL;
+
+static mongoc_client_pool_t *pool_for(const mongoc_uri_t *uri, bson_error_t *be) {
+  const char *key = mongoc_uri_get_string(uri);
+  pid_t pid = getpid();
+  ms_pool_t *p;
+  mongoc_client_pool_t *found = NULL;
+  pthread_mutex_lock(&pools_lock);
+  for (p = pools; p; p = p->next) {
+    if (p->pid == pid && strcmp(p->uri, key) == 0) {
+      found = p->pool;
+      break;
+    }
+  }
+  if (!found) {
+    found = mongoc_client_pool_new_with_error(uri, be);
+    if (found) {
+      mongoc_client_pool_set_error_api(found, MONGOC_ERROR_API_VERSION_2);
+      mongoc_client_pool_set_appname(found, "mongostore");
+      p = (ms_pool_t *)bson_malloc0(sizeof *p);
+      p->uri = bson_strdup(key);
+      p->pool = found;
+      p->pid = pid;
+      p->next = pools;
+      pools = p;
+    }
+  }
+  pthread_mutex_unlock(&pools_lock);
+  return found;
+}
+
 typedef struct ms_store {
+  mongoc_client_pool_t *pool;
   mongoc_client_t *client;
   mongoc_collection_t *exes;
   mongoc_collection_t *counters;
@@ -320,23 +367,17 @@ static int l_connect(lua_State *L) {
   s->db = bson_strdup(db);
   s->trace_max = trace_max;
 
+  s->pool = pool_for(uri, &be);
+  if (!s->pool) {
+    mongoc_uri_destroy(uri);
+    ms_err_set(&e, "invalid", "connect: %s", be.message);
+    return push_err(L, s, &e);
+  }
+  s->client = mongoc_client_pool_pop(s->pool);
   deadline = ms_now() + wait;
-  for (;;) {
-    /* A fresh client per attempt: a single-threaded client that failed to
-     * reach a server waits out a cooldown before it tries again. */
-    mongoc_client_t *c = mongoc_client_new_from_uri_with_error(uri, &be);
-    if (!c) {
-      mongoc_uri_destroy(uri);
-      ms_err_set(&e, "invalid", "connect: %s", be.message);
-      return push_err(L, s, &e);
-    }
-    mongoc_client_set_error_api(c, MONGOC_ERROR_API_VERSION_2);
-    mongoc_client_set_appname(c, "mongostore");
-    if (ping(c, &be)) {
-      s->client = c;
-      break;
-    }
-    mongoc_client_destroy(c);
+  /* The pool's monitor reconnects in the background; each ping waits at most
+   * one attempt for a server, and the loop keeps trying until `wait` is up. */
+  while (!ping(s->client, &be)) {
     if (be.domain == MONGOC_ERROR_SERVER || ms_now() >= deadline) {
       mongoc_uri_destroy(uri);
       ms_err_from_bson(&e, &be, "connect");
@@ -1335,7 +1376,7 @@ static int l_read_trace(lua_State *L) {
 static void store_release(ms_store_t *s) {
   if (s->exes) mongoc_collection_destroy(s->exes);
   if (s->counters) mongoc_collection_destroy(s->counters);
-  if (s->client) mongoc_client_destroy(s->client);
+  if (s->client) mongoc_client_pool_push(s->pool, s->client);
   bson_free(s->password);
   bson_free(s->db);
   s->exes = s->counters = NULL;

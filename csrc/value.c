@@ -5,7 +5,9 @@
  */
 #include "ms.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -192,6 +194,112 @@ int ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e) {
   return (nint || marked) ? MS_KIND_ARRAY : MS_KIND_DOC;
 }
 
+/* ---- integers ---- */
+
+/* Doubles hold every integer up to 2^53 exactly; past that an integer read
+ * on LuaJIT (or Lua 5.1) is boxed so it survives a round trip. */
+#define MS_EXACT_INT ((int64_t)1 << 53)
+
+static int64_t *check_box(lua_State *L, int idx) {
+  return (int64_t *)luaL_testudata(L, idx, MS_INT64_MT);
+}
+
+void ms_push_int64(lua_State *L, int64_t v) {
+#if LUA_VERSION_NUM >= 503
+  lua_pushinteger(L, (lua_Integer)v);
+#else
+  if (v > MS_EXACT_INT || v < -MS_EXACT_INT) {
+    int64_t *box = (int64_t *)lua_newuserdata(L, sizeof *box);
+    *box = v;
+    luaL_setmetatable(L, MS_INT64_MT);
+  } else {
+    lua_pushnumber(L, (lua_Number)v);
+  }
+#endif
+}
+
+int ms_to_int64(lua_State *L, int idx, int64_t *v) {
+  int64_t *box;
+  if (lua_type(L, idx) == LUA_TNUMBER && lua_isinteger(L, idx)) {
+#if LUA_VERSION_NUM >= 503
+    *v = (int64_t)lua_tointeger(L, idx);
+    return 1;
+#else
+    /* an integral double: exact only within 2^63 */
+    lua_Number n = lua_tonumber(L, idx);
+    if (n >= -9223372036854775808.0 && n < 9223372036854775808.0) {
+      *v = (int64_t)n;
+      return 1;
+    }
+    return 0;
+#endif
+  }
+  if ((box = check_box(L, idx)) != NULL) {
+    *v = *box;
+    return 1;
+  }
+  return 0;
+}
+
+/* mongostore.int64(v): v a decimal string, a number or a box. On Lua 5.3+
+ * the result is a plain integer; on LuaJIT a box when beyond 2^53. */
+static int l_int64(lua_State *L) {
+  int64_t v;
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    size_t len;
+    const char *s = lua_tolstring(L, 1, &len);
+    char *end;
+    long long x;
+    errno = 0;
+    x = strtoll(s, &end, 10);
+    if (len == 0 || end != s + len || errno == ERANGE)
+      return luaL_argerror(L, 1, "not a decimal 64-bit integer");
+    v = (int64_t)x;
+  } else if (!ms_to_int64(L, 1, &v)) {
+    return luaL_argerror(L, 1, "expected an integer, a decimal string or an int64");
+  }
+  ms_push_int64(L, v);
+  return 1;
+}
+
+static int64_t box_operand(lua_State *L, int idx) {
+  int64_t v;
+  if (!ms_to_int64(L, idx, &v)) luaL_error(L, "int64: cannot compare with a %s", luaL_typename(L, idx));
+  return v;
+}
+
+static int box_tostring(lua_State *L) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", (long long)*(int64_t *)luaL_checkudata(L, 1, MS_INT64_MT));
+  lua_pushstring(L, buf);
+  return 1;
+}
+static int box_eq(lua_State *L) { lua_pushboolean(L, box_operand(L, 1) == box_operand(L, 2)); return 1; }
+static int box_lt(lua_State *L) { lua_pushboolean(L, box_operand(L, 1) < box_operand(L, 2)); return 1; }
+static int box_le(lua_State *L) { lua_pushboolean(L, box_operand(L, 1) <= box_operand(L, 2)); return 1; }
+static int box_tonumber(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)*(int64_t *)luaL_checkudata(L, 1, MS_INT64_MT));
+  return 1;
+}
+
+static void open_int64(lua_State *L) {
+  static const luaL_Reg meta[] = {
+    {"__tostring", box_tostring}, {"__eq", box_eq}, {"__lt", box_lt}, {"__le", box_le}, {NULL, NULL}
+  };
+  if (luaL_newmetatable(L, MS_INT64_MT)) {
+    luaL_setfuncs(L, meta, 0);
+    lua_newtable(L);
+    lua_pushcfunction(L, box_tonumber);
+    lua_setfield(L, -2, "tonumber");
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, "mongostore.int64");
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_int64);
+  lua_setfield(L, -2, "int64");
+}
+
 int ms_table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, ms_err_t *e) {
   int kind;
   if (ms_path_enter(p, L, idx, e)) return -1;
@@ -218,15 +326,17 @@ int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t 
   case LUA_TBOOLEAN:
     bson_append_bool(doc, key, kl, lua_toboolean(L, idx));
     return 0;
-  case LUA_TNUMBER:
-    if (lua_isinteger(L, idx)) {
-      bson_append_int64(doc, key, kl, (int64_t)lua_tointeger(L, idx));
+  case LUA_TNUMBER: {
+    int64_t iv;
+    if (ms_to_int64(L, idx, &iv)) {
+      bson_append_int64(doc, key, kl, iv);
     } else {
       lua_Number n = lua_tonumber(L, idx);
       if (ms_check_number(n, p, e)) return -1;
       bson_append_double(doc, key, kl, (double)n);
     }
     return 0;
+  }
   case LUA_TSTRING: {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
@@ -241,11 +351,20 @@ int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t 
       bson_append_null(doc, key, kl);
       return 0;
     }
-    /* fall through */
-  default:
-    ms_err_set(e, "invalid", "%s: a %s cannot be stored", p->buf, luaL_typename(L, idx));
-    return -1;
+    break;
+  case LUA_TUSERDATA: {
+    int64_t iv;
+    if (ms_to_int64(L, idx, &iv)) {
+      bson_append_int64(doc, key, kl, iv);
+      return 0;
+    }
+    break;
   }
+  default:
+    break;
+  }
+  ms_err_set(e, "invalid", "%s: a %s cannot be stored", p->buf, luaL_typename(L, idx));
+  return -1;
 }
 
 static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
@@ -376,12 +495,12 @@ int ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err_
   }
   case BSON_TYPE_BOOL: lua_pushboolean(L, bson_iter_bool(iter)); break;
   case BSON_TYPE_DATE_TIME: lua_pushnumber(L, (double)bson_iter_date_time(iter) / 1000.0); break;
-  case BSON_TYPE_INT32: lua_pushinteger(L, (lua_Integer)bson_iter_int32(iter)); break;
-  case BSON_TYPE_INT64: lua_pushinteger(L, (lua_Integer)bson_iter_int64(iter)); break;
+  case BSON_TYPE_INT32: ms_push_int64(L, (int64_t)bson_iter_int32(iter)); break;
+  case BSON_TYPE_INT64: ms_push_int64(L, bson_iter_int64(iter)); break;
   case BSON_TYPE_TIMESTAMP: {
     uint32_t ts, inc;
     bson_iter_timestamp(iter, &ts, &inc);
-    lua_pushinteger(L, (lua_Integer)(((uint64_t)ts << 32) | inc));
+    ms_push_int64(L, (int64_t)(((uint64_t)ts << 32) | inc));
     break;
   }
   case BSON_TYPE_DECIMAL128: {
@@ -459,4 +578,5 @@ void ms_open_value(lua_State *L) {
   lua_setfield(L, -2, "is_array");
   lua_pushcfunction(L, l_bson_roundtrip);
   lua_setfield(L, -2, "bson_roundtrip");
+  open_int64(L);
 }

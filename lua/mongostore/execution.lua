@@ -5,11 +5,18 @@ local core = require "mongostore.core"
 
 local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
 local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
-local math_type, concat, format = math.type, table.concat, string.format
+local concat, format = table.concat, string.format
+-- LuaJIT has no math.type: an integral number (or a boxed int64) is an integer there.
+local math_type = math.type or function(v)
+  if type(v) == "number" then return (v % 1 == 0 and v > -2^63 and v < 2^63) and "integer" or "float" end
+  if type(v) == "userdata" and getmetatable(v) and getmetatable(v).__name == "mongostore.int64" then return "integer" end
+  return nil
+end
 local json_encode, json_decode = core.json_encode, core.json_decode
 local null = core.null
 
 local M = {}
+M.math_type = math_type
 
 M.STATUSES = { "PENDING", "RUNNING", "DONE", "CANCELLED", "SUSPENDED", "CANCELLING", "FAILED" }
 local STATUS = {}

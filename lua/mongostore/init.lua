@@ -5,7 +5,7 @@ local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 
 local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
-local math_type, sort, format = math.type, table.sort, string.format
+local math_type, sort, format = execution.math_type, table.sort, string.format
 local is_execution, set_version = execution.is_execution, execution.set_version
 
 local M = {
@@ -16,6 +16,7 @@ local M = {
   now = core.now,
   sleep = core.sleep,
   uuid = core.uuid,
+  int64 = core.int64,
   execution = execution.new,
   is_execution = is_execution,
   -- The codes an operation can return as its third value (see README.md).
