@@ -38,6 +38,11 @@ build = {
       },
       ["mongostore"] = "lua/mongostore/init.lua",
       ["mongostore.execution"] = "lua/mongostore/execution.lua",
+      ["mongostore.chart"] = "lua/mongostore/chart.lua",
+      ["mongostore.runtime"] = "lua/mongostore/runtime.lua",
+      ["mongostore.engine"] = "lua/mongostore/engine.lua",
+      ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
+      ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
    },
 }
 test = {

@@ -146,6 +146,14 @@ function M.new(t)
   return wrap(defaults(f))
 end
 
+-- A plain table of the execution's fields (a shallow copy), for callers that
+-- cannot use pairs on it (LuaJIT has no __pairs) or must pass plain values.
+function M.fields(exe)
+  local t = {}
+  for k, v in next, state[exe] do t[k] = v end
+  return t
+end
+
 -- Raw access for the store: the version is read-only to callers.
 function M.set_version(exe, v)
   state[exe].version = v

@@ -1,0 +1,141 @@
+-- mongostore.ngx - mongostore inside OpenResty: request handlers reach the
+-- store and the engine through nginx worker threads (ngx.run_worker_thread),
+-- so they yield instead of blocking the event loop; start_worker runs the
+-- relays and the timer sweep on ngx.timer.every, one nginx worker at a time.
+local type, error, tostring, pairs, unpack = type, error, tostring, pairs, unpack or table.unpack
+local format = string.format
+
+local M = {}
+
+local THREAD_MODULE = "mongostore.ngx_thread"
+local config
+
+local STORE_CALLS = {
+  load = true, load_for_event = true, is_processed = true, list_executions = true, read_trace = true,
+  append_trace = true, pending_outbox = true, pending_spawns = true, due_timers = true, ack_outbox = true,
+  ack_spawn = true, delete_timer = true, commit = true, info = true,
+}
+local ENGINE_CALLS = { start = true, send = true, cancel = true, terminate = true, suspend = true, resume = true }
+
+-- msngx.configure{ uri, db, prefix, wait, trace_max, thread_pool = "mongostore",
+--                  charts = "module.returning.charts", trace = false }
+-- Call it in init_by_lua: it only records the settings. Connections are made
+-- lazily in the processes and threads that use them, never in the master.
+function M.configure(cfg)
+  if type(cfg) ~= "table" then error("mongostore.ngx.configure: expected a table", 2) end
+  if type(cfg.uri) ~= "string" or cfg.uri == "" then error("mongostore.ngx.configure: uri must be a string", 2) end
+  if cfg.charts ~= nil and type(cfg.charts) ~= "string" then
+    error("mongostore.ngx.configure: charts must be the name of a module returning a list of charts", 2)
+  end
+  config = {
+    uri = cfg.uri, db = cfg.db or "harel", prefix = cfg.prefix, wait = cfg.wait or 30,
+    trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
+    charts = cfg.charts, trace = cfg.trace == true,
+  }
+  return true
+end
+
+function M.config()
+  return config
+end
+
+local function run(kind, method, ...)
+  if not config then error("mongostore.ngx: call configure{...} first", 3) end
+  local res = { ngx.run_worker_thread(config.thread_pool, THREAD_MODULE, kind, config, method, ...) }
+  if not res[1] then
+    return nil, format("%s: worker thread failed: %s", method, tostring(res[2])), "unavailable"
+  end
+  return unpack(res, 2, table.maxn(res))
+end
+
+-- Store calls: msngx.load(id), msngx.list_executions{...}, msngx.read_trace(id), ...
+-- An Execution comes back as a plain table of its fields.
+for name in pairs(STORE_CALLS) do
+  M[name] = function(...) return run("store", name, ...) end
+end
+
+-- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event), cancel,
+-- terminate, suspend, resume.
+for name in pairs(ENGINE_CALLS) do
+  M[name] = function(...) return run("engine", name, ...) end
+end
+
+------------------------------------------------------------------------
+-- The worker: relays and sweep on a timer in each nginx worker process
+
+local worker
+
+-- msngx.start_worker{ interval = 0.1, sweep_interval = 1, lock_dict = "mongostore_locks",
+--                     lock_ttl = 10 }
+-- In init_worker_by_lua. Store calls made from the timer are direct and so
+-- block this worker's event loop while they run: each is one short round
+-- trip on a loopback or LAN server, which is what timers are for; request
+-- handlers go through worker threads instead.
+function M.start_worker(opts)
+  if not config then error("mongostore.ngx.start_worker: call configure{...} first", 2) end
+  opts = opts or {}
+  local interval = opts.interval or 0.1
+  local sweep_interval = opts.sweep_interval or 1
+  local dict_name = opts.lock_dict or "mongostore_locks"
+  local dict = ngx.shared[dict_name]
+  if not dict then error("mongostore.ngx.start_worker: lua_shared_dict " .. dict_name .. " is not declared", 2) end
+  local lock_ttl = opts.lock_ttl or 10
+  local log = function(msg) ngx.log(ngx.WARN, "mongostore: ", msg) end
+  local state = { last_sweep = 0, engine = nil, store = nil, stopped = false }
+  worker = state
+
+  local function ensure()
+    if state.engine then return true end
+    local ms = require "mongostore"
+    -- one quick attempt per tick: a server that is down must not hold the
+    -- worker; the next tick tries again
+    local store, err = ms.connect(config.uri, { db = config.db, prefix = config.prefix, wait = 0,
+                                                trace_max = config.trace_max })
+    if not store then
+      log("worker: " .. tostring(err))
+      return false
+    end
+    local charts = config.charts and require(config.charts) or {}
+    state.store = store
+    state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log }
+    return true
+  end
+
+  local function tick(premature)
+    if premature or state.stopped then
+      -- reload or shutdown: stop cleanly and let go of the connection
+      state.stopped = true
+      if state.store then state.store:close() end
+      state.store, state.engine = nil, nil
+      return
+    end
+    local me = tostring(ngx.worker.pid())
+    local ok = dict:add("step", me, lock_ttl)
+    if not ok then return end
+    local done, err = pcall(function()
+      if not ensure() then return end
+      local e = state.engine
+      e:relay_spawns()
+      e:relay_outbox()
+      local now = ngx.now()
+      if now - state.last_sweep >= sweep_interval then
+        state.last_sweep = now
+        e:sweep()
+      end
+    end)
+    if dict:get("step") == me then dict:delete("step") end
+    if not done then log("worker step: " .. tostring(err)) end
+  end
+
+  local ok, err = ngx.timer.every(interval, tick)
+  if not ok then return nil, "start_worker: " .. tostring(err), "unavailable" end
+  return true
+end
+
+-- Stops this process's worker at its next tick (it also stops by itself on
+-- reload and shutdown).
+function M.stop_worker()
+  if worker then worker.stopped = true end
+end
+
+return M
