@@ -51,10 +51,10 @@ deps:
 # The README's test command: the whole suite, then the whole suite again under
 # AddressSanitizer + UBSan, against one server.
 test: deps
-	@$(MAKE) --no-print-directory mongostore/core.so build/asan/mongostore/core.so build/asan/lua
+	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites plain asan
 
-test-only: mongostore/core.so
+test-only: mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites plain
 
 asan-test: deps

@@ -9,6 +9,9 @@ die() { echo "deps.sh: $*" >&2; exit 1; }
 packages=(
     lua5.4 liblua5.4-dev libmongoc-dev libbson-dev pkg-config lua-unit
     luarocks gcc make curl ca-certificates valgrind python3
+    # OpenResty side: LuaJIT as Debian's lua module links it, compat-5.3.h,
+    # nginx with the lua module and resty.core
+    luajit2 libluajit2-5.1-dev lua-compat53-dev nginx libnginx-mod-http-lua lua-resty-core
 )
 # Any Java 17+ on PATH will do for the test server; only add one if none is.
 if ! command -v java >/dev/null 2>&1; then
