@@ -162,8 +162,10 @@ local function compile_transitions(chart_id, scope, index, all)
       if not src or not (src == scope or is_ancestor(scope, src)) then
         fail(chart_id, scope.path, "transition %d: from '%s' is not a state inside this one", i, d.from)
       end
-      local label = format("transition from %s%s", d.from, d.on and (" on " .. (type(d.on) == "table" and concat(d.on, "|") or tostring(d.on))) or "")
-      local t = { index = #all + 1, scope = scope, source = src, events = event_set(chart_id, src.path, d.on), label = label }
+      local events = event_set(chart_id, src.path, d.on)
+      local label = format("transition from %s%s", d.from,
+        d.on and (" on " .. (type(d.on) == "table" and concat(d.on, "|") or d.on)) or "")
+      local t = { index = #all + 1, scope = scope, source = src, events = events, label = label }
       if d.where ~= nil and not is_fn(d.where) then fail(chart_id, src.path, "%s: where must be a function", label) end
       if d.action ~= nil and not is_fn(d.action) then fail(chart_id, src.path, "%s: action must be a function", label) end
       t.guard, t.action = d.where, d.action
@@ -247,10 +249,12 @@ local function check_reachable(chart_id, root, index)
   end
 end
 
+-- A chart is read through a proxy: its fields cannot be assigned.
 local Chart = {}
-Chart.__index = Chart
-Chart.__newindex = function() error("a chart is immutable", 2) end
-Chart.__name = "mongostore.Chart"
+local ChartMeta = {
+  __name = "mongostore.Chart",
+  __newindex = function() error("a chart is immutable", 2) end,
+}
 
 -- chart.define{ id = "order", initial = "Cart", states = {...}, transitions = {...} }
 function M.define(def)
@@ -286,11 +290,13 @@ function M.define(def)
     return all
   end)
   if not ok2 then error(err2, 2) end
-  return setmetatable({ id = id, root = root, index = index }, Chart)
+  local fields = setmetatable({ id = id, root = root, index = index }, { __index = Chart })
+  return setmetatable({}, { __index = fields, __newindex = ChartMeta.__newindex, __name = ChartMeta.__name,
+                            __metatable = ChartMeta })
 end
 
 function M.is_chart(v)
-  return getmetatable(v) == Chart
+  return getmetatable(v) == ChartMeta
 end
 
 -- The node at a path, or nil.

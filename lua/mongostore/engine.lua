@@ -91,8 +91,10 @@ function Engine:deliver(id, event, timer_path)
       return nil, format("deliver %s to %s: no chart '%s' is registered", event.kind, id, exe.definition_id), "invalid"
     end
     local now = self.now()
-    local fx = runtime.apply(c, exe, event, now, { armed = armed })
-    if fx.failed then self.log(format("execution %s failed on %s: %s", id, event.kind, fx.failed)) end
+    local fx = runtime.apply(c, exe, event, now, { armed = armed, timer_checked = timer_path ~= nil })
+    if fx.failed then
+      self.log(format("execution %s failed on %s in %s: %s", id, event.kind, tostring(fx.failed_in), fx.failed))
+    end
     local ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now))
     if ok then return true, "applied" end
     if code ~= "conflict" then return nil, err, code end

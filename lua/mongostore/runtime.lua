@@ -77,7 +77,7 @@ function Step:call(name, fn, ...)
   local ok, r = pcall(fn, ...)
   if not ok then
     local e = action_error(r)
-    e.message = e.message .. " (in " .. name .. ")"
+    e.where = e.where or name
     error(e, 0)
   end
   return r
@@ -174,7 +174,7 @@ function Step:fork(node)
   exe.children = {}
   for _, region in ipairs(node.children) do
     local cid = format("%s:%s:%d", exe.id, region.path, seq)
-    exe.children[cid] = { root_path = region.path, finished = false, result = {}, submachine = false, key = region.name }
+    exe.children[cid] = { root_path = region.path, finished = false, result = {}, submachine = false, key = region.path }
     self.spawns[#self.spawns + 1] = { child_id = cid, root_path = region.path, context = copy(exe.context) }
   end
 end
@@ -231,11 +231,29 @@ function Step:enabled(t, event)
   return true
 end
 
+-- Whether a state is inside what this execution runs (a region child runs
+-- only its region).
+function Step:within(node)
+  local root = self:root()
+  return root == self.chart.root or node == root or is_ancestor(root, node)
+end
+
+-- A transition out of a region's own root may only lead further into it.
+function Step:stays_inside(t)
+  if t.target then return t.target ~= self:root() and self:within(t.target) end
+  for _, x in pairs(t.targets) do
+    if x == self:root() or not self:within(x) then return false end
+  end
+  return true
+end
+
 -- The first enabled transition, innermost source first, declaration order
 -- within a source. `from` limits the search to that state and its ancestors
 -- (a Timeout resolves from the state that timed out upward).
 function Step:find(event, from)
   local nodes = self:configuration()
+  local root = self:root()
+  if root ~= self.chart.root then nodes[#nodes + 1] = root end
   local start = 1
   if from then
     start = nil
@@ -245,8 +263,17 @@ function Step:find(event, from)
   for i = start, #nodes do
     local n = nodes[i]
     for _, t in ipairs(n.outgoing) do
-      if not t.join and self:enabled(t, event) then return t end
+      if not t.join and (n ~= root or self:stays_inside(t)) and self:enabled(t, event) then return t end
     end
+  end
+  return nil
+end
+
+-- An automatic transition of the active state itself: a composite's
+-- completion transition waits until its active child has finished.
+function Step:find_auto(active)
+  for _, t in ipairs(active.outgoing) do
+    if not t.join and (active ~= self:root() or self:stays_inside(t)) and self:enabled(t, nil) then return t end
   end
   return nil
 end
@@ -278,6 +305,7 @@ end
 function Step:take(t, target, event)
   local active = self:node(self.exe.active_path)
   local pivot = lcca(t.source, target) or self.chart.root
+  if not self:within(pivot) then pivot = self:root() end -- a region never leaves itself
   local n = active
   while n and n ~= pivot do
     self:exit(n)
@@ -369,7 +397,7 @@ function Step:settle()
       if #active.outgoing > 0 then return end
     end
     do
-      local auto = self:find(nil)
+      local auto = self:find_auto(active)
       if auto then
         self:take(auto, self:target_of(auto, nil), nil)
         goto continue
@@ -457,11 +485,11 @@ function Step:cancel_all_timers()
   if root.timeout then self:timer("cancel", root.path) end
 end
 
-function Step:stop(status, reason)
+function Step:stop(status, child_event)
   local exe = self.exe
   self:cancel_all_timers()
   for _, cid in ipairs(self:live_children()) do
-    self:emit(cid, { kind = "Terminate", data = { reason = reason } })
+    self:emit(cid, { kind = child_event, data = {} })
   end
   exe.status = status
   exe.finished_at = self.now
@@ -504,20 +532,22 @@ function Step:finished(event)
   if exe.status == "RUNNING" then self:settle() end
 end
 
-function Step:timeout(event, armed)
+function Step:timeout(event, armed, opts)
   local exe = self.exe
   local data = event.data or {}
   local path, fire_at = data.path, data.fire_at
   if type(path) ~= "string" then return end
-  -- the timer this event came from is spent, unless the step arms it again
-  self:timer("cancel", path)
   if exe.status ~= "RUNNING" then return end
-  if armed ~= nil and armed ~= fire_at then return end -- re-armed since: stale
+  -- opts.timer_checked: the engine read the timer armed now (armed, nil for
+  -- none); a different fire_at means the state was re-armed or left since
+  if (opts.timer_checked or armed ~= nil) and armed ~= fire_at then return end
   local node = self:node(path)
   if not node then return end
-  local in_config = false
+  local in_config = node == self:root()
   for _, n in ipairs(self:configuration()) do if n == node then in_config = true break end end
-  if not in_config and not (node == self:root() and node.timeout) then return end -- left since: stale
+  if not in_config then return end -- left since: stale
+  -- the timer this event came from is spent, unless the step arms it again
+  self:timer("cancel", path)
   local t = self:find(event, node)
   if t then
     self:take(t, self:target_of(t, event), event)
@@ -534,16 +564,15 @@ function Step:cancel(event)
     local t = self:find(event)
     if t then
       -- cooperative: the chart models its own cleanup
+      -- (leaving a fork on the way tells its regions)
       self:take(t, self:target_of(t, event), event)
       self:settle()
-      if exe.status == "RUNNING" then
-        -- the cleanup parked somewhere: regions still running hear of it too
-        for _, cid in ipairs(self:live_children()) do self:emit(cid, { kind = "Cancel", data = {} }) end
-      end
       return
     end
   end
-  self:stop("CANCELLED", "cancelled")
+  -- no cleanup modelled here: it ends now, and its regions get the Cancel
+  -- to handle their own way
+  self:stop("CANCELLED", "Cancel")
 end
 
 function Step:reset()
@@ -583,7 +612,7 @@ function Step:apply(event, opts)
   end
   if kind == "Cancel" then return self:cancel(event) end
   if kind == "Terminate" then
-    if not FINISHED[exe.status] then self:stop("CANCELLED", "terminated") end
+    if not FINISHED[exe.status] then self:stop("CANCELLED", "Terminate") end
     return
   end
   if kind == "Suspend" then
@@ -604,7 +633,7 @@ function Step:apply(event, opts)
         if exe.status ~= "RUNNING" then
           exe.deferred[#exe.deferred + 1] = ev
         elseif ev.kind == "Timeout" then
-          self:timeout(ev, nil)
+          self:timeout(ev, nil, {})
         else
           self.event = ev
           self:domain(ev)
@@ -615,13 +644,13 @@ function Step:apply(event, opts)
     return
   end
   if kind == "Finished" then return self:finished(event) end
+  if kind == "SetState" then return self:set_state(event) end -- RUNNING only
   if exe.status == "SUSPENDED" then
     -- held, not lost: Resume delivers it
     exe.deferred[#exe.deferred + 1] = event
     return
   end
-  if kind == "Timeout" then return self:timeout(event, opts.armed) end
-  if kind == "SetState" then return self:set_state(event) end
+  if kind == "Timeout" then return self:timeout(event, opts.armed, opts) end
   if exe.status ~= "RUNNING" then return end
   return self:domain(event)
 end
@@ -642,10 +671,11 @@ function M.apply(chart, exe, event, now, opts)
   local step = new_step(chart, exe, event, now)
   local from = exe.active_path
   local ok, err = pcall(Step.apply, step, event, opts)
-  local failed
+  local failed, failed_in
   if not ok then
     if getmetatable(err) ~= ActionError then error(err, 0) end -- a bug in the runtime itself
     failed = err.message
+    failed_in = err.where
     step.emits, step.spawns = {}, {}
     for _, p in ipairs(step.timer_order) do
       if step.timer_ops[p].action == "schedule" then step.timer_ops[p] = { action = "cancel", path = p } end
@@ -670,13 +700,15 @@ function M.apply(chart, exe, event, now, opts)
     to = exe.active_path,
     actions = step.actions,
     failed = failed,
+    failed_in = failed_in,
   }
 end
 
 -- The Timeout event of a timer, with its fixed id.
+-- fire_at is written as Python writes a float, as harel's id has it.
 function M.timeout_event(execution_id, path, fire_at)
   return {
-    id = format("timeout:%s:%s:%s", execution_id, path, format("%.6f", fire_at)),
+    id = format("timeout:%s:%s:%s", execution_id, path, core.json_encode(fire_at + 0.0)),
     kind = "Timeout",
     data = { path = path, fire_at = fire_at },
   }
