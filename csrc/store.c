@@ -44,6 +44,23 @@ typedef struct ms_pool {
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static ms_pool_t *pools = NULL;
 
+/* When the module is unloaded (lua_close of the last state that loaded it,
+ * after every store has been collected and has pushed its client back) the
+ * pools this process made go too, so nothing is left behind. */
+__attribute__((destructor)) static void pools_release(void) {
+  ms_pool_t *p, *next;
+  pid_t pid = getpid();
+  pthread_mutex_lock(&pools_lock);
+  for (p = pools; p; p = next) {
+    next = p->next;
+    if (p->pid == pid) mongoc_client_pool_destroy(p->pool);
+    bson_free(p->uri);
+    bson_free(p);
+  }
+  pools = NULL;
+  pthread_mutex_unlock(&pools_lock);
+}
+
 static mongoc_client_pool_t *pool_for(const mongoc_uri_t *uri, bson_error_t *be) {
   const char *key = mongoc_uri_get_string(uri);
   pid_t pid = getpid();

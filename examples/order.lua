@@ -5,7 +5,6 @@
 -- trace is printed. `make demo` runs it (with the bundled test server unless
 -- MONGOSTORE_URI is set).
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "./?.so;" .. package.cpath
 local ms = require "mongostore"
 local chart = require "mongostore.chart"
 local engine_mod = require "mongostore.engine"

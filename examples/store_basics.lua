@@ -4,7 +4,6 @@
 -- stale writer refused. Run it with `make demo` (starts the bundled test
 -- server unless MONGOSTORE_URI is set).
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "./?.so;" .. package.cpath
 local ms = require "mongostore"
 
 local uri = os.getenv("MONGOSTORE_URI") or "mongodb://127.0.0.1:27017"

@@ -221,9 +221,12 @@ function Engine:relay_outbox()
     return 0
   end
   local n = 0
+  local blocked = {} -- a target whose entry waits: its later entries wait too, in order
   for _, e in ipairs(entries) do
     local ok, derr, code
-    if e.target_id == nil then
+    if e.target_id ~= nil and blocked[e.target_id] then
+      ok, code = false, "blocked"
+    elseif e.target_id == nil then
       if self.on_external then
         ok, derr = pcall(self.on_external, e)
         if not ok then derr, code = tostring(derr), "external" end
@@ -237,7 +240,10 @@ function Engine:relay_outbox()
       self.attempts[e.seq] = nil
       self.store:ack_outbox(e.seq)
       n = n + 1
+    elseif code == "blocked" then
+      -- left for the next pass, behind the entry that blocks it
     elseif code == "not_found" or code == "invalid" or code == "external" then
+      if e.target_id ~= nil then blocked[e.target_id] = true end
       local a = (self.attempts[e.seq] or 0) + 1
       self.attempts[e.seq] = a
       if a >= self.max_attempts then
@@ -245,6 +251,7 @@ function Engine:relay_outbox()
         n = n + 1
       end
     else
+      if e.target_id ~= nil then blocked[e.target_id] = true end
       self.log(format("outbox %d: %s", e.seq, tostring(derr)))
     end
   end

@@ -1,0 +1,298 @@
+-- examples/openresty/app/api.lua - the example's HTTP API over mongostore.ngx.
+-- JSON in and out; every store or engine call goes through mongostore.ngx,
+-- which runs it on nginx's thread pool, so a request waiting for MongoDB
+-- yields and the worker's event loop keeps serving other requests.
+--
+--   POST /executions                    {chart, id?, context?, priority?} -> 201 {id}
+--   POST /executions/{id}/events        {kind, data?, id?}                -> 202 {ok: true}
+--   POST /executions/{id}/{action}      cancel | terminate | suspend | resume -> 202 {ok: true}
+--   GET  /executions/{id}               -> 200 {execution: {...}, trace: [...]}
+--   GET  /executions?status=RUNNING&definition_id=order&limit=10&cursor=...&roots_only=true
+--                                       -> 200 {items: [...], next_cursor: "..." | null}
+--
+-- A request the API cannot take gets a 4xx with a JSON body {error, code?};
+-- it is checked here before anything reaches the library (whose argument
+-- errors raise), so a bad request is never a 500. The library's run-time
+-- errors (nil, message, code) map to statuses by code (STATUS_OF below).
+local msngx = require "mongostore.ngx"
+-- The JSON codec of mongostore's C core: Debian's nginx Lua module ships no
+-- cjson, and this one keeps arrays (empty ones too) apart from objects,
+-- decodes JSON null as ngx.null (both are the NULL light userdata), and
+-- refuses what JSON cannot carry (infinities, functions) with nil, message.
+local core = require "mongostore.core"
+local charts = require "app.charts"
+
+local ngx = ngx
+local type, pairs, ipairs, tostring, tonumber, pcall = type, pairs, ipairs, tostring, tonumber, pcall
+local format, concat = string.format, table.concat
+local json_encode, json_decode, array, is_array = core.json_encode, core.json_decode, core.array, core.is_array
+
+local M = {}
+
+local KNOWN_CHARTS = {}
+for _, c in ipairs(charts) do KNOWN_CHARTS[c.id] = true end
+
+local STATUSES = { PENDING = true, RUNNING = true, DONE = true, CANCELLED = true, SUSPENDED = true,
+                   CANCELLING = true, FAILED = true }
+
+-- Events only the engine may send: a client sending them would forge a
+-- start, a region's result or a timer.
+local ENGINE_ONLY = { Start = true, Finished = true, Timeout = true }
+
+local ACTIONS = { cancel = msngx.cancel, terminate = msngx.terminate, suspend = msngx.suspend,
+                  resume = msngx.resume }
+
+-- The library's error codes (README, "Errors") as HTTP statuses.
+local STATUS_OF = {
+  invalid = 400,
+  not_found = 404,
+  conflict = 409,
+  duplicate = 409,
+  too_large = 413,
+}
+
+local MAX_LIMIT = 1000
+local MAX_ID = 200
+
+------------------------------------------------------------------------
+-- Responses
+
+local function send(status, body, headers)
+  local text, err = json_encode(body)
+  if not text then
+    ngx.log(ngx.ERR, "cannot encode the response: ", err)
+    status, text = 500, '{"error":"the response could not be encoded"}'
+  end
+  ngx.status = status
+  ngx.header["Content-Type"] = "application/json"
+  for k, v in pairs(headers or {}) do ngx.header[k] = v end
+  ngx.print(text, "\n")
+  return ngx.exit(ngx.HTTP_OK) -- the status is already out: just end the request
+end
+
+local function fail(status, msg, code)
+  return send(status, { error = msg, code = code })
+end
+
+-- An error the library returned: nil, message, code.
+local function library_error(msg, code)
+  local status = STATUS_OF[code] or 503
+  if status >= 500 then ngx.log(ngx.WARN, "mongostore: ", tostring(msg), " (", tostring(code), ")") end
+  return fail(status, tostring(msg or "the store did not answer"), code)
+end
+
+-- Calls a mongostore.ngx function; a raise (a bug here or there, never a
+-- bad request) becomes a logged 500 with a JSON body rather than nginx's page.
+local function call(fn, ...)
+  local res = { pcall(fn, ...) }
+  if not res[1] then
+    ngx.log(ngx.ERR, "mongostore.ngx raised: ", tostring(res[2]))
+    return fail(500, "internal error")
+  end
+  return res[2], res[3], res[4]
+end
+
+------------------------------------------------------------------------
+-- Requests
+
+-- The request body as a JSON object, or nil, message.
+local function read_json_object()
+  ngx.req.read_body()
+  local body = ngx.req.get_body_data()
+  if body == nil then
+    local file = ngx.req.get_body_file() -- larger than client_body_buffer_size
+    if file then
+      local f = io.open(file, "rb")
+      if f then body = f:read("*a"); f:close() end
+    end
+  end
+  if body == nil or body:match("^%s*$") then return nil, "the request body must be a JSON object" end
+  local v, err = json_decode(body)
+  if v == nil then return nil, "malformed JSON: " .. tostring(err) end
+  if type(v) ~= "table" or is_array(v) then return nil, "the request body must be a JSON object" end
+  return v
+end
+
+local function is_object(v)
+  return type(v) == "table" and not is_array(v)
+end
+
+local function check_id(v, what)
+  if type(v) ~= "string" or v == "" then return nil, what .. " must be a non-empty string" end
+  if #v > MAX_ID then return nil, format("%s must be at most %d bytes", what, MAX_ID) end
+  if v:find("/", 1, true) then return nil, what .. " must not contain '/'" end
+  return true
+end
+
+local function check_integer(v, lo, hi)
+  return type(v) == "number" and v == math.floor(v) and v >= lo and v <= hi
+end
+
+-- A query argument given once, as a string (nil when absent).
+local function one_arg(args, name)
+  local v = args[name]
+  if v == nil then return nil end
+  if type(v) == "table" then return nil, format("query argument %s is given more than once", name) end
+  if v == true then return nil, format("query argument %s needs a value", name) end
+  return v
+end
+
+------------------------------------------------------------------------
+-- Handlers
+
+-- POST /executions {chart, id?, context?, priority?} -> 201 {id}
+local function start()
+  local body, err = read_json_object()
+  if not body then return fail(400, err) end
+  if type(body.chart) ~= "string" or body.chart == "" then return fail(400, "chart must be a non-empty string") end
+  if not KNOWN_CHARTS[body.chart] then return fail(400, format("unknown chart '%s'", body.chart)) end
+  if body.id ~= nil then
+    local ok, ierr = check_id(body.id, "id")
+    if not ok then return fail(400, ierr) end
+  end
+  if body.context ~= nil and not is_object(body.context) then return fail(400, "context must be a JSON object") end
+  if body.priority ~= nil and not check_integer(body.priority, 0, 4) then
+    return fail(400, "priority must be an integer from 0 to 4")
+  end
+  local id, serr, code = call(msngx.start, body.chart, { id = body.id, context = body.context, priority = body.priority })
+  if not id then return library_error(serr, code) end
+  return send(201, { id = id }, { Location = "/executions/" .. ngx.escape_uri(id) })
+end
+
+-- POST /executions/{id}/events {kind, data?, id?} -> 202 {ok: true}
+local function post_event(id)
+  local body, err = read_json_object()
+  if not body then return fail(400, err) end
+  if type(body.kind) ~= "string" or body.kind == "" then return fail(400, "kind must be a non-empty string") end
+  if ENGINE_ONLY[body.kind] then return fail(400, format("%s events are sent by the engine only", body.kind)) end
+  if body.data ~= nil and not is_object(body.data) then return fail(400, "data must be a JSON object") end
+  if body.id ~= nil then
+    local ok, ierr = check_id(body.id, "event id")
+    if not ok then return fail(400, ierr) end
+  end
+  local ok, serr, code = call(msngx.send, id, { kind = body.kind, data = body.data or {}, id = body.id })
+  if not ok then return library_error(serr, code) end
+  return send(202, { ok = true })
+end
+
+-- POST /executions/{id}/{cancel|terminate|suspend|resume} -> 202 {ok: true}
+local function post_action(id, action)
+  local ok, serr, code = call(ACTIONS[action], id)
+  if not ok then return library_error(serr, code) end
+  return send(202, { ok = true })
+end
+
+-- GET /executions/{id} -> 200 {execution, trace}
+local function show(id)
+  local exe, err, code = call(msngx.load, id)
+  if exe == nil then
+    if err == nil then return fail(404, format("no execution '%s'", id), "not_found") end
+    return library_error(err, code)
+  end
+  local steps
+  steps, err, code = call(msngx.read_trace, id)
+  if steps == nil then
+    if err ~= nil then return library_error(err, code) end
+    steps = {}
+  end
+  return send(200, { execution = exe, trace = array(steps) })
+end
+
+-- GET /executions?status=&definition_id=&limit=&cursor=&roots_only= -> {items, next_cursor}
+local function list()
+  local args, aerr = ngx.req.get_uri_args(100)
+  if aerr == "truncated" then return fail(400, "too many query arguments") end
+  local q = {}
+  local statuses = args.status
+  if statuses ~= nil then
+    if type(statuses) ~= "table" then statuses = { statuses } end
+    q.status = {}
+    for _, s in ipairs(statuses) do
+      if s == true then return fail(400, "query argument status needs a value") end
+      for one in s:gmatch("[^,]+") do
+        if not STATUSES[one] then return fail(400, format("unknown status '%s'", one)) end
+        q.status[#q.status + 1] = one
+      end
+    end
+    if #q.status == 0 then return fail(400, "query argument status needs a value") end
+  end
+  local v, err = one_arg(args, "definition_id")
+  if err then return fail(400, err) end
+  q.definition_id = v
+  v, err = one_arg(args, "limit")
+  if err then return fail(400, err) end
+  if v ~= nil then
+    local n = v:match("^%d+$") and tonumber(v)
+    if not n or n < 1 or n > MAX_LIMIT then
+      return fail(400, format("limit must be an integer from 1 to %d", MAX_LIMIT))
+    end
+    q.limit = n
+  end
+  v, err = one_arg(args, "cursor")
+  if err then return fail(400, err) end
+  if v == "" then return fail(400, "cursor must not be empty") end
+  q.cursor = v
+  v, err = one_arg(args, "roots_only")
+  if err then return fail(400, err) end
+  if v ~= nil then
+    if v ~= "true" and v ~= "false" then return fail(400, "roots_only must be true or false") end
+    q.roots_only = v == "true"
+  end
+  local page, lerr, code = call(msngx.list_executions, q)
+  if not page then return library_error(lerr, code) end
+  return send(200, { items = array(page.items or {}), next_cursor = page.next_cursor or ngx.null })
+end
+
+local function method_not_allowed(allowed)
+  ngx.header["Allow"] = allowed
+  return fail(405, format("method %s is not allowed here (allowed: %s)", ngx.req.get_method(), allowed))
+end
+
+-- The raw path (before nginx decodes %2F), split into decoded segments.
+local function segments()
+  local path = ngx.var.request_uri:match("^[^?]*")
+  local out = {}
+  for seg in path:gmatch("[^/]+") do out[#out + 1] = ngx.unescape_uri(seg) end
+  return out, path:sub(-1) == "/" and #path > 1
+end
+
+-- content_by_lua entry point for everything but /ping.
+function M.handle()
+  local method = ngx.req.get_method()
+  local seg, trailing = segments()
+  if seg[1] ~= "executions" or #seg > 3 or trailing then
+    return fail(404, "no such resource: " .. ngx.var.uri)
+  end
+  if #seg == 1 then
+    if method == "GET" then return list() end
+    if method == "POST" then return start() end
+    return method_not_allowed("GET, POST")
+  end
+  local id = seg[2]
+  local ok, err = check_id(id, "execution id")
+  if not ok then return fail(400, err) end
+  if #seg == 2 then
+    if method == "GET" then return show(id) end
+    return method_not_allowed("GET")
+  end
+  local sub = seg[3]
+  if sub ~= "events" and not ACTIONS[sub] then
+    return fail(404, "no such resource: " .. ngx.var.uri)
+  end
+  if method ~= "POST" then return method_not_allowed("POST") end
+  if sub == "events" then return post_event(id) end
+  return post_action(id, sub)
+end
+
+-- The error_page target: errors nginx produces itself (a body over
+-- client_max_body_size, a malformed request) with a JSON body too.
+function M.nginx_error()
+  local status = ngx.status
+  if not status or status < 400 then status = 500 end
+  local reason = ({ [400] = "bad request", [404] = "not found", [405] = "method not allowed", [408] = "request timed out", [413] = "request body too large",
+                    [414] = "request URI too long", [494] = "request header too large" })[status]
+  return fail(status, reason or ("error " .. status))
+end
+
+M.STATUS_OF = STATUS_OF
+return M
