@@ -29,8 +29,8 @@ local function absolute(path)
   return run("cd " .. shell_quote(path) .. " && pwd")
 end
 
--- render{ prefix = dir, port = 8080, workers = 2, threads = 8, root = <repo>,
---         log_level = "info", user = nil } -> path of the rendered config
+-- render{ prefix = dir, port = 8080, workers = 2, threads = 8, vm_pool = 16,
+--         root = <repo>, log_level = "info", user = nil } -> path of the rendered config
 -- user: the `user` directive's argument; by default, when nginx is started
 -- as root, its workers run as root too ("root root"), since the repository
 -- may not be readable by nginx's default user (nobody).
@@ -46,6 +46,7 @@ function M.render(opts)
     PORT = tostring(opts.port or 8080),
     WORKERS = tostring(opts.workers or 2),
     THREADS = tostring(opts.threads or 8),
+    VM_POOL = tostring(opts.vm_pool or 16),
     LOG_LEVEL = opts.log_level or "info",
     USER = user and ("user " .. user .. ";") or "# (nginx's default user)",
   }

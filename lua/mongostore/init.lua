@@ -17,6 +17,9 @@ local M = {
   sleep = core.sleep,
   uuid = core.uuid,
   int64 = core.int64,
+  -- the core's JSON codec: arrays stay arrays (mongostore.array), null is
+  -- mongostore.null, integers are exact; encode/decode return nil, msg on bad input
+  json = { encode = core.json_encode, decode = core.json_decode },
   execution = execution.new,
   is_execution = is_execution,
   -- The codes an operation can return as its third value (see README.md).

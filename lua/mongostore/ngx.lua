@@ -27,10 +27,14 @@ function M.configure(cfg)
   if cfg.charts ~= nil and type(cfg.charts) ~= "string" then
     error("mongostore.ngx.configure: charts must be the name of a module returning a list of charts", 2)
   end
+  if cfg.max_inflight ~= nil and (type(cfg.max_inflight) ~= "number" or cfg.max_inflight < 1) then
+    error("mongostore.ngx.configure: max_inflight must be a number >= 1", 2)
+  end
   config = {
     uri = cfg.uri, db = cfg.db or "harel", prefix = cfg.prefix, wait = cfg.wait or 30,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
-    charts = cfg.charts, trace = cfg.trace == true,
+    charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
+    call_timeout = cfg.call_timeout or 30,
   }
   return true
 end
@@ -39,13 +43,45 @@ function M.config()
   return config
 end
 
+-- Calls in flight per worker process are bounded (max_inflight, at most the
+-- lua_worker_thread_vm_pool_size): a burst waits its turn instead of failing
+-- with "no available Lua vm". Each thread VM keeps one store, which holds one
+-- client of the process's pool (maxPoolSize, 100 unless the URI says), so
+-- the VM pool must stay below it.
+local inflight
+
+local function decode(text)
+  -- results cross as JSON text, which keeps arrays (even empty ones) arrays
+  return require("mongostore.core").json_decode(text)
+end
+
+-- Every thread call of this process, the worker's steps included, takes a
+-- slot: pcall-status, ok, results... of ngx.run_worker_thread, or nil, msg.
+local function thread_call(timeout, func, ...)
+  if not inflight then inflight = require("ngx.semaphore").new(config.max_inflight) end
+  local got, werr = inflight:wait(timeout)
+  if not got then return nil, "too many calls in flight (" .. tostring(werr) .. ")" end
+  local res = { pcall(ngx.run_worker_thread, config.thread_pool, THREAD_MODULE, func, ...) }
+  inflight:post(1)
+  return res
+end
+
 local function run(kind, method, ...)
   if not config then error("mongostore.ngx: call configure{...} first", 3) end
-  local res = { ngx.run_worker_thread(config.thread_pool, THREAD_MODULE, kind, config, method, ...) }
-  if not res[1] then
-    return nil, format("%s: worker thread failed: %s", method, tostring(res[2])), "unavailable"
+  local res, werr = thread_call(config.call_timeout, kind, config, method, ...)
+  if not res then return nil, format("%s: %s", method, werr), "unavailable" end
+  if not res[1] then error(res[2], 0) end
+  if not res[2] then
+    return nil, format("%s: worker thread failed: %s", method, tostring(res[3])), "unavailable"
   end
-  return unpack(res, 2, table.maxn(res))
+  local out = type(res[3]) == "string" and decode(res[3])
+  if type(out) ~= "table" or type(out.v) ~= "table" then
+    return nil, method .. ": unreadable answer from the worker thread", "server"
+  end
+  local v, null = out.v, require("mongostore.core").null
+  local n = #v
+  for i = 1, n do if v[i] == null then v[i] = nil end end -- a nil result travels as null
+  return unpack(v, 1, n)
 end
 
 -- Store calls: msngx.load(id), msngx.list_executions{...}, msngx.read_trace(id), ...
@@ -67,10 +103,10 @@ local worker
 
 -- msngx.start_worker{ interval = 0.1, sweep_interval = 1, lock_dict = "mongostore_locks",
 --                     lock_ttl = 10 }
--- In init_worker_by_lua. Store calls made from the timer are direct and so
--- block this worker's event loop while they run: each is one short round
--- trip on a loopback or LAN server, which is what timers are for; request
--- handlers go through worker threads instead.
+-- In init_worker_by_lua. Each step runs in a worker thread (the timer yields
+-- meanwhile); where the lua module cannot start threads from a timer it
+-- falls back to direct calls, which block this worker's event loop for one
+-- short round trip each.
 function M.start_worker(opts)
   if not config then error("mongostore.ngx.start_worker: call configure{...} first", 2) end
   opts = opts or {}
@@ -113,15 +149,28 @@ function M.start_worker(opts)
     local ok = dict:add("step", me, lock_ttl)
     if not ok then return end
     local done, err = pcall(function()
+      local now = ngx.now()
+      local sweep = now - state.last_sweep >= sweep_interval
+      if sweep then state.last_sweep = now end
+      if state.threads ~= false then
+        -- the step runs in a worker thread: the timer yields meanwhile
+        local res, terr = thread_call(1, "worker_step", config, sweep)
+        if not res then return end -- every slot busy: the next tick tries again
+        local ok
+        if res[1] then ok, terr = res[2], res[3] else terr = res[2] end
+        if ok then return end
+        if state.threads == nil and tostring(terr):find("context", 1, true) then
+          state.threads = false -- this lua module cannot run threads from timers: step directly
+        else
+          log("worker step: " .. tostring(terr))
+          return
+        end
+      end
       if not ensure() then return end
       local e = state.engine
       e:relay_spawns()
       e:relay_outbox()
-      local now = ngx.now()
-      if now - state.last_sweep >= sweep_interval then
-        state.last_sweep = now
-        e:sweep()
-      end
+      if sweep then e:sweep() end
     end)
     if dict:get("step") == me then dict:delete("step") end
     if not done then log("worker step: " .. tostring(err)) end

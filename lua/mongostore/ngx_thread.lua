@@ -34,14 +34,29 @@ local function plain(v)
   return v
 end
 
+-- The results travel as one JSON text, { v = [ ... ] }: a copy across the
+-- thread boundary would drop the marks that keep empty arrays arrays.
+local function pack(...)
+  local core = require "mongostore.core"
+  local n = select("#", ...)
+  local values = { ... }
+  for i = 1, n do
+    local v = plain(values[i])
+    if v == nil then v = core.null end
+    values[i] = v
+  end
+  local text, err = core.json_encode({ v = core.array(values) })
+  if not text then
+    text = core.json_encode({ v = core.array({ core.null, "answer not encodable: " .. tostring(err), "server" }) })
+  end
+  return text
+end
+
 -- A raise inside the call (a wrong argument from the handler) comes back as
 -- nil, msg, "invalid" rather than as a failed thread.
 local function answer(ok, ...)
-  if not ok then return nil, tostring((...)), "invalid" end
-  local n = select("#", ...)
-  local out = { ... }
-  for i = 1, n do out[i] = plain(out[i]) end
-  return unpack(out, 1, n)
+  if not ok then return pack(nil, tostring((...)), "invalid") end
+  return pack(...)
 end
 
 -- A commit from a handler arrives as the execution's fields: rebuild it at
@@ -63,19 +78,29 @@ end
 
 function M.store(cfg, method, ...)
   local h, err, code = handles(cfg)
-  if not h then return nil, err, code end
-  if method == "commit" then return commit(h.store, ...) end
+  if not h then return pack(nil, err, code) end
+  if method == "commit" then return answer(pcall(commit, h.store, ...)) end
   local fn = h.store[method]
-  if type(fn) ~= "function" then return nil, "no store method " .. tostring(method), "invalid" end
+  if type(fn) ~= "function" then return pack(nil, "no store method " .. tostring(method), "invalid") end
   return answer(pcall(fn, h.store, ...))
 end
 
 function M.engine(cfg, method, ...)
   local h, err, code = handles(cfg)
-  if not h then return nil, err, code end
+  if not h then return pack(nil, err, code) end
   local fn = h.engine[method]
-  if type(fn) ~= "function" then return nil, "no engine method " .. tostring(method), "invalid" end
+  if type(fn) ~= "function" then return pack(nil, "no engine method " .. tostring(method), "invalid") end
   return answer(pcall(fn, h.engine, ...))
+end
+
+-- One step of the ngx worker (start_worker): spawns, the outbox and, when
+-- asked, the timer sweep, with this thread's engine.
+function M.worker_step(cfg, sweep)
+  local h, err = handles(cfg)
+  if not h then error(err, 0) end
+  local n = h.engine:relay_spawns() + h.engine:relay_outbox()
+  if sweep then n = n + h.engine:sweep() end
+  return n
 end
 
 return M

@@ -24,7 +24,7 @@ local charts = require "app.charts"
 
 local ngx = ngx
 local type, pairs, ipairs, tostring, tonumber, pcall = type, pairs, ipairs, tostring, tonumber, pcall
-local format, concat = string.format, table.concat
+local format = string.format
 local json_encode, json_decode, array, is_array = core.json_encode, core.json_decode, core.array, core.is_array
 
 local M = {}
@@ -289,7 +289,8 @@ end
 function M.nginx_error()
   local status = ngx.status
   if not status or status < 400 then status = 500 end
-  local reason = ({ [400] = "bad request", [404] = "not found", [405] = "method not allowed", [408] = "request timed out", [413] = "request body too large",
+  local reason = ({ [400] = "bad request", [404] = "not found", [405] = "method not allowed",
+                    [408] = "request timed out", [413] = "request body too large",
                     [414] = "request URI too long", [494] = "request header too large" })[status]
   return fail(status, reason or ("error " .. status))
 end
