@@ -26,6 +26,15 @@
 #define MS_CONNECT_ATTEMPT_MS 2000
 #endif
 
+/* How many handled event ids a document keeps for dedupe by default. */
+#if !defined(MS_DEDUPE_WINDOW)
+#define MS_DEDUPE_WINDOW 1000
+#endif
+
+/* next_fire_at of a document with no timer: later than any real time, so
+ * $min with a real fire_at always lowers it, and no range scan reaches it. */
+#define MS_NO_TIMER 1e300
+
 /* U+FF0E FULLWIDTH FULL STOP: stands for '.' in timer keys (seed: _enc). */
 #define MS_DOT_ENC "\xef\xbc\x8e"
 
@@ -34,12 +43,40 @@
  * would be useless to its workers) and kept for the life of the process.
  * Pools are safe to share between threads; a store holds one client popped
  * from its pool, since a store belongs to one Lua state. */
+/* Commands counted by libmongoc's command monitoring, per pool. */
+enum { ST_FIND, ST_UPDATE, ST_INSERT, ST_FAM, ST_AGGREGATE, ST_GETMORE, ST_DELETE, ST_PING, ST_OTHER, ST_N };
+static const char *const stat_names[ST_N] = {
+  "find", "update", "insert", "findAndModify", "aggregate", "getMore", "delete", "ping", "other"
+};
+
 typedef struct ms_pool {
   char *uri;                 /* the URI string as parsed, with our options */
   mongoc_client_pool_t *pool;
   pid_t pid;
+  int64_t count[ST_N];       /* commands started, by name (atomic) */
+  int64_t reply_bytes;       /* bytes of the replies (atomic) */
   struct ms_pool *next;
 } ms_pool_t;
+
+static int stat_index(const char *name) {
+  int i;
+  for (i = 0; i < ST_OTHER; i++)
+    if (strcmp(name, stat_names[i]) == 0) return i;
+  if (strcmp(name, "findandmodify") == 0) return ST_FAM;
+  return ST_OTHER;
+}
+
+static void on_started(const mongoc_apm_command_started_t *ev) {
+  ms_pool_t *p = (ms_pool_t *)mongoc_apm_command_started_get_context(ev);
+  __atomic_fetch_add(&p->count[stat_index(mongoc_apm_command_started_get_command_name(ev))], 1,
+                     __ATOMIC_RELAXED);
+}
+
+static void on_succeeded(const mongoc_apm_command_succeeded_t *ev) {
+  ms_pool_t *p = (ms_pool_t *)mongoc_apm_command_succeeded_get_context(ev);
+  const bson_t *reply = mongoc_apm_command_succeeded_get_reply(ev);
+  if (reply) __atomic_fetch_add(&p->reply_bytes, (int64_t)reply->len, __ATOMIC_RELAXED);
+}
 
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static ms_pool_t *pools = NULL;
@@ -61,21 +98,22 @@ __attribute__((destructor)) static void pools_release(void) {
   pthread_mutex_unlock(&pools_lock);
 }
 
-static mongoc_client_pool_t *pool_for(const mongoc_uri_t *uri, bson_error_t *be) {
+static ms_pool_t *pool_for(const mongoc_uri_t *uri, bson_error_t *be) {
   const char *key = mongoc_uri_get_string(uri);
   pid_t pid = getpid();
-  ms_pool_t *p;
+  ms_pool_t *p, *hit = NULL;
   mongoc_client_pool_t *found = NULL;
   pthread_mutex_lock(&pools_lock);
   for (p = pools; p; p = p->next) {
     if (p->pid == pid && strcmp(p->uri, key) == 0) {
-      found = p->pool;
+      hit = p;
       break;
     }
   }
-  if (!found) {
+  if (!hit) {
     found = mongoc_client_pool_new_with_error(uri, be);
     if (found) {
+      mongoc_apm_callbacks_t *cbs = mongoc_apm_callbacks_new();
       mongoc_client_pool_set_error_api(found, MONGOC_ERROR_API_VERSION_2);
       mongoc_client_pool_set_appname(found, "mongostore");
       p = (ms_pool_t *)bson_malloc0(sizeof *p);
@@ -84,20 +122,26 @@ static mongoc_client_pool_t *pool_for(const mongoc_uri_t *uri, bson_error_t *be)
       p->pid = pid;
       p->next = pools;
       pools = p;
+      mongoc_apm_set_command_started_cb(cbs, on_started);
+      mongoc_apm_set_command_succeeded_cb(cbs, on_succeeded);
+      mongoc_client_pool_set_apm_callbacks(found, cbs, p);
+      mongoc_apm_callbacks_destroy(cbs);
+      hit = p;
     }
   }
   pthread_mutex_unlock(&pools_lock);
-  return found;
+  return hit;
 }
 
 typedef struct ms_store {
-  mongoc_client_pool_t *pool;
+  ms_pool_t *pool;
   mongoc_client_t *client;
   mongoc_collection_t *exes;
   mongoc_collection_t *counters;
   char *password;          /* scrubbed from every message */
   char *db;
   int64_t trace_max;       /* 0 keeps every step */
+  int64_t dedupe_window;   /* event ids kept in `processed` */
   int32_t max_bson;
 } ms_store_t;
 
@@ -285,7 +329,8 @@ static int32_t read_max_bson(mongoc_client_t *client) {
   return max;
 }
 
-static int create_index(ms_store_t *s, const char *coll, const char *name, const char *field,
+/* fields: up to three keys, ascending, NULL-terminated */
+static int create_index(ms_store_t *s, const char *coll, const char *name, const char *const *fields,
                         bson_error_t *be) {
   bson_t cmd = BSON_INITIALIZER, idxs, idx, key;
   mongoc_database_t *db = mongoc_client_get_database(s->client, s->db);
@@ -294,7 +339,7 @@ static int create_index(ms_store_t *s, const char *coll, const char *name, const
   bson_append_array_begin(&cmd, "indexes", -1, &idxs);
   bson_append_document_begin(&idxs, "0", 1, &idx);
   bson_append_document_begin(&idx, "key", 3, &key);
-  bson_append_int32(&key, field, -1, 1);
+  for (; *fields; fields++) bson_append_int32(&key, *fields, -1, 1);
   bson_append_document_end(&idx, &key);
   bson_append_utf8(&idx, "name", 4, name, -1);
   bson_append_document_end(&idxs, &idx);
@@ -308,10 +353,15 @@ static int create_index(ms_store_t *s, const char *coll, const char *name, const
 /* The indexes the relays and the listing need, created idempotently: an
  * index that already exists with the same name and key is a no-op. */
 static int ensure_indexes(ms_store_t *s, bson_error_t *be) {
+  static const char *const outbox[] = {"outbox.seq", NULL}, *const spawns[] = {"spawns.seq", NULL},
+                           *const defn[] = {"definition_id", NULL},
+                           *const listing[] = {"definition_id", "status", "_id", NULL},
+                           *const timers[] = {"next_fire_at", NULL};
   const char *coll = mongoc_collection_get_name(s->exes);
-  return create_index(s, coll, "outbox_seq", "outbox.seq", be) &&
-         create_index(s, coll, "spawns_seq", "spawns.seq", be) &&
-         create_index(s, coll, "definition_id", "definition_id", be);
+  return create_index(s, coll, "outbox_seq", outbox, be) && create_index(s, coll, "spawns_seq", spawns, be) &&
+         create_index(s, coll, "definition_id", defn, be) &&
+         create_index(s, coll, "definition_status_id", listing, be) &&
+         create_index(s, coll, "next_fire_at", timers, be);
 }
 
 /* connect(uri, opts): parses the URI, then pings until the server answers or
@@ -323,7 +373,7 @@ static int l_connect(lua_State *L) {
   int opts = lua_isnoneornil(L, 2) ? 0 : 2;
   const char *db = "harel", *prefix = NULL;
   double wait = 30;
-  int64_t trace_max = 200;
+  int64_t trace_max = 200, dedupe_window = MS_DEDUPE_WINDOW;
   mongoc_uri_t *uri;
   bson_error_t be;
   ms_err_t e;
@@ -356,6 +406,11 @@ static int l_connect(lua_State *L) {
       return luaL_error(L, "connect: opts.trace_max must be an integer >= 0");
     trace_max = (int64_t)lua_tointeger(L, -1);
   }
+  if (opt_field(L, opts, "dedupe_window") != LUA_TNIL) {
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+      return luaL_error(L, "connect: opts.dedupe_window must be an integer >= 1");
+    dedupe_window = (int64_t)lua_tointeger(L, -1);
+  }
   if (opt_field(L, opts, "wait") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400)
       return luaL_error(L, "connect: opts.wait must be a number of seconds >= 0");
@@ -383,6 +438,7 @@ static int l_connect(lua_State *L) {
   s->password = mongoc_uri_get_password(uri) ? bson_strdup(mongoc_uri_get_password(uri)) : NULL;
   s->db = bson_strdup(db);
   s->trace_max = trace_max;
+  s->dedupe_window = dedupe_window;
 
   s->pool = pool_for(uri, &be);
   if (!s->pool) {
@@ -390,7 +446,7 @@ static int l_connect(lua_State *L) {
     ms_err_set(&e, "invalid", "connect: %s", be.message);
     return push_err(L, s, &e);
   }
-  s->client = mongoc_client_pool_pop(s->pool);
+  s->client = mongoc_client_pool_pop(s->pool->pool);
   deadline = ms_now() + wait;
   /* The pool's monitor reconnects in the background; each ping waits at most
    * one attempt for a server, and the loop keeps trying until `wait` is up. */
@@ -425,8 +481,9 @@ static int l_connect(lua_State *L) {
 /* What a commit carries, converted and checked before any I/O so that bad
  * input writes nothing, not even a counter. */
 typedef struct commit_in {
-  const char *id, *definition_id, *data, *processed;
-  size_t id_len, def_len, data_len, processed_len;
+  const char *id, *definition_id, *data, *processed, *status, *parent_id;
+  size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
+  double min_fire;         /* earliest fire_at scheduled by this commit, or MS_NO_TIMER */
   int64_t old;
   int n_emits, n_spawns;
   bson_t emits;            /* array of { target_id, event } without seq */
@@ -612,6 +669,7 @@ static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
         return -1;
       }
       bson_append_double(&c->set_timers, key->str, (int)key->len, at);
+      if (at < c->min_fire) c->min_fire = at;
       lua_pop(L, 1);
     } else {
       bson_append_utf8(&c->unset_timers, key->str, (int)key->len, "", 0);
@@ -688,16 +746,31 @@ typedef struct seqs {
   int64_t outbox, spawn, trace;
 } seqs_t;
 
+/* status and parent_id, promoted from data so the listing filters on the
+ * server; every commit keeps them current. */
+static void append_promoted(bson_t *d, const commit_in_t *c) {
+  bson_append_utf8(d, "status", 6, c->status, (int)c->status_len);
+  if (c->parent_id) bson_append_utf8(d, "parent_id", 9, c->parent_id, (int)c->parent_len);
+  else bson_append_null(d, "parent_id", 9);
+}
+
 static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t *q, bson_t *u) {
-  bson_t set, push, each, spec, add;
+  bson_t set, push, each, spec, min;
   bson_append_document_begin(u, "$set", 4, &set);
   bson_append_utf8(&set, "data", 4, c->data, (int)c->data_len);
   bson_append_int64(&set, "version", 7, c->old + 1);
   if (c->old == 0) bson_append_utf8(&set, "definition_id", 13, c->definition_id, (int)c->def_len);
+  append_promoted(&set, c);
   bson_concat(&set, &c->set_timers);
   bson_append_document_end(u, &set);
+  if (c->min_fire < MS_NO_TIMER) {
+    /* never later than the earliest armed timer; the sweep raises it */
+    bson_append_document_begin(u, "$min", 4, &min);
+    bson_append_double(&min, "next_fire_at", 12, c->min_fire);
+    bson_append_document_end(u, &min);
+  }
   if (!bson_empty(&c->unset_timers)) bson_append_document(u, "$unset", 6, &c->unset_timers);
-  if (c->n_emits || c->n_spawns || c->has_trace) {
+  if (c->n_emits || c->n_spawns || c->has_trace || c->processed) {
     bson_append_document_begin(u, "$push", 5, &push);
     if (c->n_emits) {
       bson_append_document_begin(&push, "outbox", 6, &spec);
@@ -710,14 +783,18 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
       bson_append_document_end(&push, &spec);
     }
     if (c->has_trace) append_trace_push(&push, &c->trace, q->trace, s->trace_max);
+    if (c->processed) {
+      /* the dedupe mark, keeping the last dedupe_window ids: a commit never
+       * repeats an id (load_for_event saw it absent under the same CAS) */
+      bson_append_document_begin(&push, "processed", 9, &spec);
+      bson_append_array_begin(&spec, "$each", 5, &each);
+      bson_append_utf8(&each, "0", 1, c->processed, (int)c->processed_len);
+      bson_append_array_end(&spec, &each);
+      bson_append_int64(&spec, "$slice", 6, -s->dedupe_window);
+      bson_append_document_end(&push, &spec);
+    }
     bson_append_document_end(u, &push);
   }
-  if (c->processed) {
-    bson_append_document_begin(u, "$addToSet", 9, &add);
-    bson_append_utf8(&add, "processed", 9, c->processed, (int)c->processed_len);
-    bson_append_document_end(u, &add);
-  }
-  (void)each;
 }
 
 /* The first insert carries every embedded field, so later $push, $set and
@@ -729,6 +806,8 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   bson_append_utf8(d, "definition_id", 13, c->definition_id, (int)c->def_len);
   bson_append_int64(d, "version", 7, c->old + 1);
   bson_append_utf8(d, "data", 4, c->data, (int)c->data_len);
+  append_promoted(d, c);
+  bson_append_double(d, "next_fire_at", 12, c->min_fire);
   append_with_seqs(d, "outbox", &c->emits, q->outbox);
   append_with_seqs(d, "spawns", &c->spawns, q->spawn);
   bson_append_array_begin(d, "processed", 9, &arr);
@@ -844,6 +923,13 @@ static int l_commit(lua_State *L) {
     ms_err_set(&e, "invalid", "%s: version %lld is negative", doing, (long long)c.old);
     return ms_push_error(L, &e);
   }
+  c.min_fire = MS_NO_TIMER;
+  c.status = "PENDING";
+  c.status_len = 7;
+  if (lua_getfield(L, 6, "status") == LUA_TSTRING) c.status = lua_tolstring(L, -1, &c.status_len);
+  lua_pop(L, 1);
+  if (lua_getfield(L, 6, "parent_id") == LUA_TSTRING) c.parent_id = lua_tolstring(L, -1, &c.parent_len);
+  lua_pop(L, 1);
   if (lua_getfield(L, 6, "processed_event_id") != LUA_TNIL) {
     if (!(c.processed = check_id(L, -1, "commit: processed_event_id", &c.processed_len, &e)))
       return ms_push_error(L, &e);
@@ -1236,22 +1322,54 @@ static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
 static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
 
 /* store:_due_timers(now) -> { {execution_id, path, fire_at}, ... } unsorted */
+/* Raises a document's next_fire_at to its true earliest timer, only while
+ * the document is still at the version the sweep read. */
+static void raise_next_fire(ms_store_t *s, const char *id, uint32_t idlen, int64_t version, double at) {
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
+  bson_error_t be;
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_int64(&filter, "version", 7, version);
+  bson_append_document_begin(&update, "$set", 4, &set);
+  bson_append_double(&set, "next_fire_at", 12, at);
+  bson_append_document_end(&update, &set);
+  mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be); /* a miss is fine */
+  bson_destroy(&filter);
+  bson_destroy(&update);
+}
+
+/* store:_due_timers(now, limit) -> { {execution_id, path, fire_at}, ... } unsorted
+ * Reads only documents whose next_fire_at is due (index-backed), plus those a
+ * writer without next_fire_at (harel) left with timers. */
 static int l_due_timers(lua_State *L) {
   STORE_OR_CLOSED(L, s, "due_timers");
   double now = luaL_checknumber(L, 2);
-  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
+  lua_Integer limit = luaL_optinteger(L, 3, 0);
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, or, b0, b1, cond, proj, empty;
   mongoc_cursor_t *cur;
   const bson_t *doc;
   bson_error_t be;
   lua_Integer n = 0;
-  bson_append_document_begin(&filter, "timers", 6, &cond);
+  bson_append_array_begin(&filter, "$or", 3, &or);
+  bson_append_document_begin(&or, "0", 1, &b0);
+  bson_append_document_begin(&b0, "next_fire_at", 12, &cond);
+  bson_append_double(&cond, "$lte", 4, now);
+  bson_append_document_end(&b0, &cond);
+  bson_append_document_end(&or, &b0);
+  bson_append_document_begin(&or, "1", 1, &b1);
+  bson_append_null(&b1, "next_fire_at", 12);
+  bson_append_document_begin(&b1, "timers", 6, &cond);
   bson_append_bool(&cond, "$exists", 7, true);
   bson_append_document_begin(&cond, "$ne", 3, &empty);
   bson_append_document_end(&cond, &empty);
-  bson_append_document_end(&filter, &cond);
+  bson_append_document_end(&b1, &cond);
+  bson_append_document_end(&or, &b1);
+  bson_append_array_end(&filter, &or);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "timers", 6, 1);
+  bson_append_int32(&proj, "version", 7, 1);
+  bson_append_int32(&proj, "next_fire_at", 12, 1);
   bson_append_document_end(&opts, &proj);
+  if (limit > 0) bson_append_int64(&opts, "limit", 5, (int64_t)limit);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
   bson_destroy(&filter);
   bson_destroy(&opts);
@@ -1260,24 +1378,36 @@ static int l_due_timers(lua_State *L) {
     bson_iter_t it, t;
     uint32_t idlen;
     const char *id;
+    double earliest = MS_NO_TIMER, marked = -1;
+    int due = 0, has_mark = 0;
+    int64_t version = 0;
     if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
     id = bson_iter_utf8(&it, &idlen);
-    if (!bson_iter_init_find(&it, doc, "timers") || !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &t))
-      continue;
-    while (bson_iter_next(&t)) {
-      double at;
-      if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
-      at = bson_iter_as_double(&t);
-      if (!(at <= now)) continue;
-      lua_createtable(L, 0, 3);
-      lua_pushlstring(L, id, idlen);
-      lua_setfield(L, -2, "execution_id");
-      push_decoded_path(L, bson_iter_key(&t), bson_iter_key_len(&t));
-      lua_setfield(L, -2, "path");
-      lua_pushnumber(L, at);
-      lua_setfield(L, -2, "fire_at");
-      lua_rawseti(L, -2, ++n);
+    if (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) version = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, doc, "next_fire_at") && BSON_ITER_HOLDS_NUMBER(&it)) {
+      has_mark = 1;
+      marked = bson_iter_as_double(&it);
     }
+    if (bson_iter_init_find(&it, doc, "timers") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &t)) {
+      while (bson_iter_next(&t)) {
+        double at;
+        if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
+        at = bson_iter_as_double(&t);
+        if (at < earliest) earliest = at;
+        if (!(at <= now)) continue;
+        due++;
+        lua_createtable(L, 0, 3);
+        lua_pushlstring(L, id, idlen);
+        lua_setfield(L, -2, "execution_id");
+        push_decoded_path(L, bson_iter_key(&t), bson_iter_key_len(&t));
+        lua_setfield(L, -2, "path");
+        lua_pushnumber(L, at);
+        lua_setfield(L, -2, "fire_at");
+        lua_rawseti(L, -2, ++n);
+      }
+    }
+    /* nothing due here: the mark was left low by a cancel or a fired timer */
+    if (!due && version > 0 && (!has_mark || marked < earliest)) raise_next_fire(s, id, idlen, version, earliest);
   }
   if (mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
@@ -1393,7 +1523,7 @@ static int l_read_trace(lua_State *L) {
 static void store_release(ms_store_t *s) {
   if (s->exes) mongoc_collection_destroy(s->exes);
   if (s->counters) mongoc_collection_destroy(s->counters);
-  if (s->client) mongoc_client_pool_push(s->pool, s->client);
+  if (s->client) mongoc_client_pool_push(s->pool->pool, s->client);
   bson_free(s->password);
   bson_free(s->db);
   s->exes = s->counters = NULL;
