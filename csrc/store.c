@@ -1200,6 +1200,52 @@ static int l_scan(lua_State *L) {
     bson_append_utf8(&gt, "$gt", 3, a, (int)len);
     bson_append_document_end(&filter, &gt);
   }
+  /* statuses (a list) and roots_only on the promoted fields; a document a
+   * writer without them left (harel) matches too and is checked by the
+   * caller against its data */
+  if (lua_istable(L, 5) || lua_toboolean(L, 6)) {
+    bson_t and, clause, or, b0, b1, in, arr;
+    int k = 0;
+    bson_append_array_begin(&filter, "$and", 4, &and);
+    if (lua_istable(L, 5)) {
+      lua_Integer j, m = (lua_Integer)luaL_len(L, 5);
+      char kk[8];
+      snprintf(kk, sizeof kk, "%d", k++);
+      bson_append_document_begin(&and, kk, -1, &clause);
+      bson_append_array_begin(&clause, "$or", 3, &or);
+      bson_append_document_begin(&or, "0", 1, &b0);
+      bson_append_document_begin(&b0, "status", 6, &in);
+      bson_append_array_begin(&in, "$in", 3, &arr);
+      for (j = 1; j <= m; j++) {
+        char ik[24];
+        const char *ikey;
+        size_t iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik), sl;
+        const char *st;
+        lua_rawgeti(L, 5, j);
+        st = lua_tolstring(L, -1, &sl);
+        if (st) bson_append_utf8(&arr, ikey, (int)iklen, st, (int)sl);
+        lua_pop(L, 1);
+      }
+      bson_append_array_end(&in, &arr);
+      bson_append_document_end(&b0, &in);
+      bson_append_document_end(&or, &b0);
+      bson_append_document_begin(&or, "1", 1, &b1);
+      bson_append_document_begin(&b1, "status", 6, &in);
+      bson_append_bool(&in, "$exists", 7, false);
+      bson_append_document_end(&b1, &in);
+      bson_append_document_end(&or, &b1);
+      bson_append_array_end(&clause, &or);
+      bson_append_document_end(&and, &clause);
+    }
+    if (lua_toboolean(L, 6)) {
+      char kk[8];
+      snprintf(kk, sizeof kk, "%d", k++);
+      bson_append_document_begin(&and, kk, -1, &clause);
+      bson_append_null(&clause, "parent_id", 9);   /* null or absent */
+      bson_append_document_end(&and, &clause);
+    }
+    bson_append_array_end(&filter, &and);
+  }
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "version", 7, 1);
   bson_append_int32(&proj, "data", 4, 1);
@@ -1279,6 +1325,168 @@ static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const
   return 0;
 }
 
+/* Claims up to `limit` entries of array `field` (outbox or spawns) whose
+ * lease is absent or over: each is stamped { lease_until, token } by an
+ * update that matches only while it is unclaimed, so two relays never hold
+ * the same entry, and an ack carrying the token cannot remove an entry a
+ * later relay has claimed since. Pushes the claimed entries (unsorted). */
+static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
+                         const char *token, size_t toklen, const char *doing) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  ms_err_t e;
+  double now = ms_now();
+  lua_Integer n = 0;
+  char seqkey[32], leasekey[48], tokkey[48];
+  snprintf(seqkey, sizeof seqkey, "%s.seq", field);
+  snprintf(leasekey, sizeof leasekey, "%s.$.lease_until", field);
+  snprintf(tokkey, sizeof tokkey, "%s.$.token", field);
+  bson_append_document_begin(&filter, seqkey, -1, &cond);   /* index-backed: field.seq */
+  bson_append_bool(&cond, "$exists", 7, true);
+  bson_append_document_end(&filter, &cond);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, field, -1, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "limit", 5, (int64_t)limit);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  lua_newtable(L);
+  while (n < limit && mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it, arr, id_it;
+    if (!bson_iter_init_find(&id_it, doc, "_id") || !bson_iter_init_find(&it, doc, field) ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+      continue;
+    while (n < limit && bson_iter_next(&arr)) {
+      bson_iter_t f;
+      int64_t seq;
+      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, em, m, or, b0, b1, c0, c1, set, reply;
+      int ok;
+      if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f) || !bson_iter_find(&f, "seq") ||
+          !BSON_ITER_HOLDS_NUMBER(&f))
+        continue;
+      seq = bson_iter_as_int64(&f);
+      if (bson_iter_recurse(&arr, &f) && bson_iter_find(&f, "lease_until") && BSON_ITER_HOLDS_NUMBER(&f) &&
+          bson_iter_as_double(&f) > now)
+        continue;   /* someone holds it */
+      bson_append_value(&q, "_id", 3, bson_iter_value(&id_it));
+      bson_append_document_begin(&q, field, -1, &em);
+      bson_append_document_begin(&em, "$elemMatch", 10, &m);
+      bson_append_int64(&m, "seq", 3, seq);
+      bson_append_array_begin(&m, "$or", 3, &or);
+      bson_append_document_begin(&or, "0", 1, &b0);
+      bson_append_document_begin(&b0, "lease_until", 11, &c0);
+      bson_append_bool(&c0, "$exists", 7, false);
+      bson_append_document_end(&b0, &c0);
+      bson_append_document_end(&or, &b0);
+      bson_append_document_begin(&or, "1", 1, &b1);
+      bson_append_document_begin(&b1, "lease_until", 11, &c1);
+      bson_append_double(&c1, "$lte", 4, now);
+      bson_append_document_end(&b1, &c1);
+      bson_append_document_end(&or, &b1);
+      bson_append_array_end(&m, &or);
+      bson_append_document_end(&em, &m);
+      bson_append_document_end(&q, &em);
+      bson_append_document_begin(&u, "$set", 4, &set);
+      bson_append_double(&set, leasekey, -1, now + lease);
+      bson_append_utf8(&set, tokkey, -1, token, (int)toklen);
+      bson_append_document_end(&u, &set);
+      ok = mongoc_collection_update_one(s->exes, &q, &u, NULL, &reply, &be);
+      bson_destroy(&q);
+      bson_destroy(&u);
+      if (!ok) {
+        bson_destroy(&reply);
+        mongoc_cursor_destroy(cur);
+        return push_bson_err(L, s, &be, doing);
+      }
+      if (reply_count(&reply, "matchedCount") == 1) {
+        if (ms_push_bson_value(L, &arr, 1, &e)) {
+          bson_destroy(&reply);
+          mongoc_cursor_destroy(cur);
+          return push_err(L, s, &e);
+        }
+        lua_pushlstring(L, token, toklen);
+        lua_setfield(L, -2, "token");
+        lua_pushnumber(L, now + lease);
+        lua_setfield(L, -2, "lease_until");
+        lua_rawseti(L, -2, ++n);
+      }
+      bson_destroy(&reply);
+    }
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return push_bson_err(L, s, &be, doing);
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
+  lua_Integer limit = luaL_checkinteger(L, 2);
+  double lease = luaL_checknumber(L, 3);
+  size_t toklen;
+  const char *token = luaL_checklstring(L, 4, &toklen);
+  if (limit < 1 || !(lease > 0) || toklen == 0) return luaL_error(L, "%s: limit >= 1, lease > 0 and a token", doing);
+  return claim_entries(L, s, field, limit, lease, token, toklen, doing);
+}
+
+/* Gives a claimed entry back before its lease ends (a relay that could not
+ * deliver it yet), only while the claim is still the caller's. */
+static int release_entry(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
+  lua_Integer seq = luaL_checkinteger(L, 2);
+  size_t toklen;
+  const char *token = luaL_checklstring(L, 3, &toklen);
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, em, m, set;
+  bson_error_t be;
+  char leasekey[48];
+  int ok;
+  char seqkey[32];
+  snprintf(leasekey, sizeof leasekey, "%s.$.lease_until", field);
+  snprintf(seqkey, sizeof seqkey, "%s.seq", field);
+  /* field.seq first: it picks the one document (by index) the $elemMatch
+   * then pins the element in */
+  bson_append_int64(&q, seqkey, -1, (int64_t)seq);
+  bson_append_document_begin(&q, field, -1, &em);
+  bson_append_document_begin(&em, "$elemMatch", 10, &m);
+  bson_append_int64(&m, "seq", 3, (int64_t)seq);
+  bson_append_utf8(&m, "token", 5, token, (int)toklen);
+  bson_append_document_end(&em, &m);
+  bson_append_document_end(&q, &em);
+  bson_append_document_begin(&u, "$set", 4, &set);
+  bson_append_double(&set, leasekey, -1, 0.0);
+  bson_append_document_end(&u, &set);
+  ok = mongoc_collection_update_one(s->exes, &q, &u, NULL, NULL, &be);
+  bson_destroy(&q);
+  bson_destroy(&u);
+  if (!ok) return push_bson_err(L, s, &be, doing);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_release_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "release_outbox");
+  return release_entry(L, s, "outbox", "release_outbox");
+}
+
+static int l_release_spawn(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "release_spawn");
+  return release_entry(L, s, "spawns", "release_spawn");
+}
+
+/* store:_claim_outbox(limit, lease, token) / _claim_spawns(...) */
+static int l_claim_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "pending_outbox");
+  return claim_args(L, s, "outbox", "pending_outbox");
+}
+
+static int l_claim_spawns(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "pending_spawns");
+  return claim_args(L, s, "spawns", "pending_spawns");
+}
+
 /* store:_pending_outbox() -> { {seq, target_id, event = "<json>"}, ... } unsorted */
 static int l_pending_outbox(lua_State *L) {
   STORE_OR_CLOSED(L, s, "pending_outbox");
@@ -1299,6 +1507,8 @@ static int l_pending_spawns(lua_State *L) {
 static int ack(lua_State *L, const char *field, const char *doing) {
   STORE_OR_CLOSED(L, s, doing);
   lua_Integer seq = luaL_checkinteger(L, 2);
+  size_t toklen = 0;
+  const char *token = luaL_optlstring(L, 3, NULL, &toklen);
   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond;
   bson_error_t be;
   char key[32];
@@ -1308,6 +1518,7 @@ static int ack(lua_State *L, const char *field, const char *doing) {
   bson_append_document_begin(&update, "$pull", 5, &pull);
   bson_append_document_begin(&pull, field, -1, &cond);
   bson_append_int64(&cond, "seq", 3, (int64_t)seq);
+  if (token) bson_append_utf8(&cond, "token", 5, token, (int)toklen);   /* only our own claim */
   bson_append_document_end(&pull, &cond);
   bson_append_document_end(&update, &pull);
   ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
@@ -1545,6 +1756,27 @@ static int l_tostring(lua_State *L) {
   return 1;
 }
 
+/* store:stats() -> { find = n, update = n, ..., total = n, reply_bytes = n }:
+ * commands started through this store's pool (every store of the process on
+ * the same URI), from libmongoc's command monitoring. */
+static int l_stats(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "stats");
+  int i;
+  int64_t total = 0;
+  lua_createtable(L, 0, ST_N + 2);
+  for (i = 0; i < ST_N; i++) {
+    int64_t v = __atomic_load_n(&s->pool->count[i], __ATOMIC_RELAXED);
+    total += v;
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, stat_names[i]);
+  }
+  lua_pushinteger(L, (lua_Integer)total);
+  lua_setfield(L, -2, "total");
+  lua_pushinteger(L, (lua_Integer)__atomic_load_n(&s->pool->reply_bytes, __ATOMIC_RELAXED));
+  lua_setfield(L, -2, "reply_bytes");
+  return 1;
+}
+
 /* store:_info() -> { db, executions, counters, trace_max, max_bson } */
 static int l_info(lua_State *L) {
   STORE_OR_CLOSED(L, s, "info");
@@ -1559,6 +1791,8 @@ static int l_info(lua_State *L) {
   lua_setfield(L, -2, "trace_max");
   lua_pushinteger(L, (lua_Integer)s->max_bson);
   lua_setfield(L, -2, "max_bson");
+  lua_pushinteger(L, (lua_Integer)s->dedupe_window);
+  lua_setfield(L, -2, "dedupe_window");
   return 1;
 }
 
@@ -1570,7 +1804,12 @@ static const luaL_Reg store_methods[] = {
   {"_pending_outbox", l_pending_outbox},
   {"_pending_spawns", l_pending_spawns},
   {"_due_timers", l_due_timers},
+  {"_claim_outbox", l_claim_outbox},
+  {"_claim_spawns", l_claim_spawns},
+  {"release_outbox", l_release_outbox},
+  {"release_spawn", l_release_spawn},
   {"_info", l_info},
+  {"stats", l_stats},
   {"is_processed", l_is_processed},
   {"ack_outbox", l_ack_outbox},
   {"ack_spawn", l_ack_spawn},

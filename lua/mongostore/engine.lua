@@ -20,7 +20,7 @@ local function default_log(msg)
 end
 
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
---             now = mongostore.now, max_conflicts = 50, max_attempts = 100,
+--             now = mongostore.now, max_conflicts = 50, max_attempts = 100, batch = 100, lease = 30,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options", 2) end
@@ -45,6 +45,8 @@ function M.new(opts)
     on_external = opts.on_external,
     on_dead_letter = opts.on_dead_letter,
     log = opts.log or default_log,
+    batch = opts.batch or 100,  -- entries a relay pass claims
+    lease = opts.lease or 30,   -- seconds a claimed entry is this worker's
     attempts = {},          -- outbox seq -> failed deliveries in this process
     definitions = {},       -- execution id -> definition id (for the spawn relay)
   }, Engine)
@@ -175,7 +177,7 @@ end
 -- Creates each pending child (idempotently: an existing child is left as it
 -- is) and acks its entry. Returns how many entries it handled.
 function Engine:relay_spawns()
-  local entries, err = self.store:pending_spawns()
+  local entries, err = self.store:pending_spawns(self.batch, self.lease)
   if not entries then
     self.log("pending_spawns: " .. tostring(err))
     return 0
@@ -194,8 +196,10 @@ function Engine:relay_spawns()
       if ok == nil then self.log(format("spawn %s: %s", s.child_id, tostring(cerr))) end
     end
     if done then
-      self.store:ack_spawn(s.seq)
+      self.store:ack_spawn(s.seq, s.token)
       n = n + 1
+    else
+      self.store:release_spawn(s.seq, s.token)
     end
   end
   return n
@@ -208,14 +212,14 @@ function Engine:dead_letter(entry, err)
   else
     self.log(format("outbox %d: %s to %s given up: %s", entry.seq, entry.event.kind, tostring(entry.target_id), err))
   end
-  self.store:ack_outbox(entry.seq)
+  self.store:ack_outbox(entry.seq, entry.token)
 end
 
 -- Delivers each pending outbox entry (oldest first) and acks it. A target
 -- that does not exist yet (a child whose spawn is still pending) is retried
 -- on later passes, and given up after max_attempts.
 function Engine:relay_outbox()
-  local entries, err = self.store:pending_outbox()
+  local entries, err = self.store:pending_outbox(self.batch, self.lease)
   if not entries then
     self.log("pending_outbox: " .. tostring(err))
     return 0
@@ -238,10 +242,11 @@ function Engine:relay_outbox()
     end
     if ok then
       self.attempts[e.seq] = nil
-      self.store:ack_outbox(e.seq)
+      self.store:ack_outbox(e.seq, e.token)
       n = n + 1
     elseif code == "blocked" then
       -- left for the next pass, behind the entry that blocks it
+      self.store:release_outbox(e.seq, e.token)
     elseif code == "not_found" or code == "invalid" or code == "external" then
       if e.target_id ~= nil then blocked[e.target_id] = true end
       local a = (self.attempts[e.seq] or 0) + 1
@@ -249,9 +254,12 @@ function Engine:relay_outbox()
       if a >= self.max_attempts then
         self:dead_letter(e, derr)
         n = n + 1
+      else
+        self.store:release_outbox(e.seq, e.token)
       end
     else
       if e.target_id ~= nil then blocked[e.target_id] = true end
+      self.store:release_outbox(e.seq, e.token)
       self.log(format("outbox %d: %s", e.seq, tostring(derr)))
     end
   end

@@ -78,6 +78,8 @@ function Store:commit(exe, opts)
   data, err = execution.to_json(exe, old + 1)
   if not data then return invalid(doing .. ": " .. err) end
   local ok, msg, code, found = self:_commit(exe.id, exe.definition_id, old, data, {
+    status = exe.status,
+    parent_id = exe.parent_id,
     emits = emits,
     processed_event_id = opts.processed_event_id,
     timers = opts.timers,
@@ -146,10 +148,11 @@ function Store:list_executions(q)
   if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil", 2) end
   q = q or {}
   local statuses
+  local status_list
   if q.status ~= nil then
     statuses = {}
-    local list = type(q.status) == "table" and q.status or { q.status }
-    for _, s in ipairs(list) do
+    status_list = type(q.status) == "table" and q.status or { q.status }
+    for _, s in ipairs(status_list) do
       if type(s) ~= "string" then return invalid("list_executions: status must be a string or a list of strings") end
       statuses[s] = true
     end
@@ -166,9 +169,11 @@ function Store:list_executions(q)
     after = decode_cursor(q.cursor)
     if not after then return invalid("list_executions: cursor is not one this store returned") end
   end
-  local items, batch = {}, limit < 100 and 100 or limit
+  -- the filters run on the server: a batch of `limit` is the page, unless
+  -- documents without the promoted fields (harel's) had to be dropped here
+  local items, batch = {}, limit
   while true do
-    local rows, err, code = self:_scan(q.definition_id, after, batch)
+    local rows, err, code = self:_scan(q.definition_id, after, batch, statuses and status_list, q.roots_only)
     if not rows then return nil, err, code end
     for _, row in ipairs(rows) do
       after = row.id
@@ -185,9 +190,25 @@ function Store:list_executions(q)
   end
 end
 
--- store:pending_outbox() -> { { seq, target_id, event }, ... } oldest first
-function Store:pending_outbox()
-  local rows, err, code = self:_pending_outbox()
+local function check_claim(fn, limit, lease)
+  if math_type(limit) ~= "integer" or limit < 1 then error(fn .. ": limit must be an integer >= 1", 3) end
+  if lease ~= nil and (type(lease) ~= "number" or not (lease > 0)) then error(fn .. ": lease must be seconds > 0", 3) end
+end
+
+-- store:pending_outbox() -> { { seq, target_id, event }, ... } oldest first:
+-- every pending entry, claimed by nobody (for inspection and tools).
+-- store:pending_outbox(limit[, lease = 30]) claims up to limit entries for
+-- this caller: each comes with a token, no other relay gets it until the
+-- lease runs out, and ack_outbox(seq, token) removes it only while the claim
+-- is still this caller's.
+function Store:pending_outbox(limit, lease)
+  local rows, err, code
+  if limit ~= nil then
+    check_claim("pending_outbox", limit, lease)
+    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid())
+  else
+    rows, err, code = self:_pending_outbox()
+  end
   if not rows then return nil, err, code end
   for _, r in ipairs(rows) do
     local ev, eerr = execution.event_from_json(r.event)
@@ -199,18 +220,29 @@ function Store:pending_outbox()
   return rows
 end
 
--- store:pending_spawns() -> { { seq, parent_id, child_id, root_path, context }, ... }
-function Store:pending_spawns()
-  local rows, err, code = self:_pending_spawns()
+-- store:pending_spawns([limit[, lease]]) -> { { seq, parent_id, child_id, root_path, context }, ... }
+-- claimed like pending_outbox when a limit is given.
+function Store:pending_spawns(limit, lease)
+  local rows, err, code
+  if limit ~= nil then
+    check_claim("pending_spawns", limit, lease)
+    rows, err, code = self:_claim_spawns(limit, lease or 30, core.uuid())
+  else
+    rows, err, code = self:_pending_spawns()
+  end
   if not rows then return nil, err, code end
   sort(rows, function(a, b) return a.seq < b.seq end)
   return rows
 end
 
--- store:due_timers(now) -> { { execution_id, path, fire_at }, ... } by fire_at
-function Store:due_timers(now)
+-- store:due_timers(now[, limit]) -> { { execution_id, path, fire_at }, ... } by fire_at
+-- limit bounds the documents read (each may hold several due timers).
+function Store:due_timers(now, limit)
   if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds)", 2) end
-  local rows, err, code = self:_due_timers(now)
+  if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
+    error("due_timers: limit must be an integer >= 1", 2)
+  end
+  local rows, err, code = self:_due_timers(now, limit)
   if not rows then return nil, err, code end
   sort(rows, function(a, b)
     if a.fire_at ~= b.fire_at then return a.fire_at < b.fire_at end

@@ -7,7 +7,10 @@ local ms = require "mongostore"
 local helper = require "helper"
 local raw = require "store.rawdb"
 
-local DOC_FIELDS = { "_id", "data", "definition_id", "outbox", "processed", "spawns", "timers", "trace", "version" }
+-- The seed's fields, plus what the store promotes for its indexes: status and
+-- parent_id (listing) and next_fire_at (the timer sweep).
+local DOC_FIELDS = { "_id", "data", "definition_id", "next_fire_at", "outbox", "parent_id", "processed", "spawns",
+                     "status", "timers", "trace", "version" }
 local DATA_FIELDS = {
   "active_path", "child_id", "children", "context", "created_at", "deferred", "definition_fqn",
   "definition_id", "error", "expires_at", "finished_at", "history", "id", "invoke_seq", "outcome",
@@ -589,6 +592,9 @@ function TestCommit:test_first_commit_seeds_every_embedded_field()
   lu.assertEquals(#doc.spawns, 1)
   lu.assertEquals(doc.processed, { "e0" })
   lu.assertEquals(doc.timers, { Wait = 20.0 })
+  lu.assertEquals(doc.next_fire_at, 20.0)
+  lu.assertEquals(doc.status, "PENDING")
+  lu.assertEquals(doc.parent_id, ms.null)
   lu.assertEquals(#doc.trace, 1)
   lu.assertEquals(doc.trace[1].index, 0)
   lu.assertEquals(doc.trace[1].event, "start")

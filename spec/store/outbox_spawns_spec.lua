@@ -220,15 +220,29 @@ function TestOutbox:test_dedupe_marks()
   lu.assertTrue(self.store:is_processed(exe.id, "evt-1"))
   lu.assertFalse(self.store:is_processed(exe.id, "evt-2"))
   lu.assertTrue(self.store:commit(exe, { processed_event_id = "evt-2" }))
-  lu.assertTrue(self.store:commit(exe, { processed_event_id = "evt-1" }))   -- a redelivery
   lu.assertTrue(self.store:is_processed(exe.id, "evt-1"))
   lu.assertTrue(self.store:is_processed(exe.id, "evt-2"))
   lu.assertFalse(self.store:is_processed(exe.id, "evt-3"))
   local doc = raw.doc(self.db, exe.id)
-  lu.assertEquals(doc.processed, { "evt-1", "evt-2" }, "the dedupe set holds each id once")
+  lu.assertEquals(doc.processed, { "evt-1", "evt-2" }, "the dedupe marks in the order handled")
   local _, p1 = self.store:load_for_event(exe.id, "evt-2")
   lu.assertTrue(p1)
-  lu.assertEquals(exe.version, 3)
+  lu.assertEquals(exe.version, 2)
+end
+
+-- processed keeps the last dedupe_window ids: the redelivery horizon.
+function TestOutbox:test_dedupe_window_keeps_the_last_ids()
+  local store = helper.connect{ db = self.db, dedupe_window = 3 }
+  lu.assertEquals(store:info().dedupe_window, 3)
+  local exe = new_exe()
+  for i = 1, 5 do lu.assertTrue(store:commit(exe, { processed_event_id = "w-" .. i })) end
+  lu.assertEquals(raw.doc(self.db, exe.id).processed, { "w-3", "w-4", "w-5" })
+  lu.assertFalse(store:is_processed(exe.id, "w-2"))
+  lu.assertTrue(store:is_processed(exe.id, "w-3"))
+  local _, seen = store:load_for_event(exe.id, "w-5")
+  lu.assertTrue(seen)
+  lu.assertEquals(self.store:info().dedupe_window, 1000)
+  store:close()
 end
 
 function TestOutbox:test_commit_with_outbox_dedupe_and_state_together()
