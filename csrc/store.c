@@ -1325,11 +1325,34 @@ static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const
   return 0;
 }
 
-/* Claims up to `limit` entries of array `field` (outbox or spawns) whose
- * lease is absent or over: each is stamped { lease_until, token } by an
- * update that matches only while it is unclaimed, so two relays never hold
- * the same entry, and an ack carrying the token cannot remove an entry a
- * later relay has claimed since. Pushes the claimed entries (unsorted). */
+/* Appends { $or: [ { <claim>: { $exists: false } }, { <claim>.until: { $lte: now } } ] }
+ * under key "$or" of d: the document is claimed by nobody, or the lease ran out. */
+static void append_unclaimed(bson_t *d, const char *claim, double now) {
+  bson_t or, b0, b1, c0, c1;
+  char until[48];
+  snprintf(until, sizeof until, "%s.until", claim);
+  bson_append_array_begin(d, "$or", 3, &or);
+  bson_append_document_begin(&or, "0", 1, &b0);
+  bson_append_document_begin(&b0, claim, -1, &c0);
+  bson_append_bool(&c0, "$exists", 7, false);
+  bson_append_document_end(&b0, &c0);
+  bson_append_document_end(&or, &b0);
+  bson_append_document_begin(&or, "1", 1, &b1);
+  bson_append_document_begin(&b1, until, -1, &c1);
+  bson_append_double(&c1, "$lte", 4, now);
+  bson_append_document_end(&b1, &c1);
+  bson_append_document_end(&or, &b1);
+  bson_append_array_end(d, &or);
+}
+
+/* Claims the pending entries of array `field` (outbox or spawns) a document
+ * at a time, until at least `limit` are held: the document is stamped
+ * <field>_claim = { until, token } by an update that matches only while it is
+ * unclaimed (or its lease ran out), and returns the entries as they are then.
+ * One relay therefore holds all of one source's entries and delivers them in
+ * seq order; an ack or a release carrying the token does nothing once a later
+ * relay has claimed the document. Pushes the entries, each with token,
+ * lease_until and source_id (unsorted). */
 static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
                          const char *token, size_t toklen, const char *doing) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj;
@@ -1339,15 +1362,15 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   ms_err_t e;
   double now = ms_now();
   lua_Integer n = 0;
-  char seqkey[32], leasekey[48], tokkey[48];
+  char seqkey[32], claim[32];
   snprintf(seqkey, sizeof seqkey, "%s.seq", field);
-  snprintf(leasekey, sizeof leasekey, "%s.$.lease_until", field);
-  snprintf(tokkey, sizeof tokkey, "%s.$.token", field);
+  snprintf(claim, sizeof claim, "%s_claim", field);
   bson_append_document_begin(&filter, seqkey, -1, &cond);   /* index-backed: field.seq */
   bson_append_bool(&cond, "$exists", 7, true);
   bson_append_document_end(&filter, &cond);
+  append_unclaimed(&filter, claim, now);
   bson_append_document_begin(&opts, "projection", 10, &proj);
-  bson_append_int32(&proj, field, -1, 1);
+  bson_append_int32(&proj, "_id", 3, 1);
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "limit", 5, (int64_t)limit);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -1355,54 +1378,43 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   bson_destroy(&opts);
   lua_newtable(L);
   while (n < limit && mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t it, arr, id_it;
-    if (!bson_iter_init_find(&id_it, doc, "_id") || !bson_iter_init_find(&it, doc, field) ||
-        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
-      continue;
-    while (n < limit && bson_iter_next(&arr)) {
-      bson_iter_t f;
-      int64_t seq;
-      bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, em, m, or, b0, b1, c0, c1, set, reply;
-      int ok;
-      if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f) || !bson_iter_find(&f, "seq") ||
-          !BSON_ITER_HOLDS_NUMBER(&f))
-        continue;
-      seq = bson_iter_as_int64(&f);
-      if (bson_iter_recurse(&arr, &f) && bson_iter_find(&f, "lease_until") && BSON_ITER_HOLDS_NUMBER(&f) &&
-          bson_iter_as_double(&f) > now)
-        continue;   /* someone holds it */
-      bson_append_value(&q, "_id", 3, bson_iter_value(&id_it));
-      bson_append_document_begin(&q, field, -1, &em);
-      bson_append_document_begin(&em, "$elemMatch", 10, &m);
-      bson_append_int64(&m, "seq", 3, seq);
-      bson_append_array_begin(&m, "$or", 3, &or);
-      bson_append_document_begin(&or, "0", 1, &b0);
-      bson_append_document_begin(&b0, "lease_until", 11, &c0);
-      bson_append_bool(&c0, "$exists", 7, false);
-      bson_append_document_end(&b0, &c0);
-      bson_append_document_end(&or, &b0);
-      bson_append_document_begin(&or, "1", 1, &b1);
-      bson_append_document_begin(&b1, "lease_until", 11, &c1);
-      bson_append_double(&c1, "$lte", 4, now);
-      bson_append_document_end(&b1, &c1);
-      bson_append_document_end(&or, &b1);
-      bson_append_array_end(&m, &or);
-      bson_append_document_end(&em, &m);
-      bson_append_document_end(&q, &em);
-      bson_append_document_begin(&u, "$set", 4, &set);
-      bson_append_double(&set, leasekey, -1, now + lease);
-      bson_append_utf8(&set, tokkey, -1, token, (int)toklen);
-      bson_append_document_end(&u, &set);
-      ok = mongoc_collection_update_one(s->exes, &q, &u, NULL, &reply, &be);
-      bson_destroy(&q);
-      bson_destroy(&u);
-      if (!ok) {
-        bson_destroy(&reply);
-        mongoc_cursor_destroy(cur);
-        return push_bson_err(L, s, &be, doing);
-      }
-      if (reply_count(&reply, "matchedCount") == 1) {
-        if (ms_push_bson_value(L, &arr, 1, &e)) {
+    bson_iter_t id_it, it, arr;
+    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, stamp, fields = BSON_INITIALIZER, reply;
+    mongoc_find_and_modify_opts_t *fam;
+    int ok;
+    if (!bson_iter_init_find(&id_it, doc, "_id")) continue;
+    bson_append_value(&q, "_id", 3, bson_iter_value(&id_it));
+    append_unclaimed(&q, claim, now);
+    bson_append_document_begin(&u, "$set", 4, &set);
+    bson_append_document_begin(&set, claim, -1, &stamp);
+    bson_append_double(&stamp, "until", 5, now + lease);
+    bson_append_utf8(&stamp, "token", 5, token, (int)toklen);
+    bson_append_document_end(&set, &stamp);
+    bson_append_document_end(&u, &set);
+    bson_append_int32(&fields, field, -1, 1);
+    fam = mongoc_find_and_modify_opts_new();
+    mongoc_find_and_modify_opts_set_update(fam, &u);
+    mongoc_find_and_modify_opts_set_fields(fam, &fields);
+    mongoc_find_and_modify_opts_set_flags(fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+    ok = mongoc_collection_find_and_modify_with_opts(s->exes, &q, fam, &reply, &be);
+    mongoc_find_and_modify_opts_destroy(fam);
+    bson_destroy(&q);
+    bson_destroy(&u);
+    bson_destroy(&fields);
+    if (!ok) {
+      bson_destroy(&reply);
+      mongoc_cursor_destroy(cur);
+      return push_bson_err(L, s, &be, doing);
+    }
+    /* value is null when another relay claimed it first */
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value", &it) &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &arr) && bson_iter_find(&arr, field) &&
+        BSON_ITER_HOLDS_ARRAY(&arr)) {
+      bson_iter_t entries;
+      bson_iter_recurse(&arr, &entries);
+      while (bson_iter_next(&entries)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&entries)) continue;
+        if (ms_push_bson_value(L, &entries, 1, &e)) {
           bson_destroy(&reply);
           mongoc_cursor_destroy(cur);
           return push_err(L, s, &e);
@@ -1411,10 +1423,16 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
         lua_setfield(L, -2, "token");
         lua_pushnumber(L, now + lease);
         lua_setfield(L, -2, "lease_until");
+        if (BSON_ITER_HOLDS_UTF8(&id_it)) {
+          uint32_t idl;
+          const char *idv = bson_iter_utf8(&id_it, &idl);
+          lua_pushlstring(L, idv, idl);
+          lua_setfield(L, -2, "source_id");
+        }
         lua_rawseti(L, -2, ++n);
       }
-      bson_destroy(&reply);
     }
+    bson_destroy(&reply);
   }
   if (mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
@@ -1433,30 +1451,25 @@ static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char
   return claim_entries(L, s, field, limit, lease, token, toklen, doing);
 }
 
-/* Gives a claimed entry back before its lease ends (a relay that could not
- * deliver it yet), only while the claim is still the caller's. */
+/* Gives a claimed document's entries back before the lease ends (a relay
+ * that is done with them, or could not deliver them yet), only while the
+ * claim is still the caller's. */
 static int release_entry(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
-  lua_Integer seq = luaL_checkinteger(L, 2);
-  size_t toklen;
+  size_t idlen, toklen;
+  ms_err_t e;
+  const char *id = check_id(L, 2, "release: source_id", &idlen, &e);
   const char *token = luaL_checklstring(L, 3, &toklen);
-  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, em, m, set;
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
   bson_error_t be;
-  char leasekey[48];
+  char tokkey[48], untilkey[48];
   int ok;
-  char seqkey[32];
-  snprintf(leasekey, sizeof leasekey, "%s.$.lease_until", field);
-  snprintf(seqkey, sizeof seqkey, "%s.seq", field);
-  /* field.seq first: it picks the one document (by index) the $elemMatch
-   * then pins the element in */
-  bson_append_int64(&q, seqkey, -1, (int64_t)seq);
-  bson_append_document_begin(&q, field, -1, &em);
-  bson_append_document_begin(&em, "$elemMatch", 10, &m);
-  bson_append_int64(&m, "seq", 3, (int64_t)seq);
-  bson_append_utf8(&m, "token", 5, token, (int)toklen);
-  bson_append_document_end(&em, &m);
-  bson_append_document_end(&q, &em);
+  if (!id) return ms_push_error(L, &e);
+  snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
+  snprintf(untilkey, sizeof untilkey, "%s_claim.until", field);
+  bson_append_utf8(&q, "_id", 3, id, (int)idlen);
+  bson_append_utf8(&q, tokkey, -1, token, (int)toklen);
   bson_append_document_begin(&u, "$set", 4, &set);
-  bson_append_double(&set, leasekey, -1, 0.0);
+  bson_append_double(&set, untilkey, -1, 0.0);
   bson_append_document_end(&u, &set);
   ok = mongoc_collection_update_one(s->exes, &q, &u, NULL, NULL, &be);
   bson_destroy(&q);
@@ -1515,10 +1528,15 @@ static int ack(lua_State *L, const char *field, const char *doing) {
   int ok;
   snprintf(key, sizeof key, "%s.seq", field);
   bson_append_int64(&filter, key, -1, (int64_t)seq);
+  if (token) {
+    /* only while the document is still claimed by the caller */
+    char tokkey[48];
+    snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
+    bson_append_utf8(&filter, tokkey, -1, token, (int)toklen);
+  }
   bson_append_document_begin(&update, "$pull", 5, &pull);
   bson_append_document_begin(&pull, field, -1, &cond);
   bson_append_int64(&cond, "seq", 3, (int64_t)seq);
-  if (token) bson_append_utf8(&cond, "token", 5, token, (int)toklen);   /* only our own claim */
   bson_append_document_end(&pull, &cond);
   bson_append_document_end(&update, &pull);
   ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);

@@ -20,7 +20,7 @@ local function default_log(msg)
 end
 
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
---             now = mongostore.now, max_conflicts = 50, max_attempts = 100, batch = 100, lease = 30,
+--             now = mongostore.now, max_conflicts = 50, max_attempts = 100, batch = 100, lease = 10,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options", 2) end
@@ -46,7 +46,7 @@ function M.new(opts)
     on_dead_letter = opts.on_dead_letter,
     log = opts.log or default_log,
     batch = opts.batch or 100,  -- entries a relay pass claims
-    lease = opts.lease or 30,   -- seconds a claimed entry is this worker's
+    lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
     attempts = {},          -- outbox seq -> failed deliveries in this process
     definitions = {},       -- execution id -> definition id (for the spawn relay)
   }, Engine)
@@ -174,6 +174,18 @@ function Engine:definition_of(id)
   return d
 end
 
+-- Gives back the documents a pass claimed, so what was queued on them since
+-- (or could not be delivered yet) is claimable at once, not after the lease.
+local function release_claims(entries, release)
+  local done = {}
+  for _, e in ipairs(entries) do
+    if e.source_id and e.token and not done[e.source_id] then
+      done[e.source_id] = true
+      release(e.source_id, e.token)
+    end
+  end
+end
+
 -- Creates each pending child (idempotently: an existing child is left as it
 -- is) and acks its entry. Returns how many entries it handled.
 function Engine:relay_spawns()
@@ -198,10 +210,9 @@ function Engine:relay_spawns()
     if done then
       self.store:ack_spawn(s.seq, s.token)
       n = n + 1
-    else
-      self.store:release_spawn(s.seq, s.token)
     end
   end
+  release_claims(entries, function(id, token) self.store:release_spawn(id, token) end)
   return n
 end
 
@@ -246,7 +257,6 @@ function Engine:relay_outbox()
       n = n + 1
     elseif code == "blocked" then
       -- left for the next pass, behind the entry that blocks it
-      self.store:release_outbox(e.seq, e.token)
     elseif code == "not_found" or code == "invalid" or code == "external" then
       if e.target_id ~= nil then blocked[e.target_id] = true end
       local a = (self.attempts[e.seq] or 0) + 1
@@ -254,15 +264,13 @@ function Engine:relay_outbox()
       if a >= self.max_attempts then
         self:dead_letter(e, derr)
         n = n + 1
-      else
-        self.store:release_outbox(e.seq, e.token)
       end
     else
       if e.target_id ~= nil then blocked[e.target_id] = true end
-      self.store:release_outbox(e.seq, e.token)
       self.log(format("outbox %d: %s", e.seq, tostring(derr)))
     end
   end
+  release_claims(entries, function(id, token) self.store:release_outbox(id, token) end)
   return n
 end
 

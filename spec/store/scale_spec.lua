@@ -114,28 +114,29 @@ function TestScale:test_a_delivered_event_costs_two_round_trips()
 end
 
 function TestScale:test_claimed_entries_go_to_one_relay_at_a_time()
-  local exe = new_exe("c-1")
-  local emits = {}
-  for i = 1, 6 do emits[i] = { target_id = "t", event = { id = "ev-" .. i, kind = "K" } } end
-  lu.assertTrue(self.store:commit(exe, { emits = emits }))
+  -- two sources with three entries each: a relay claims a source's entries together
+  for _, id in ipairs { "c-a", "c-b" } do
+    local emits = {}
+    for i = 1, 3 do emits[i] = { target_id = "t", event = { id = id .. "-ev-" .. i, kind = "K" } } end
+    lu.assertTrue(self.store:commit(new_exe(id), { emits = emits }))
+  end
   local other = helper.connect{ db = self.db }
-  local a = self.store:pending_outbox(4, 30)
-  local b = other:pending_outbox(4, 30)
-  lu.assertEquals(#a, 4)
-  lu.assertEquals(#b, 2, "the second relay gets only what the first did not claim")
-  local seen = {}
-  for _, e in ipairs(a) do seen[e.seq] = "a" end
-  for _, e in ipairs(b) do lu.assertNil(seen[e.seq]) end
-  lu.assertEquals(#other:pending_outbox(4, 30), 0, "all claimed")
+  local a = self.store:pending_outbox(2, 30)
+  local b = other:pending_outbox(2, 30)
+  lu.assertEquals(#a, 3, "a whole source")
+  lu.assertEquals(#b, 3, "the other source")
+  lu.assertNotEquals(a[1].source_id, b[1].source_id)
+  for i = 2, 3 do lu.assertTrue(a[i].seq > a[i - 1].seq) lu.assertEquals(a[i].source_id, a[1].source_id) end
+  lu.assertEquals(#other:pending_outbox(10, 30), 0, "all claimed")
   -- a token that is not the claim's removes nothing
   lu.assertTrue(other:ack_outbox(a[1].seq, b[1].token))
   lu.assertEquals(#self.store:pending_outbox(), 6)
   lu.assertTrue(self.store:ack_outbox(a[1].seq, a[1].token))
   lu.assertEquals(#self.store:pending_outbox(), 5)
-  -- given back, an entry is claimable again at once
-  lu.assertTrue(self.store:release_outbox(a[2].seq, a[2].token))
+  -- given back, the source's remaining entries are claimable again at once
+  lu.assertTrue(self.store:release_outbox(a[1].source_id, a[1].token))
   local again = other:pending_outbox(10, 30)
-  lu.assertEquals(#again, 1)
+  lu.assertEquals(#again, 2)
   lu.assertEquals(again[1].seq, a[2].seq)
   lu.assertEquals(again[1].event.id, a[2].event.id)
   other:close()
