@@ -42,7 +42,7 @@ build/asan/lua: tools/sanitized-lua.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -Wall -Wextra -Werror -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS) -lm -ldl
 
-.PHONY: all jit deps test test-only asan-test valgrind-test clean demo
+.PHONY: all jit bench deps test test-only asan-test valgrind-test clean demo
 all: mongostore/core.so
 
 deps:
@@ -64,6 +64,11 @@ asan-test: deps
 valgrind-test: deps
 	@$(MAKE) --no-print-directory mongostore/core.so
 	@tools/with-server tools/run-suites valgrind
+
+# Issue 5's benchmarks (bench/RESULTS.md); BENCH_ARGS=--quick for a ~3-minute
+# run. Never part of `make test`.
+bench: deps
+	@bench/run.sh $(BENCH_ARGS)
 
 demo: deps mongostore/core.so
 	@tools/with-server $(LUA) examples/order.lua

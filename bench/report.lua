@@ -1,0 +1,336 @@
+-- bench/report.lua - turns the RESULT lines of one bench/run.sh run into
+-- tables: prints the summary (with its ratios) and writes the whole report
+-- as Markdown.
+--
+-- usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date>
+--
+-- Every figure comes from the results file of the same run; a figure that
+-- is missing reads n/a. A target of issue 5 is marked "yes" only when the
+-- measured figure meets it; when it could not be measured it says so.
+local results_path, md_path, mode, command, server, date = table.unpack(arg, 1, 6)
+if not date then
+  io.stderr:write("usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date>\n")
+  os.exit(2)
+end
+
+local format, concat = string.format, table.concat
+
+local R = {}
+for line in io.lines(results_path) do
+  local key, val = line:match("^RESULT (%S+) (.*)$")
+  if key then R[key] = val end
+end
+
+local function num(key)
+  return tonumber(R[key])
+end
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>/dev/null")
+  if not p then return "" end
+  local s = p:read("a") or ""
+  p:close()
+  return (s:gsub("%s+$", ""))
+end
+
+local function f0(v) return v and format("%.0f", v) or "n/a" end
+local function f1(v) return v and format("%.1f", v) or "n/a" end
+local function f2(v) return v and format("%.2f", v) or "n/a" end
+local function ratio(a, b) return (a and b and b > 0) and a / b or nil end
+local function x(v) return v and format("%.2fx", v) or "n/a" end
+local function with_commas(n)
+  local s = tostring(math.floor(n))
+  repeat
+    local k
+    s, k = s:gsub("^(%d+)(%d%d%d)", "%1,%2")
+  until k == 0
+  return s
+end
+
+local out = {}
+local function w(...) out[#out + 1] = format(...) end
+
+local function table_md(head, rows)
+  w("| %s |", concat(head, " | "))
+  local sep = {}
+  for i = 1, #head do sep[i] = "---" end
+  w("| %s |", concat(sep, " | "))
+  for _, r in ipairs(rows) do
+    local cells = {}
+    for i = 1, #head do cells[i] = tostring(r[i] == nil and "n/a" or r[i]) end
+    w("| %s |", concat(cells, " | "))
+  end
+  w("")
+end
+
+------------------------------------------------------------------------
+-- The figures the summary compares.
+
+local ms1, ms4, h1, h4 = num("ms1.eps"), num("ms4.eps"), num("h1.eps"), num("h4.eps")
+local limit = num("raw.limit_eps")
+local rt1, rt4 = num("ms1.rt_per_event"), num("ms4.rt_per_event")
+local points = {}
+for key, val in pairs(R) do
+  local p = key:match("^lat%.commit%.p(%d+)%.median_us$")
+  if p then points[#points + 1] = { p = tonumber(p), v = tonumber(val), raw = val } end
+end
+table.sort(points, function(a, b) return a.p < b.p end)
+local lat = {}
+for _, pt in ipairs(points) do lat[pt.p] = pt end
+local first = lat[1] and lat[1].v
+local far = lat[100000]
+local scales = {}
+do
+  local seen = {}
+  for key in pairs(R) do
+    local n = key:match("^lat%.scale%.(%d+)%.")
+    if n and not seen[n] then seen[n] = true scales[#scales + 1] = tonumber(n) end
+  end
+  table.sort(scales)
+end
+
+local function verdict(ok, unmeasured)
+  if unmeasured then return unmeasured end
+  return ok and "yes" or "no"
+end
+
+local r_h1, r_h4, r_lim = ratio(ms1, h1), ratio(ms4, h4), ratio(ms1, limit)
+local lat_ratio = far and far.v and first and far.v / first or nil
+local lat_cell, lat_verdict
+-- the furthest point this run measured, for the cell when 100,000 is missing
+local last_pt
+for _, pt in ipairs(points) do if pt.v and pt.p > 1 then last_pt = pt end end
+local so_far = last_pt and first and format("; at event %s: %s us = %s", with_commas(last_pt.p), f0(last_pt.v),
+  x(last_pt.v / first)) or ""
+if not far then
+  lat_cell = format("%s us / not measured%s", f0(first), so_far)
+  lat_verdict = "not measured (this run's last point is event " ..
+    (points[#points] and with_commas(points[#points].p) or "?") .. ")"
+elseif not far.v then
+  lat_cell = format("%s us / not reached (stopped at event %s after %s s; last 200 commits: median %s us)%s", f0(first),
+    R["lat.commit.reached"] or "?", R["lat.commit.elapsed_s"] or "?", R["lat.commit.tail_median_us"] or "?", so_far)
+  lat_verdict = "not measured (not reached within the budget)"
+else
+  lat_cell = format("%s us / %s us = %s", f0(first), f0(far.v), x(lat_ratio))
+  lat_verdict = verdict(lat_ratio <= 1.2)
+end
+
+local rt_all
+do
+  local c, e = num("ms1.commands"), num("ms1.events")
+  local c4, e4 = num("ms4.commands"), num("ms4.events")
+  if c and e and c4 and e4 then rt_all = (c + c4) / (e + e4) end
+end
+
+-- Bytes shipped by the sweep/relay/listing calls: smallest vs largest scale.
+local function growth(op)
+  local lo, hi = scales[1], scales[#scales]
+  if not lo or lo == hi then return nil end
+  local a, b = num(format("lat.scale.%d.%s.bytes", lo, op)), num(format("lat.scale.%d.%s.bytes", hi, op))
+  if not (a and b) then return nil end
+  return a, b
+end
+local ship_rows, ship_ok, ship_measured = {}, true, true
+for _, op in ipairs { "due_timers", "pending_outbox", "pending_spawns", "list_page", "list_failed" } do
+  local a, b = growth(op)
+  if a then
+    ship_rows[#ship_rows + 1] = format("%s %s->%s", op, f0(a), f0(b))
+    if b > a * 1.2 + 1024 then ship_ok = false end
+  else
+    ship_measured = false
+  end
+end
+
+------------------------------------------------------------------------
+-- The Markdown.
+
+local n_exec = R["ms1.executions"] or "?"
+w("# mongostore benchmarks")
+w("")
+w("Issue 5's benchmarks, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,", mode)
+w("against one server, with the implementations side by side; nothing is carried over from other runs.")
+w("")
+w("- command: `%s`", command)
+w("- date: %s", date)
+w("- machine: %s CPUs (`nproc`), kernel %s", sh("nproc"), sh("uname -srm"))
+w("- server: %s", server)
+w("- mongostore: commit %s%s", sh("git -C '" .. (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/..' rev-parse --short HEAD"),
+  sh("git -C '" .. (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/..' status --porcelain -- csrc lua | grep -q . && echo ' plus uncommitted changes in csrc/ or lua/'"))
+w("- load average (1, 5, 15 min) when the measured round started: %s; when it ended: %s (the machine may be shared)",
+  R["meta.loadavg_start"] or "?", R["meta.loadavg_end"] or "?")
+w("- harel: 0.9.0, its `DurableRunner` (execution=\"%s\") over its own `MongoStore` (pymongo 4.10.1)", R["h1.mode"] or "?")
+w("")
+w("```")
+w("$ free -g")
+w("%s", sh("free -g"))
+w("```")
+w("")
+w("## Summary")
+w("")
+do
+  local failed = {}
+  for key, val in pairs(R) do
+    if key:match("^meta%.failed%.") then failed[#failed + 1] = val end
+  end
+  table.sort(failed)
+  if #failed > 0 then
+    w("**Failed in this run** (their figures read n/a): %s.", concat(failed, "; "))
+    w("")
+  end
+end
+table_md({ "measure", "measured", "issue 5 target", "met" }, {
+  { "events/s, 1 worker process: mongostore / harel", format("%s / %s = %s", f0(ms1), f0(h1), x(r_h1)), ">= 5x",
+    verdict(r_h1 and r_h1 >= 5, not r_h1 and "not measured") },
+  { "events/s, 4 worker processes: mongostore / harel", format("%s / %s = %s", f0(ms4), f0(h4), x(r_h4)), ">= 5x",
+    verdict(r_h4 and r_h4 >= 5, not r_h4 and "not measured") },
+  { "1 worker / raw two-round-trip limit", format("%s / %s = %s", f0(ms1), f0(limit), r_lim and format("%.0f%%", r_lim * 100) or "n/a"),
+    ">= 80%", verdict(r_lim and r_lim >= 0.8, not r_lim and "not measured") },
+  { "round trips per delivered event (1 and 4 workers)",
+    (rt1 or rt4) and format("%s, %s", f2(rt1), f2(rt4)) or "n/a (store:stats() not available)", "<= 2.2",
+    verdict(rt_all and rt_all <= 2.2, not rt_all and "not measured (no store:stats())") },
+  { "commit latency, 1st vs 100,000th event", lat_cell, "within 20%", lat_verdict },
+  { "bytes shipped by sweep/relays/listing, " .. (scales[1] and with_commas(scales[1]) or "?") .. " -> " ..
+      (scales[#scales] and with_commas(scales[#scales]) or "?") .. " executions",
+    ship_measured and #ship_rows > 0 and concat(ship_rows, "; ") or "n/a (store:stats() gives no byte counts)",
+    "does not grow", verdict(ship_ok, not (ship_measured and #ship_rows > 0) and "not measured") },
+})
+w("\"met\" is yes only when the figure of this run meets the target (bytes: within 20%% + 1 KiB of the smallest scale).")
+w("harel's events/s depends on how many executions the collection holds (see Events/s); the ratios hold for %s",
+  R["ms1.executions"] or "?")
+w("executions.")
+w("")
+
+w("## Events/s")
+w("")
+w("%s executions x 2 events on a flat chart (Start reaches `Waiting`, then `Go` reaches the final `Done`), trace off;",
+  n_exec)
+w("each worker is its own OS process with its share of the executions. Events/s = events / wall time from the")
+w("earliest worker start to the latest worker end (connecting excluded). mongostore: `engine:start` + `engine:send`;")
+w("harel: `DurableRunner.create` + `DurableRunner.process` (which also runs harel's relay pass after each call).")
+w("Each side starts from an empty database. harel's `process` runs its relay pass after every call, and")
+w("its MongoStore finds pending outbox and spawn entries by scanning the collection, so harel's events/s falls as")
+w("the collection grows: the two sides are compared at the same number of executions only.")
+w("")
+local rows = {}
+for _, k in ipairs { 1, 4 } do
+  local m, h = "ms" .. k, "h" .. k
+  rows[#rows + 1] = { k, R[m .. ".executions"], R[m .. ".events"], f0(num(m .. ".eps")), f2(num(m .. ".wall_s")),
+    f0(num(h .. ".eps")), f2(num(h .. ".wall_s")), x(ratio(num(m .. ".eps"), num(h .. ".eps"))) }
+end
+table_md({ "workers", "executions", "events", "mongostore events/s", "mongostore wall s", "harel events/s",
+  "harel wall s", "mongostore / harel" }, rows)
+
+w("## One worker against the raw two-round-trip limit")
+w("")
+w("`bench/raw_limit.c`: libmongoc alone on one execution-shaped document (a ~300-byte `data` string), %s iterations",
+  R["raw.iterations"] or "?")
+w("of each operation after warm-up. The limit is 1e6 / (find + CAS) events/s: one load and one commit per event.")
+w("")
+table_md({ "ping us", "projected find us", "CAS update_one us", "find + CAS loop us (ops/s)", "limit events/s",
+  "mongostore, 1 worker", "ratio" }, {
+  { f1(num("raw.ping_us")), f1(num("raw.find_us")), f1(num("raw.cas_us")),
+    format("%s (%s)", f1(num("raw.pair_us")), f0(num("raw.pair_ops"))), f0(limit), f0(ms1),
+    r_lim and format("%.0f%%", r_lim * 100) or "n/a" },
+})
+
+w("## Round trips per delivered event")
+w("")
+if R["ms1.commands"] and R["ms1.commands"] ~= "n/a" then
+  w("Commands counted by `store:stats()` (libmongoc command monitoring) while the workers ran, divided by the events.")
+  w("")
+  local names, seen = {}, {}
+  for key in pairs(R) do
+    local name = key:match("^ms[14]%.cmd%.(.+)$")
+    if name and not seen[name] then seen[name] = true names[#names + 1] = name end
+  end
+  table.sort(names)
+  local rows2 = {}
+  for _, k in ipairs { 1, 4 } do
+    local m = "ms" .. k
+    local parts = {}
+    for _, name in ipairs(names) do
+      local c = num(m .. ".cmd." .. name)
+      if c then parts[#parts + 1] = format("%s %.2f", name, c / num(m .. ".events")) end
+    end
+    rows2[#rows2 + 1] = { k, R[m .. ".commands"], R[m .. ".events"], f2(num(m .. ".rt_per_event")), concat(parts, ", ") }
+  end
+  table_md({ "workers", "commands", "events", "per event", "per event, by command" }, rows2)
+else
+  w("n/a: this build of mongostore has no `store:stats()`, so the commands could not be counted.")
+  w("")
+end
+
+w("## Commit latency as one execution's history grows")
+w("")
+w("`store:commit` of one execution with a fresh `processed_event_id` each time (so the dedupe mark is written, as for")
+w("every delivered event); median of the 200 commits around each point. The run stops after %s s; a point it",
+  R["meta.commit_budget_s"] or "?")
+w("does not reach by then reads \"not reached\".")
+w("")
+local rows3 = {}
+for _, pt in ipairs(points) do
+  rows3[#rows3 + 1] = { with_commas(pt.p), pt.v and f0(pt.v) or "not reached",
+    pt.v and first and x(pt.v / first) or "n/a" }
+end
+table_md({ "event", "median us", "vs 1st" }, rows3)
+w("The run committed %s events in %s s; the median of its last 200 commits was %s us.",
+  R["lat.commit.reached"] or "?", R["lat.commit.elapsed_s"] or "?", R["lat.commit.tail_median_us"] or "?")
+w("")
+
+w("## Sweeps, relays and listing with many executions")
+w("")
+w("The executions are clones of documents mongostore wrote (half RUNNING with a timer far in the future, half DONE,")
+w("1%% FAILED), inserted in bulk; besides them 10 timers are due, 10 outbox entries and 10 spawns are pending at")
+w("every scale.")
+w("Each call: median of up to %s calls (fewer once %s s are spent on one call); rows = what the call returned;",
+  R["meta.reps"] or "?", R["meta.op_budget_s"] or "?")
+w("commands and bytes in (bytes the server shipped back) from `store:stats()` when it counts them, else n/a.")
+w("`list_page` is a first page of 50;")
+w("`list_failed` a first page of 50 FAILED executions.")
+w("")
+local rows4 = {}
+for _, n in ipairs(scales) do
+  for _, op in ipairs { "due_timers", "pending_outbox", "pending_spawns", "list_page", "list_failed" } do
+    local k = format("lat.scale.%d.%s", n, op)
+    if R[k .. ".ms"] then
+      local rws = R[k .. ".rows"]
+      if R[k .. ".rows_min"] and R[k .. ".rows_min"] ~= rws then rws = R[k .. ".rows_min"] .. "-" .. rws end
+      rows4[#rows4 + 1] = { with_commas(n), op, R[k .. ".ms"], R[k .. ".ms"] == "skipped" and "" or rws,
+        R[k .. ".commands"] or "", R[k .. ".bytes"] or "", R[k .. ".calls"] or "" }
+    end
+  end
+end
+table_md({ "executions", "call", "ms", "rows", "commands", "bytes in", "calls" }, rows4)
+local ins = {}
+for _, n in ipairs(scales) do
+  if R[format("lat.scale.%d.insert_s", n)] then
+    ins[#ins + 1] = format("%s in %s s", with_commas(n), R[format("lat.scale.%d.insert_s", n)])
+  end
+end
+w("Filling the collection up to each size took: %s.", #ins > 0 and concat(ins, ", ") or "n/a")
+if mode == "quick" then
+  w("Quick mode stops at %s executions; the full mode (`bench/run.sh`) goes on to 1,000,000.",
+    scales[#scales] and with_commas(scales[#scales]) or "?")
+end
+w("A call marked skipped was not run at that size: at the previous size its median, times the growth in executions,")
+w("predicted more than %s s per call.", R["meta.skip_s"] or "?")
+w("")
+
+w("## Resident memory of a worker")
+w("")
+table_md({ "workers", "mongostore VmRSS KiB (max)", "harel VmRSS KiB (max)" }, {
+  { 1, R["ms1.rss_kb_max"], R["h1.rss_kb_max"] },
+  { 4, R["ms4.rss_kb_max"], R["h4.rss_kb_max"] },
+})
+w("VmRSS from /proc/self/status at the end of each worker's timed loop.")
+w("")
+
+local text = concat(out, "\n")
+local f = assert(io.open(md_path, "w"))
+f:write(text, "\n")
+f:close()
+
+-- The console gets the summary and the events table.
+local stop = text:find("\n## One worker", 1, true)
+io.stdout:write(text:sub((text:find("## Summary", 1, true)) or 1, stop or #text), "\n")
+io.stdout:write("(full report: ", md_path, ")\n")
