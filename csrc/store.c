@@ -977,25 +977,10 @@ static int l_commit(lua_State *L) {
     }
   }
 
-  build_update(s, &c, &q, &update);
-  rc = cas_update(s, &c, &update, &matched, &be);
-  bson_destroy(&update);
-  if (!rc) {
-    commit_in_destroy(&c);
-    return push_bson_err(L, s, &be, doing);
-  }
-  if (matched == 1) {
-    commit_in_destroy(&c);
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  /* No document at the loaded version: a brand-new execution, or a stale write. */
-  have = find_version(s, c.id, c.id_len, &found, &be);
-  if (have < 0) {
-    commit_in_destroy(&c);
-    return push_bson_err(L, s, &be, doing);
-  }
-  if (have == 0 && c.old == 0) {
+  if (c.old == 0) {
+    /* A first commit is usually a new execution: insert it in one round
+     * trip. A duplicate key means the id exists (another writer's, or a
+     * trace-only stub that the version-0 update below adopts). */
     bson_t doc = BSON_INITIALIZER;
     build_insert(s, &c, &q, &doc);
     rc = mongoc_collection_insert_one(s->exes, &doc, NULL, NULL, &be);
@@ -1009,12 +994,24 @@ static int l_commit(lua_State *L) {
       commit_in_destroy(&c);
       return push_bson_err(L, s, &be, doing);
     }
-    /* Lost the race to create it: report the winner's version. */
-    have = find_version(s, c.id, c.id_len, &found, &be);
-    if (have < 0) {
-      commit_in_destroy(&c);
-      return push_bson_err(L, s, &be, doing);
-    }
+  }
+  build_update(s, &c, &q, &update);
+  rc = cas_update(s, &c, &update, &matched, &be);
+  bson_destroy(&update);
+  if (!rc) {
+    commit_in_destroy(&c);
+    return push_bson_err(L, s, &be, doing);
+  }
+  if (matched == 1) {
+    commit_in_destroy(&c);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  /* No document at the loaded version: a stale write (or one that vanished). */
+  have = find_version(s, c.id, c.id_len, &found, &be);
+  if (have < 0) {
+    commit_in_destroy(&c);
+    return push_bson_err(L, s, &be, doing);
   }
   rc = push_conflict(L, &c, have, found);
   commit_in_destroy(&c);

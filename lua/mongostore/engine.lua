@@ -152,11 +152,10 @@ function Engine:start(chart_id, opts)
   if opts.id ~= nil and (type(opts.id) ~= "string" or opts.id == "") then error("start: opts.id must be a non-empty string", 2) end
   if opts.context ~= nil and type(opts.context) ~= "table" then error("start: opts.context must be a table", 2) end
   local id = opts.id or ms.uuid()
-  local existing, err, code = self.store:load(id)
-  if existing then return id end
-  if err then return nil, err, code end
-  local ok
-  ok, err, code = self:create{ definition_id = chart_id, id = id, context = opts.context or {}, priority = opts.priority }
+  -- no read first: the first commit is an insert, and an id that exists
+  -- already conflicts, which means it was started before
+  local ok, err, code = self:create{ definition_id = chart_id, id = id, context = opts.context or {},
+                                     priority = opts.priority }
   if ok == nil then return nil, err, code end
   return id
 end
