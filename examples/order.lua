@@ -1,60 +1,22 @@
--- examples/order.lua - the order chart from the engine's README section run
+-- examples/order.lua - the order chart (examples/order_chart.lua) run
 -- durably against MongoDB: three orders take different paths (paid and
 -- fulfilled through an orthogonal fork, declined until given up, timed out),
 -- a worker relays their events and fires their timers, and each execution's
 -- trace is printed. `make demo` runs it (with the bundled test server unless
 -- MONGOSTORE_URI is set).
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "lua/?.lua;lua/?/init.lua;examples/?.lua;" .. package.path
 local ms = require "mongostore"
-local chart = require "mongostore.chart"
 local engine_mod = require "mongostore.engine"
 
-local function request_payment(context, event, act)
-  context.attempts = (context.attempts or 0) + 1
-  act.emit("payments", "Charge", { order = act.execution_id, amount = context.total, key = act.idempotency_key })
-end
-
-local function retry_or_give_up(context)
-  return context.attempts < 3 and "retry" or "giveup"
-end
-
-local order = chart.define{
-  id = "order",
-  initial = "Cart",
-  states = {
-    { "Cart" },
-    { "AwaitingPayment", timeout = { context = "payment_timeout" }, on_enter = request_payment },
-    { "Fulfilling", initial = "Picking",
-      states = { { "Picking" }, { "Packing" } },
-      transitions = { { from = "Picking", to = "Packing", on = "Picked" } } },
-    { "Fork", orthogonal = true, states = {
-        { "A", initial = "A1", states = { { "A1" }, { "A2", final = "success" } },
-          transitions = { { from = "A1", to = "A2", on = "Go" } } },
-        { "B", initial = "B1", states = { { "B1" }, { "B2", final = "success" } },
-          transitions = { { from = "B1", to = "B2", on = "Go" } } } } },
-    { "Done", final = "success" },
-    { "Cancelled", final = "cancelled" },
-  },
-  transitions = {
-    { from = "Cart", to = "AwaitingPayment", on = "PlaceOrder" },
-    { from = "AwaitingPayment", to = "Fulfilling", on = "Paid",
-      where = function(data) return data.amount > 0 end },
-    { from = "AwaitingPayment", on = "Declined", select = retry_or_give_up,
-      to = { retry = "AwaitingPayment", giveup = "Cancelled" } },
-    { from = "AwaitingPayment", to = "Cancelled", on = "Timeout" },
-    { from = "Fulfilling", to = "Fork", on = "Packed" },
-    { from = "Fork", join = "all", to = "Done", else_to = "Cancelled" },
-  },
-}
+local order = require "order_chart"
 
 local uri = os.getenv("MONGOSTORE_URI") or "mongodb://127.0.0.1:27017"
 local store = assert(ms.connect(uri, { db = "mongostore_orders_" .. ms.uuid():sub(1, 8), wait = 30 }))
 local charged = 0
 local engine = engine_mod.new{
   store = store, charts = { order }, trace = true,
-  on_external = function() end,
-  on_dead_letter = function(entry) if entry.target_id == "payments" then charged = charged + 1 end end,
-  max_attempts = 1,   -- "payments" is not an execution here: count the charges and drop them
+  -- Charge is external (no target execution): count the payment requests
+  on_external = function(entry) if entry.event.kind == "Charge" then charged = charged + 1 end end,
 }
 
 local function drain() while engine:step() > 0 do end end
