@@ -1,6 +1,7 @@
 -- luarocks: builtin build of the C core and the Lua modules. On Debian the
 -- driver headers live in versioned folders, so pass them in:
 --   luarocks make MONGOC_INCDIR=/usr/include/libmongoc-1.0 BSON_INCDIR=/usr/include/libbson-1.0
+-- and for LuaJIT (OpenResty) add --lua-version 5.1 LUA_INCDIR=/usr/include/luajit-2.1
 rockspec_format = "3.0"
 package = "mongostore"
 version = "scm-1"
@@ -33,7 +34,9 @@ build = {
          },
          defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
          libraries = { "mongoc-1.0", "bson-1.0" },
-         incdirs = { "$(MONGOC_INCDIR)", "$(BSON_INCDIR)" },
+         -- last: lua-compat53-dev's compat-5.3.h, which the Lua 5.1 / LuaJIT
+         -- build needs after LuaJIT's own headers (LUA_INCDIR comes first)
+         incdirs = { "$(MONGOC_INCDIR)", "$(BSON_INCDIR)", "/usr/include/lua5.1" },
          libdirs = { "$(MONGOC_LIBDIR)", "$(BSON_LIBDIR)" },
       },
       ["mongostore"] = "lua/mongostore/init.lua",

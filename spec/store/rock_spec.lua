@@ -48,3 +48,31 @@ function TestRock:test_luarocks_make_installs_a_working_rock()
   lu.assertStrMatches(out, "rock ok %x+\n")
   run("rm -rf " .. helper.shell_quote(tree))
 end
+
+-- The same rockspec for Lua 5.1 / LuaJIT (OpenResty), loaded by luajit.
+function TestRock:test_luarocks_make_for_luajit()
+  local root = helper.root()
+  local tree = os.tmpname()
+  os.remove(tree)
+  local ok, out = run(string.format(
+    "cd %s && LD_PRELOAD= luarocks --lua-version 5.1 make --tree %s --deps-mode none " ..
+    "LUA_INCDIR=/usr/include/luajit-2.1 MONGOC_INCDIR=/usr/include/libmongoc-1.0 " ..
+    "BSON_INCDIR=/usr/include/libbson-1.0 mongostore-scm-1.rockspec",
+    helper.shell_quote(root), helper.shell_quote(tree)))
+  lu.assertTrue(ok, out)
+  local code = string.format([[
+    package.path = %q; package.cpath = %q
+    local ms = require "mongostore"
+    assert(package.searchpath("mongostore.core", package.cpath):find(%q, 1, true))
+    local store = assert(ms.connect(%q, { db = %q, wait = 10 }))
+    local exe = ms.execution{ definition_id = "rock51", context = { big = ms.int64("9007199254740993") } }
+    assert(store:save(exe))
+    print("rock51 " .. tostring(store:load(exe.id).context.big))
+    store:close()
+  ]], tree .. "/share/lua/5.1/?.lua;" .. tree .. "/share/lua/5.1/?/init.lua", tree .. "/lib/lua/5.1/?.so",
+    tree, helper.uri(), helper.fresh_db("rock51"))
+  ok, out = run("LD_PRELOAD= luajit -e " .. helper.shell_quote(code))
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, "rock51 9007199254740993")
+  run("rm -rf " .. helper.shell_quote(tree))
+end
