@@ -1792,7 +1792,7 @@ static int l_stats(lua_State *L) {
   return 1;
 }
 
-/* store:_info() -> { db, executions, counters, trace_max, max_bson } */
+/* store:info() -> { db, executions, counters, trace_max, max_bson, dedupe_window } */
 static int l_info(lua_State *L) {
   STORE_OR_CLOSED(L, s, "info");
   lua_createtable(L, 0, 5);
@@ -1823,7 +1823,7 @@ static const luaL_Reg store_methods[] = {
   {"_claim_spawns", l_claim_spawns},
   {"release_outbox", l_release_outbox},
   {"release_spawn", l_release_spawn},
-  {"_info", l_info},
+  {"info", l_info},
   {"stats", l_stats},
   {"is_processed", l_is_processed},
   {"ack_outbox", l_ack_outbox},

@@ -49,7 +49,7 @@ local function build_node(chart_id, def, parent, index)
   if index[path] then fail(chart_id, path, "duplicate state name '%s'", name) end
   local node = {
     name = name, path = path, parent = parent, depth = parent and parent.depth + 1 or 0,
-    children = {}, by_name = {}, transitions = {}, outgoing = {},
+    children = {}, by_name = {}, outgoing = {},
     on_enter = def.on_enter, on_exit = def.on_exit, on_activity = def.on_activity,
     history = def.history ~= false, defer = {},
   }
@@ -165,7 +165,7 @@ local function compile_transitions(chart_id, scope, index, all)
       local events = event_set(chart_id, src.path, d.on)
       local label = format("transition from %s%s", d.from,
         d.on and (" on " .. (type(d.on) == "table" and concat(d.on, "|") or d.on)) or "")
-      local t = { index = #all + 1, scope = scope, source = src, events = events, label = label }
+      local t = { source = src, events = events, label = label }
       if d.where ~= nil and not is_fn(d.where) then fail(chart_id, src.path, "%s: where must be a function", label) end
       if d.action ~= nil and not is_fn(d.action) then fail(chart_id, src.path, "%s: action must be a function", label) end
       t.guard, t.action = d.where, d.action
@@ -268,7 +268,7 @@ function M.define(def)
   end
   if def.states == nil then error(format("chart %s: states are required", id), 2) end
   local index = {}
-  local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, transitions = {}, outgoing = {},
+  local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, outgoing = {},
                  history = def.history ~= false, defer = {}, kind = "composite" }
   index[""] = root
   if type(def.states) ~= "table" or #def.states == 0 then error(format("chart %s: states must be a non-empty list", id), 2) end

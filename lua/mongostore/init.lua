@@ -252,10 +252,5 @@ function Store:due_timers(now, limit)
   return rows
 end
 
--- store:info() -> { db, executions, counters, trace_max, max_bson }
-function Store:info()
-  return self:_info()
-end
-
 M.Store = Store
 return M

@@ -13,11 +13,6 @@ local null = core.null
 
 local M = {}
 
--- Control events reach the execution they are addressed to; other events
--- sent to a parent whose regions are live go on to those regions.
-M.CONTROL = { Start = true, Finished = true, Timeout = true, Cancel = true, Reset = true, SetState = true,
-              Terminate = true, Suspend = true, Resume = true }
-
 local FINISHED = { DONE = true, CANCELLED = true, FAILED = true }
 M.FINISHED = FINISHED
 
@@ -713,7 +708,5 @@ function M.timeout_event(execution_id, path, fire_at)
     data = { path = path, fire_at = fire_at },
   }
 end
-
-M.is_control = function(kind) return M.CONTROL[kind] == true end
 
 return M
