@@ -859,9 +859,10 @@ static int64_t reply_count(const bson_t *reply, const char *field) {
   return 0;
 }
 
-/* The CAS update: filter on _id and the loaded version. For a version-0
- * commit the filter also takes a document with no version, which is a stub
- * that append_trace created before the first commit. */
+/* The CAS update: filter on _id and the loaded version, and, when the commit
+ * marks an event processed, on that event not being marked yet. For a
+ * version-0 commit the filter also takes a document with no version, which
+ * is a stub that append_trace created before the first commit. */
 static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update, int64_t *matched,
                       bson_error_t *be) {
   bson_t filter = BSON_INITIALIZER, reply;
@@ -878,6 +879,13 @@ static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update,
   } else {
     bson_append_int64(&filter, "version", 7, c->old);
   }
+  if (c->processed) {
+    /* the dedupe guard: an event is marked once, whatever the caller loaded */
+    bson_t ne;
+    bson_append_document_begin(&filter, "processed", 9, &ne);
+    bson_append_utf8(&ne, "$ne", 3, c->processed, (int)c->processed_len);
+    bson_append_document_end(&filter, &ne);
+  }
   ok = mongoc_collection_update_one(s->exes, &filter, update, NULL, &reply, be);
   if (ok) *matched = reply_count(&reply, "matchedCount");
   bson_destroy(&reply);
@@ -887,6 +895,13 @@ static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update,
 
 static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t found) {
   lua_pushnil(L);
+  if (have && found == c->old && c->processed) {
+    /* the version is the loaded one, so the dedupe guard refused it */
+    lua_pushfstring(L, "commit %s: event %s is already processed", c->id, c->processed);
+    lua_pushliteral(L, "duplicate");
+    lua_pushinteger(L, (lua_Integer)found);
+    return 4;
+  }
   if (have)
     lua_pushfstring(L, "commit %s: version conflict: expected %I, found %I", c->id, (lua_Integer)c->old,
                     (lua_Integer)found);
@@ -1020,12 +1035,17 @@ static int l_commit(lua_State *L) {
 
 /* ---- reads ---- */
 
-static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, const char *field) {
+/* A find whose filter is {_id} alone: every server answers it from the _id
+ * index (mongo-java-server uses an index only for a filter with exactly its
+ * keys). field2, when given, is projected too. */
+static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, const char *field,
+                                 const char *field2) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, field, -1, 1);
+  if (field2) bson_append_int32(&proj, field2, -1, 1);
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "limit", 5, 1);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -1047,24 +1067,47 @@ static void push_data(lua_State *L, const bson_t *doc) {
   }
 }
 
-/* store:_load(id) -> data_json | nil (absent) | nil, msg, code */
+/* store:_load(id[, timer_path]) -> data_json | nil (absent) | nil, msg, code
+ * With a timer path the second result is the fire_at armed for it now (nil
+ * when none): the engine's Timeout check, in the same round trip. */
 static int l_load(lua_State *L) {
   STORE_OR_CLOSED(L, s, "load");
   size_t idlen;
   ms_err_t e;
   bson_error_t be;
+  bson_iter_t it;
   const bson_t *doc = NULL;
   const char *id = check_id(L, 2, "load: id", &idlen, &e);
+  bson_string_t *tkey = NULL;
   mongoc_cursor_t *cur;
   if (!id) return ms_push_error(L, &e);
-  cur = find_one(s, id, idlen, "data");
+  if (!lua_isnoneornil(L, 3)) {
+    size_t plen;
+    const char *path = luaL_checklstring(L, 3, &plen);
+    if (encode_path(path, plen, &tkey, &e)) {
+      ms_err_prefix(&e, "load");
+      return ms_push_error(L, &e);
+    }
+  }
+  cur = find_one(s, id, idlen, "data", tkey ? tkey->str : NULL);
   if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
+    if (tkey) bson_string_free(tkey, true);
     return push_bson_err(L, s, &be, "load");
   }
   push_data(L, doc);
+  if (!tkey) {
+    mongoc_cursor_destroy(cur);
+    return 1;
+  }
+  if (doc && bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, tkey->str, &it) &&
+      BSON_ITER_HOLDS_NUMBER(&it))
+    lua_pushnumber(L, bson_iter_as_double(&it));
+  else
+    lua_pushnil(L);
+  bson_string_free(tkey, true);
   mongoc_cursor_destroy(cur);
-  return 1;
+  return 2;
 }
 
 /* store:_load_for_event(id, event_id) -> data_json|nil, processed */
@@ -1729,7 +1772,7 @@ static int l_read_trace(lua_State *L) {
   mongoc_cursor_t *cur;
   bson_iter_t it;
   if (!id) return ms_push_error(L, &e);
-  cur = find_one(s, id, idlen, "trace");
+  cur = find_one(s, id, idlen, "trace", NULL);
   if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "trace") && BSON_ITER_HOLDS_ARRAY(&it)) {
     if (ms_push_bson_value(L, &it, 0, &e)) {
       mongoc_cursor_destroy(cur);

@@ -1,5 +1,5 @@
--- mongostore.engine - drives executions through the store: each event is one
--- load_for_event, the pure interpreter, and one commit; the spawn relay
+-- mongostore.engine - drives executions through the store: each event is
+-- one load by _id, the pure interpreter, and one commit; the spawn relay
 -- creates forked children, the outbox relay delivers emitted events, and the
 -- timer sweep fires durable timeouts. Every step is safe to repeat, so a
 -- crash or a second worker loses nothing and applies no event twice.
@@ -75,30 +75,35 @@ local function commit_opts(self, exe, event, fx, now)
   }
 end
 
--- Applies one event to one execution: load_for_event, the interpreter, one
--- commit; on a conflict it reloads and tries again (the dedupe mark makes a
--- second application impossible). Returns true, "applied" | "duplicate", or
+-- Applies one event to one execution: a load by _id, the interpreter, one
+-- commit; on a conflict it reloads and tries again. The commit is guarded on
+-- the event not being marked processed yet, and refuses with "duplicate"
+-- when it is: the dedupe check costs no round trip of its own, and a second
+-- application is impossible. Returns true, "applied" | "duplicate", or
 -- nil, msg, code ("not_found" when there is no such execution).
 function Engine:deliver(id, event, timer_path)
   local store = self.store
   for _ = 1, self.max_conflicts do
-    local exe, processed, armed = store:load_for_event(id, event.id, timer_path)
+    local exe, armed, code = store:load(id, timer_path)
     if exe == nil then
-      if type(processed) == "string" then return nil, processed, armed end
+      if type(armed) == "string" then return nil, armed, code end
       return nil, format("deliver %s to %s: no such execution", event.kind, id), "not_found"
     end
-    if processed then return true, "duplicate" end
     local c = self.charts[exe.definition_id]
     if not c then
       return nil, format("deliver %s to %s: no chart '%s' is registered", event.kind, id, exe.definition_id), "invalid"
     end
     local now = self.now()
     local fx = runtime.apply(c, exe, event, now, { armed = armed, timer_checked = timer_path ~= nil })
-    if fx.failed then
-      self.log(format("execution %s failed on %s in %s: %s", id, event.kind, tostring(fx.failed_in), fx.failed))
+    local ok, err
+    ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now))
+    if ok then
+      if fx.failed then
+        self.log(format("execution %s failed on %s in %s: %s", id, event.kind, tostring(fx.failed_in), fx.failed))
+      end
+      return true, "applied"
     end
-    local ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now))
-    if ok then return true, "applied" end
+    if code == "duplicate" then return true, "duplicate" end
     if code ~= "conflict" then return nil, err, code end
   end
   return nil, format("deliver %s to %s: still conflicting after %d attempts", event.kind, id, self.max_conflicts),

@@ -103,15 +103,17 @@ local function check_id(v, fn, name)
   if type(v) ~= "string" then error(format("%s: %s must be a string, got %s", fn, name, type(v)), 3) end
 end
 
--- store:load(id) -> Execution | nil (absent) | nil, msg, code
-function Store:load(id)
+-- store:load(id[, timer_path]) -> Execution[, armed] | nil (absent) | nil, msg, code
+-- One find by _id. Given a timer path, the second result is the fire_at
+-- armed for it now (nil when none).
+function Store:load(id, timer_path)
   check_id(id, "load", "id")
-  local data, err, code = self:_load(id)
-  if data == nil then return nil, err, code end
-  local exe
-  exe, err = execution.from_json(data)
+  if timer_path ~= nil then check_id(timer_path, "load", "timer_path") end
+  local data, armed, code = self:_load(id, timer_path)
+  if data == nil then return nil, armed, code end
+  local exe, err = execution.from_json(data)
   if not exe then return nil, "load " .. id .. ": stored data is not readable: " .. err, "server" end
-  return exe
+  return exe, armed
 end
 
 -- store:load_for_event(id, event_id[, timer_path]) -> Execution|nil, processed[, armed]

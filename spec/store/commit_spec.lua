@@ -462,6 +462,59 @@ function TestCommit:test_load_for_event_and_is_processed()
   lu.assertFalse(self.store:is_processed("no-such-execution", "evt-1"))
 end
 
+function TestCommit:test_commit_refuses_an_event_already_processed()
+  -- the caller skipped the check (or raced a redelivery): the commit is
+  -- guarded on the mark itself, so an event is applied once
+  local exe = new_exe({ n = 1 })
+  lu.assertTrue(self.store:save(exe))
+  lu.assertTrue(self.store:commit(exe, { processed_event_id = "evt-1" }))
+  local again = assert(self.store:load(exe.id))
+  again.context.n = 2
+  local ok, msg, code, found = self.store:commit(again, {
+    processed_event_id = "evt-1",
+    emits = { { target_id = "t", event = { id = "out-1", kind = "K" } } },
+    timers = { { action = "schedule", path = "Waiting", fire_at = 5 } },
+  })
+  lu.assertNil(ok)
+  lu.assertEquals(code, "duplicate")
+  lu.assertStrContains(msg, "evt-1")
+  lu.assertStrContains(msg, "already processed")
+  lu.assertEquals(found, 2)
+  lu.assertEquals(again.version, 2, "the version stays where it was")
+  local doc = raw.doc(self.db, exe.id)
+  lu.assertEquals(doc.version, 2)
+  lu.assertEquals(doc.processed, { "evt-1" })
+  lu.assertEquals(#doc.outbox, 0, "nothing of the refused commit is queued")
+  lu.assertEquals(raw.keys(doc.timers), {})
+  lu.assertEquals(assert(self.store:load(exe.id)).context.n, 1)
+  -- another event goes through, and a stale write is still a conflict, not a duplicate
+  lu.assertTrue(self.store:commit(again, { processed_event_id = "evt-2" }))
+  local stale = exe
+  local _, _, c2 = self.store:commit(stale, { processed_event_id = "evt-1" })
+  lu.assertEquals(c2, "conflict")
+end
+
+function TestCommit:test_load_brings_the_armed_fire_at_of_a_timer_path()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = {
+    { action = "schedule", path = "A.B", fire_at = 1234.5 }, { action = "schedule", path = "C", fire_at = 99 } } }))
+  local got, armed = self.store:load(exe.id, "A.B")
+  lu.assertEquals(got.id, exe.id)
+  lu.assertEquals(armed, 1234.5)
+  local _, c = self.store:load(exe.id, "C")
+  lu.assertEquals(c, 99)
+  local _, none = self.store:load(exe.id, "D")
+  lu.assertNil(none)
+  local plain, second = self.store:load(exe.id)
+  lu.assertEquals(plain.version, 1)
+  lu.assertNil(second)
+  lu.assertNil((self.store:load("no-such-execution", "A.B")))
+  local bad, msg, code = self.store:load(exe.id, "$x")
+  lu.assertNil(bad)
+  lu.assertEquals(code, "invalid")
+  lu.assertStrContains(msg, "load")
+end
+
 function TestCommit:test_load_for_event_on_a_document_without_processed()
   local exe = new_exe()
   lu.assertTrue(self.store:save(exe))
