@@ -1067,6 +1067,21 @@ static void push_data(lua_State *L, const bson_t *doc) {
   }
 }
 
+/* An optional timer path at idx, as its stored key ("timers.<path>" with
+ * '.' encoded) in *out; nothing when the argument is absent or nil. */
+static int opt_timer_key(lua_State *L, int idx, const char *fn, bson_string_t **out, ms_err_t *e) {
+  size_t plen;
+  const char *path;
+  *out = NULL;
+  if (lua_isnoneornil(L, idx)) return 0;
+  path = luaL_checklstring(L, idx, &plen);
+  if (encode_path(path, plen, out, e)) {
+    ms_err_prefix(e, fn);
+    return -1;
+  }
+  return 0;
+}
+
 /* store:_load(id[, timer_path]) -> data_json | nil (absent) | nil, msg, code
  * With a timer path the second result is the fire_at armed for it now (nil
  * when none): the engine's Timeout check, in the same round trip. */
@@ -1081,14 +1096,7 @@ static int l_load(lua_State *L) {
   bson_string_t *tkey = NULL;
   mongoc_cursor_t *cur;
   if (!id) return ms_push_error(L, &e);
-  if (!lua_isnoneornil(L, 3)) {
-    size_t plen;
-    const char *path = luaL_checklstring(L, 3, &plen);
-    if (encode_path(path, plen, &tkey, &e)) {
-      ms_err_prefix(&e, "load");
-      return ms_push_error(L, &e);
-    }
-  }
+  if (opt_timer_key(L, 3, "load", &tkey, &e)) return ms_push_error(L, &e);
   cur = find_one(s, id, idlen, "data", tkey ? tkey->str : NULL);
   if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
@@ -1124,15 +1132,8 @@ static int l_load_for_event(lua_State *L) {
   if (!id) return ms_push_error(L, &e);
   bson_string_t *tkey = NULL;
   if (!(ev = check_id(L, 3, "load_for_event: event_id", &evlen, &e))) return ms_push_error(L, &e);
-  if (!lua_isnoneornil(L, 4)) {
-    /* a Timeout's path: also bring back the fire_at armed for it now */
-    size_t plen;
-    const char *path = luaL_checklstring(L, 4, &plen);
-    if (encode_path(path, plen, &tkey, &e)) {
-      ms_err_prefix(&e, "load_for_event");
-      return ms_push_error(L, &e);
-    }
-  }
+  /* a Timeout's path: also bring back the fire_at armed for it now */
+  if (opt_timer_key(L, 4, "load_for_event", &tkey, &e)) return ms_push_error(L, &e);
   /* [{$match:{_id}}, {$project:{data:1, hit:{$in:[ev, {$ifNull:["$processed", []]}]}}}]:
    * the membership test runs on the server; the array never travels. */
   bson_append_document_begin(&pipe, "0", 1, &st);
