@@ -2,7 +2,7 @@
 -- executions grow.
 --
 -- usage: lua5.4 bench/latency.lua <uri> [--part commit|scale|both] [--db DB]
---          [--points 1,1000,10000,100000] [--budget SECONDS]
+--          [--points 1,1000,10000,100000] [--budget SECONDS] [--dedupe-window W]
 --          [--scales 10000,100000,1000000] [--reps R] [--python PY]
 --          [--op-budget SECONDS] [--skip SECONDS]
 --
@@ -12,7 +12,10 @@
 -- event) it reports the median of the 200 commits around it (events p-100 ..
 -- p+99, or 1..200 for the first). A point the run cannot reach within
 -- --budget seconds is reported as not reached, with the event the run
--- stopped at and the median of its last 200 commits.
+-- stopped at and the median of its last 200 commits. The store keeps its
+-- default dedupe window unless --dedupe-window W is given; then the series
+-- runs in its own database and its keys read commit.w<W>.* instead of
+-- commit.*, so both series can be collected from one bench run.
 --
 -- Part "scale": with 10k, 100k and 1M executions in the db (clones of
 -- documents mongostore itself wrote, inserted in bulk by bench/populate.py),
@@ -59,8 +62,11 @@ end
 ------------------------------------------------------------------------
 -- Part 1: commit latency at an execution's n-th event.
 
-local function commit_part(uri, db, points, budget)
-  local store = assert(ms.connect(uri, { db = db, wait = 60 }))
+local function commit_part(uri, db, points, budget, window)
+  local series = window and format("commit.w%d", window) or "commit"
+  if window then db = format("%s_w%d", db, window) end
+  local store = assert(ms.connect(uri, { db = db, wait = 60, dedupe_window = window }))
+  window = store:info().dedupe_window
   local exe = ms.execution {
     id = "lat-commit-1", definition_id = "flat", status = "RUNNING", active_path = "Waiting",
     context = { n = 0, note = string.rep("x", 200) },
@@ -92,10 +98,12 @@ local function commit_part(uri, db, points, budget)
     if i % 100 == 0 and now() - t_start > budget then break end
   end
   local elapsed = now() - t_start
-  say("commit latency of one execution (store:commit with processed_event_id; median of 200 commits around each point):")
+  say("commit latency of one execution (store:commit with processed_event_id, dedupe_window %d; median of 200"
+    .. " commits around each point):", window)
+  result(series .. ".dedupe_window", window)
   local first
   for _, w in ipairs(windows) do
-    local key = format("commit.p%d", w.point)
+    local key = format("%s.p%d", series, w.point)
     if #w.samples == 200 then
       local m = util.median(w.samples) * 1e6
       first = first or m
@@ -108,9 +116,9 @@ local function commit_part(uri, db, points, budget)
   end
   local tail = util.median(ring) * 1e6
   say("  last 200 commits before event %d: median %.0f us; %d commits in %.1f s", reached, tail, reached, elapsed)
-  result("commit.reached", reached)
-  result("commit.elapsed_s", format("%.1f", elapsed))
-  result("commit.tail_median_us", format("%.0f", tail))
+  result(series .. ".reached", reached)
+  result(series .. ".elapsed_s", format("%.1f", elapsed))
+  result(series .. ".tail_median_us", format("%.0f", tail))
   store:close()
 end
 
@@ -291,7 +299,7 @@ end
 local uri = arg[1] or os.getenv("MONGOSTORE_URI")
 if not uri or uri:sub(1, 2) == "--" then
   io.stderr:write("usage: lua5.4 bench/latency.lua <uri> [--part commit|scale|both] [--db DB] [--points ...]" ..
-    " [--budget S] [--scales ...] [--reps R] [--python PY] [--op-budget S] [--skip S]\n")
+    " [--budget S] [--dedupe-window W] [--scales ...] [--reps R] [--python PY] [--op-budget S] [--skip S]\n")
   os.exit(2)
 end
 local opts = util.options(arg, 2, {
@@ -299,7 +307,12 @@ local opts = util.options(arg, 2, {
   scales = "10000,100000,1000000", reps = "5", python = "python3", op_budget = "20", skip = "300",
 })
 if opts.part == "commit" or opts.part == "both" then
-  commit_part(uri, opts.db .. "_commit", list_of_numbers(opts.points), tonumber(opts.budget))
+  local window
+  if opts.dedupe_window then
+    window = math.tointeger(tonumber(opts.dedupe_window))
+    if not window or window < 1 then error("--dedupe-window: not an integer >= 1: " .. opts.dedupe_window) end
+  end
+  commit_part(uri, opts.db .. "_commit", list_of_numbers(opts.points), tonumber(opts.budget), window)
 end
 if opts.part == "scale" or opts.part == "both" then
   scale_part(uri, opts.db .. "_scale", list_of_numbers(opts.scales), tonumber(opts.reps), opts.python,

@@ -7,10 +7,14 @@
 # MONGOSTORE_URI names a server to use, warms it with a throwaway round of
 # every benchmark, then measures:
 #   bench/raw_limit        the raw load + CAS loop: the two-round-trip limit
+#                          on one document, and the events benchmark's own
+#                          workload done by libmongoc alone
 #   bench/events.lua       mongostore events/s, 1 and 4 worker processes
 #   bench/harel_events.py  the same workload on harel 0.9.0, 1 and 4 processes
-#   bench/latency.lua      commit latency at an execution's n-th event; sweep,
-#                          relay and listing calls at 10k/100k/1M executions
+#   bench/latency.lua      commit latency at an execution's n-th event (with
+#                          the default dedupe window, and with a window of 10
+#                          up to the 10,000th event); sweep, relay and listing
+#                          calls at 10k/100k/1M executions
 # prints the summary with its ratios and writes bench/RESULTS.md.
 #
 # --quick: fewer executions and iterations, commit latency up to the 10,000th
@@ -29,7 +33,7 @@ mode=full
 for a in "$@"; do
     case $a in
         --quick) mode=quick ;;
-        -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument '$a' (use --quick or nothing)" >&2; exit 2 ;;
     esac
 done
@@ -50,11 +54,13 @@ if [[ $mode == quick ]]; then
     raw_iters=3000 raw_warm=1000
     n_events=1000
     points=1,1000,10000 commit_budget=30
+    short_window=10 short_points=1,1000,10000 short_budget=30
     scales=10000,100000 reps=3 op_budget=8 skip=60
 else
     raw_iters=20000 raw_warm=3000
     n_events=5000
     points=1,1000,10000,100000 commit_budget=900
+    short_window=10 short_points=1,1000,10000 short_budget=60
     scales=10000,100000,1000000 reps=5 op_budget=30 skip=300
 fi
 
@@ -122,7 +128,7 @@ warm() {
 # ---- warm-up: every benchmark once, small, results thrown away (a cold JVM
 # runs 2-4x slower)
 note "warming the server (throwaway round)"
-warm "$out/raw_limit" "$uri" 3000 1000 "${prefix}warm_raw"
+warm "$out/raw_limit" "$uri" 3000 1000 "${prefix}warm_raw" 500
 warm "$lua" "$here/events.lua" "$uri" --n 500 --workers 1 --db "${prefix}warm_ms1"
 warm "$lua" "$here/events.lua" "$uri" --n 500 --workers 4 --db "${prefix}warm_ms4"
 warm "$py" "$here/harel_events.py" "$uri" --n 200 --workers 1 --db "${prefix}warm_h1"
@@ -145,8 +151,8 @@ EOF
     echo "RESULT meta.op_budget_s $op_budget"
     echo "RESULT meta.skip_s $skip"
 } >>"$results"
-run "raw load + CAS limit ($raw_iters iterations)" \
-    "$out/raw_limit" "$uri" "$raw_iters" "$raw_warm" "${prefix}raw"
+run "raw load + CAS limit ($raw_iters iterations) and the events workload in raw libmongoc ($n_events executions)" \
+    "$out/raw_limit" "$uri" "$raw_iters" "$raw_warm" "${prefix}raw" "$n_events"
 run "mongostore events/s, 1 worker ($n_events executions)" \
     "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 1 --db "${prefix}ms1" --label ms1
 run "harel events/s, 1 worker ($n_events executions)" \
@@ -157,6 +163,9 @@ run "harel events/s, 4 workers ($n_events executions)" \
     "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 4 --db "${prefix}h4" --label h4
 run "commit latency at events $points (budget ${commit_budget}s)" \
     "$lua" "$here/latency.lua" "$uri" --part commit --points "$points" --budget "$commit_budget" --db "${prefix}lat"
+run "commit latency with dedupe_window $short_window at events $short_points (budget ${short_budget}s)" \
+    "$lua" "$here/latency.lua" "$uri" --part commit --points "$short_points" --budget "$short_budget" \
+    --dedupe-window "$short_window" --db "${prefix}lat"
 run "sweeps, relays and listing at $scales executions" \
     "$lua" "$here/latency.lua" "$uri" --part scale --scales "$scales" --reps "$reps" --op-budget "$op_budget" \
     --skip "$skip" --python "$py" --db "${prefix}lat"
