@@ -24,6 +24,7 @@ dependencies = {
 external_dependencies = {
    MONGOC = { library = "mongoc-1.0" },
    BSON = { library = "bson-1.0" },
+   CRYPTO = { library = "crypto" },
 }
 build = {
    type = "builtin",
@@ -33,11 +34,12 @@ build = {
             "csrc/core.c", "csrc/errors.c", "csrc/json.c", "csrc/store.c", "csrc/value.c",
          },
          defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
-         libraries = { "mongoc-1.0", "bson-1.0" },
+         -- crypto: SHA-256 for the dedupe digests (OpenSSL, which libmongoc links too)
+         libraries = { "mongoc-1.0", "bson-1.0", "crypto" },
          -- last: lua-compat53-dev's compat-5.3.h, which the Lua 5.1 / LuaJIT
          -- build needs after LuaJIT's own headers (LUA_INCDIR comes first)
          incdirs = { "$(MONGOC_INCDIR)", "$(BSON_INCDIR)", "/usr/include/lua5.1" },
-         libdirs = { "$(MONGOC_LIBDIR)", "$(BSON_LIBDIR)" },
+         libdirs = { "$(MONGOC_LIBDIR)", "$(BSON_LIBDIR)", "$(CRYPTO_LIBDIR)" },
       },
       ["mongostore"] = "lua/mongostore/init.lua",
       ["mongostore.execution"] = "lua/mongostore/execution.lua",

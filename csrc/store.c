@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <mongoc/mongoc.h>
+#include <openssl/sha.h>
 
 /* The server's own limit is read at connect; this is the fallback. */
 #if !defined(MS_DEFAULT_MAX_BSON)
@@ -407,8 +408,9 @@ static int l_connect(lua_State *L) {
     trace_max = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "dedupe_window") != LUA_TNIL) {
-    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
-      return luaL_error(L, "connect: opts.dedupe_window must be an integer >= 1");
+    /* at most 8 MB of digests, so a document always has room for them */
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 1000000)
+      return luaL_error(L, "connect: opts.dedupe_window must be an integer from 1 to 1000000");
     dedupe_window = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "wait") != LUA_TNIL) {
@@ -480,6 +482,48 @@ static int l_connect(lua_State *L) {
 
 /* What a commit carries, converted and checked before any I/O so that bad
  * input writes nothing, not even a counter. */
+/* ---- dedupe ----
+ * An execution remembers the events it handled in two places: `processed`,
+ * the ids of the last few (at most MS_DEDUPE_TAIL; harel's own store reads
+ * and writes this array, and the commit's filter refuses an id found in it),
+ * and `dedupe`, a binary string of MS_DIGEST-byte digests of the last
+ * dedupe_window ids, oldest first. The digest list is one BSON element
+ * however long the window, so a long-lived execution's document stays small
+ * and cheap to rewrite. It is loaded with the execution, checked here, and
+ * replaced by the commit, all under the version check, so a check made at
+ * the loaded version holds at the commit. The digest is the first bytes of
+ * SHA-256: a caller cannot choose an id that passes for another one. */
+#define MS_DIGEST 8
+#define MS_DEDUPE_TAIL 16
+
+static void ev_digest(const char *ev, size_t len, uint8_t out[MS_DIGEST]) {
+  unsigned char full[SHA256_DIGEST_LENGTH];
+  SHA256((const unsigned char *)ev, len, full);
+  memcpy(out, full, MS_DIGEST);
+}
+
+static int digests_hold(const uint8_t *list, size_t len, const uint8_t d[MS_DIGEST]) {
+  size_t i;
+  for (i = 0; i + MS_DIGEST <= len; i += MS_DIGEST)
+    if (memcmp(list + i, d, MS_DIGEST) == 0) return 1;
+  return 0;
+}
+
+/* The `dedupe` digests of a fetched document (none: *len = 0). */
+static const uint8_t *doc_digests(const bson_t *doc, uint32_t *len) {
+  bson_iter_t it;
+  const uint8_t *p = NULL;
+  bson_subtype_t sub;
+  *len = 0;
+  if (doc && bson_iter_init_find(&it, doc, "dedupe") && BSON_ITER_HOLDS_BINARY(&it))
+    bson_iter_binary(&it, &sub, len, &p);
+  return p;
+}
+
+static int64_t dedupe_tail(const ms_store_t *s) {
+  return s->dedupe_window < MS_DEDUPE_TAIL ? s->dedupe_window : MS_DEDUPE_TAIL;
+}
+
 typedef struct commit_in {
   const char *id, *definition_id, *data, *processed, *status, *parent_id;
   size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
@@ -492,9 +536,16 @@ typedef struct commit_in {
   bson_t unset_timers;     /* "timers.<enc>" -> "" */
   bson_t trace;            /* the step, without index unless the caller gave one */
   int has_trace;
+  const char *dd_in;       /* the dedupe digests the caller loaded (see below) */
+  size_t dd_in_len;
+  uint8_t digest[MS_DIGEST];
+  uint8_t *dd_out;         /* the digests this commit stores, when it marks an event */
+  size_t dd_out_len;
 } commit_in_t;
 
 static void commit_in_destroy(commit_in_t *c) {
+  bson_free(c->dd_out);
+  c->dd_out = NULL;
   bson_destroy(&c->emits);
   bson_destroy(&c->spawns);
   bson_destroy(&c->set_timers);
@@ -761,6 +812,7 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
   bson_append_int64(&set, "version", 7, c->old + 1);
   if (c->old == 0) bson_append_utf8(&set, "definition_id", 13, c->definition_id, (int)c->def_len);
   append_promoted(&set, c);
+  if (c->processed) bson_append_binary(&set, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out, (uint32_t)c->dd_out_len);
   bson_concat(&set, &c->set_timers);
   bson_append_document_end(u, &set);
   if (c->min_fire < MS_NO_TIMER) {
@@ -784,13 +836,13 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
     }
     if (c->has_trace) append_trace_push(&push, &c->trace, q->trace, s->trace_max);
     if (c->processed) {
-      /* the dedupe mark, keeping the last dedupe_window ids: a commit never
-       * repeats an id (load_for_event saw it absent under the same CAS) */
+      /* the readable tail of the dedupe marks; the filter made sure the id
+       * is not in it yet */
       bson_append_document_begin(&push, "processed", 9, &spec);
       bson_append_array_begin(&spec, "$each", 5, &each);
       bson_append_utf8(&each, "0", 1, c->processed, (int)c->processed_len);
       bson_append_array_end(&spec, &each);
-      bson_append_int64(&spec, "$slice", 6, -s->dedupe_window);
+      bson_append_int64(&spec, "$slice", 6, -dedupe_tail(s));
       bson_append_document_end(&push, &spec);
     }
     bson_append_document_end(u, &push);
@@ -813,6 +865,8 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   bson_append_array_begin(d, "processed", 9, &arr);
   if (c->processed) bson_append_utf8(&arr, "0", 1, c->processed, (int)c->processed_len);
   bson_append_array_end(d, &arr);
+  bson_append_binary(d, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out ? c->dd_out : (const uint8_t *)"",
+                     (uint32_t)c->dd_out_len);
   bson_append_document_begin(d, "timers", 6, &timers);
   if (bson_iter_init(&it, &c->set_timers)) {
     while (bson_iter_next(&it))   /* keys are "timers.<enc>": drop the prefix */
@@ -914,8 +968,17 @@ static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t f
   return 4;
 }
 
+/* A commit landed: true, and the digests it stored when it marked an event
+ * (the Lua layer keeps them with the execution for its next commit). */
+static int push_committed(lua_State *L, commit_in_t *c) {
+  lua_pushboolean(L, 1);
+  if (c->processed) lua_pushlstring(L, (const char *)c->dd_out, c->dd_out_len);
+  commit_in_destroy(c);
+  return c->processed ? 2 : 1;
+}
+
 /* store:_commit(id, definition_id, old_version, data_json, ops)
- * -> true | nil, msg, code[, found] */
+ * -> true[, digests] | nil, msg, code[, found] */
 static int l_commit(lua_State *L) {
   STORE_OR_CLOSED(L, s, "commit");
   commit_in_t c;
@@ -950,6 +1013,26 @@ static int l_commit(lua_State *L) {
       return ms_push_error(L, &e);
   }
   lua_pop(L, 1);
+  /* the digests loaded with the execution (a string kept by the Lua layer;
+   * the Lua strings stay referenced by the caller's table while we run) */
+  if (lua_getfield(L, 6, "dedupe") == LUA_TSTRING) c.dd_in = lua_tolstring(L, -1, &c.dd_in_len);
+  lua_pop(L, 1);
+  if (c.processed) {
+    size_t keep = c.dd_in_len / MS_DIGEST;
+    ev_digest(c.processed, c.processed_len, c.digest);
+    if (digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) {
+      lua_pushnil(L);
+      lua_pushfstring(L, "%s: event %s is already processed", doing, c.processed);
+      lua_pushliteral(L, "duplicate");
+      lua_pushinteger(L, (lua_Integer)c.old);
+      return 4;
+    }
+    if ((int64_t)keep > s->dedupe_window - 1) keep = (size_t)(s->dedupe_window - 1);
+    c.dd_out_len = (keep + 1) * MS_DIGEST;
+    c.dd_out = bson_malloc(c.dd_out_len);
+    if (keep) memcpy(c.dd_out, c.dd_in + c.dd_in_len / MS_DIGEST * MS_DIGEST - keep * MS_DIGEST, keep * MS_DIGEST);
+    memcpy(c.dd_out + keep * MS_DIGEST, c.digest, MS_DIGEST);
+  }
   bson_init(&c.emits);
   bson_init(&c.spawns);
   bson_init(&c.set_timers);
@@ -963,7 +1046,7 @@ static int l_commit(lua_State *L) {
   }
   /* What the update itself ships is known now: refuse it before any write
    * when it cannot fit the server's limit. */
-  if ((int64_t)c.data_len + c.emits.len + c.spawns.len + c.set_timers.len + c.trace.len + 1024 >
+  if ((int64_t)c.data_len + c.emits.len + c.spawns.len + c.set_timers.len + c.trace.len + (int64_t)c.dd_out_len + 1024 >
       (int64_t)s->max_bson) {
     commit_in_destroy(&c);
     ms_err_set(&e, "too_large", "%s: the update is larger than the server's maximum document size (%d bytes)",
@@ -1000,11 +1083,7 @@ static int l_commit(lua_State *L) {
     build_insert(s, &c, &q, &doc);
     rc = mongoc_collection_insert_one(s->exes, &doc, NULL, NULL, &be);
     bson_destroy(&doc);
-    if (rc) {
-      commit_in_destroy(&c);
-      lua_pushboolean(L, 1);
-      return 1;
-    }
+    if (rc) return push_committed(L, &c);
     if (!(be.domain == MONGOC_ERROR_SERVER && be.code == MONGOC_ERROR_DUPLICATE_KEY)) {
       commit_in_destroy(&c);
       return push_bson_err(L, s, &be, doing);
@@ -1017,11 +1096,7 @@ static int l_commit(lua_State *L) {
     commit_in_destroy(&c);
     return push_bson_err(L, s, &be, doing);
   }
-  if (matched == 1) {
-    commit_in_destroy(&c);
-    lua_pushboolean(L, 1);
-    return 1;
-  }
+  if (matched == 1) return push_committed(L, &c);
   /* No document at the loaded version: a stale write (or one that vanished). */
   have = find_version(s, c.id, c.id_len, &found, &be);
   if (have < 0) {
@@ -1037,15 +1112,16 @@ static int l_commit(lua_State *L) {
 
 /* A find whose filter is {_id} alone: every server answers it from the _id
  * index (mongo-java-server uses an index only for a filter with exactly its
- * keys). field2, when given, is projected too. */
-static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, const char *field,
-                                 const char *field2) {
+ * keys). Projects the fields named, up to the first NULL (at most three). */
+static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, const char *f1, const char *f2,
+                                 const char *f3) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_document_begin(&opts, "projection", 10, &proj);
-  bson_append_int32(&proj, field, -1, 1);
-  if (field2) bson_append_int32(&proj, field2, -1, 1);
+  bson_append_int32(&proj, f1, -1, 1);
+  if (f2) bson_append_int32(&proj, f2, -1, 1);
+  if (f2 && f3) bson_append_int32(&proj, f3, -1, 1);
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "limit", 5, 1);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -1082,9 +1158,17 @@ static int opt_timer_key(lua_State *L, int idx, const char *fn, bson_string_t **
   return 0;
 }
 
-/* store:_load(id[, timer_path]) -> data_json | nil (absent) | nil, msg, code
- * With a timer path the second result is the fire_at armed for it now (nil
- * when none): the engine's Timeout check, in the same round trip. */
+/* The dedupe digests of a fetched document as a string ("" when none). */
+static void push_digests(lua_State *L, const bson_t *doc) {
+  uint32_t len;
+  const uint8_t *p = doc_digests(doc, &len);
+  lua_pushlstring(L, p ? (const char *)p : "", p ? len : 0);
+}
+
+/* store:_load(id[, timer_path]) -> data_json, armed, digests | nil (absent) | nil, msg, code
+ * With a timer path, armed is the fire_at armed for it now (nil when none):
+ * the engine's Timeout check, in the same round trip. digests are the
+ * execution's dedupe digests, for its next commit. */
 static int l_load(lua_State *L) {
   STORE_OR_CLOSED(L, s, "load");
   size_t idlen;
@@ -1097,25 +1181,22 @@ static int l_load(lua_State *L) {
   mongoc_cursor_t *cur;
   if (!id) return ms_push_error(L, &e);
   if (opt_timer_key(L, 3, "load", &tkey, &e)) return ms_push_error(L, &e);
-  cur = find_one(s, id, idlen, "data", tkey ? tkey->str : NULL);
+  cur = find_one(s, id, idlen, "data", "dedupe", tkey ? tkey->str : NULL);
   if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
     if (tkey) bson_string_free(tkey, true);
     return push_bson_err(L, s, &be, "load");
   }
   push_data(L, doc);
-  if (!tkey) {
-    mongoc_cursor_destroy(cur);
-    return 1;
-  }
-  if (doc && bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, tkey->str, &it) &&
+  if (tkey && doc && bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, tkey->str, &it) &&
       BSON_ITER_HOLDS_NUMBER(&it))
     lua_pushnumber(L, bson_iter_as_double(&it));
   else
     lua_pushnil(L);
-  bson_string_free(tkey, true);
+  push_digests(L, doc);
+  if (tkey) bson_string_free(tkey, true);
   mongoc_cursor_destroy(cur);
-  return 2;
+  return 3;
 }
 
 /* store:_load_for_event(id, event_id) -> data_json|nil, processed */
@@ -1144,6 +1225,7 @@ static int l_load_for_event(lua_State *L) {
   bson_append_document_begin(&pipe, "1", 1, &st);
   bson_append_document_begin(&st, "$project", 8, &proj);
   bson_append_int32(&proj, "data", 4, 1);
+  bson_append_int32(&proj, "dedupe", 6, 1);
   bson_append_document_begin(&proj, "hit", 3, &hit);
   bson_append_array_begin(&hit, "$in", 3, &in);
   bson_append_utf8(&in, "0", 1, ev, (int)evlen);
@@ -1179,16 +1261,25 @@ static int l_load_for_event(lua_State *L) {
     return push_bson_err(L, s, &be, "load_for_event");
   }
   push_data(L, doc);
-  lua_pushboolean(L, doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it));
+  {
+    uint8_t d[MS_DIGEST];
+    uint32_t dlen;
+    const uint8_t *list = doc_digests(doc, &dlen);
+    ev_digest(ev, evlen, d);
+    lua_pushboolean(L, (doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it)) ||
+                           (list && digests_hold(list, dlen, d)));
+  }
   if (doc && bson_iter_init_find(&it, doc, "armed") && BSON_ITER_HOLDS_NUMBER(&it))
     lua_pushnumber(L, bson_iter_as_double(&it));
   else
     lua_pushnil(L);
+  push_digests(L, doc);
   mongoc_cursor_destroy(cur);
-  return 3;
+  return 4;
 }
 
-/* store:is_processed(id, event_id) -> bool */
+/* store:is_processed(id, event_id) -> bool: among the digests, else in the
+ * `processed` array (harel's marks, or ours before the digests existed). */
 static int l_is_processed(lua_State *L) {
   STORE_OR_CLOSED(L, s, "is_processed");
   size_t idlen, evlen;
@@ -1201,6 +1292,29 @@ static int l_is_processed(lua_State *L) {
   int hit;
   if (!id) return ms_push_error(L, &e);
   if (!(ev = check_id(L, 3, "is_processed: event_id", &evlen, &e))) return ms_push_error(L, &e);
+  {
+    uint8_t d[MS_DIGEST];
+    uint32_t dlen;
+    const uint8_t *list;
+    ev_digest(ev, evlen, d);
+    cur = find_one(s, id, idlen, "dedupe", NULL, NULL);
+    hit = mongoc_cursor_next(cur, &doc);
+    if (!hit && mongoc_cursor_error(cur, &be)) {
+      mongoc_cursor_destroy(cur);
+      bson_destroy(&filter);
+      bson_destroy(&opts);
+      return push_bson_err(L, s, &be, "is_processed");
+    }
+    list = hit ? doc_digests(doc, &dlen) : NULL;
+    hit = list && digests_hold(list, dlen, d);
+    mongoc_cursor_destroy(cur);
+    if (hit) {
+      bson_destroy(&filter);
+      bson_destroy(&opts);
+      lua_pushboolean(L, 1);
+      return 1;
+    }
+  }
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_utf8(&filter, "processed", 9, ev, (int)evlen);
   bson_append_document_begin(&opts, "projection", 10, &proj);
@@ -1773,7 +1887,7 @@ static int l_read_trace(lua_State *L) {
   mongoc_cursor_t *cur;
   bson_iter_t it;
   if (!id) return ms_push_error(L, &e);
-  cur = find_one(s, id, idlen, "trace", NULL);
+  cur = find_one(s, id, idlen, "trace", NULL, NULL);
   if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "trace") && BSON_ITER_HOLDS_ARRAY(&it)) {
     if (ms_push_bson_value(L, &it, 0, &e)) {
       mongoc_cursor_destroy(cur);

@@ -7,7 +7,7 @@ set -euo pipefail
 die() { echo "deps.sh: $*" >&2; exit 1; }
 
 packages=(
-    lua5.4 liblua5.4-dev libmongoc-dev libbson-dev pkg-config lua-unit
+    lua5.4 liblua5.4-dev libmongoc-dev libbson-dev libssl-dev pkg-config lua-unit
     luarocks gcc make curl ca-certificates valgrind python3
     # OpenResty side: LuaJIT as Debian's lua module links it, compat-5.3.h,
     # nginx with the lua module and resty.core

@@ -8,6 +8,11 @@ local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostrin
 local math_type, sort, format = execution.math_type, table.sort, string.format
 local is_execution, set_version = execution.is_execution, execution.set_version
 
+-- The dedupe digests each loaded execution came with (see csrc/store.c):
+-- its next commit checks the event against them and stores them one longer.
+-- Weak keys: an execution the caller drops takes its digests with it.
+local digests = setmetatable({}, { __mode = "k" })
+
 local M = {
   _VERSION = core.version,
   null = core.null,
@@ -77,17 +82,26 @@ function Store:commit(exe, opts)
   local data
   data, err = execution.to_json(exe, old + 1)
   if not data then return invalid(doing .. ": " .. err) end
+  local dd = digests[exe]
+  if dd == nil and old > 0 and opts.processed_event_id ~= nil then
+    -- an execution that did not come from load: fetch its digests (the
+    -- version check below makes sure they are the ones at `old`)
+    local got, _, fetched = self:_load(exe.id)
+    if got ~= nil then dd = fetched end
+  end
   local ok, msg, code, found = self:_commit(exe.id, exe.definition_id, old, data, {
     status = exe.status,
     parent_id = exe.parent_id,
     emits = emits,
     processed_event_id = opts.processed_event_id,
+    dedupe = dd,
     timers = opts.timers,
     spawns = opts.spawns,
     trace = opts.trace,
   })
   if ok then
     set_version(exe, old + 1)
+    if msg ~= nil then digests[exe] = msg end
     return true
   end
   return nil, msg, code, found
@@ -109,10 +123,14 @@ end
 function Store:load(id, timer_path)
   check_id(id, "load", "id")
   if timer_path ~= nil then check_id(timer_path, "load", "timer_path") end
-  local data, armed, code = self:_load(id, timer_path)
-  if data == nil then return nil, armed, code end
+  local data, armed, dd = self:_load(id, timer_path)
+  if data == nil then
+    if type(armed) == "string" then return nil, armed, dd end -- nil, msg, code
+    return nil
+  end
   local exe, err = execution.from_json(data)
   if not exe then return nil, "load " .. id .. ": stored data is not readable: " .. err, "server" end
+  digests[exe] = dd
   return exe, armed
 end
 
@@ -123,13 +141,14 @@ function Store:load_for_event(id, event_id, timer_path)
   check_id(id, "load_for_event", "id")
   check_id(event_id, "load_for_event", "event_id")
   if timer_path ~= nil then check_id(timer_path, "load_for_event", "timer_path") end
-  local data, hit, armed = self:_load_for_event(id, event_id, timer_path)
+  local data, hit, armed, dd = self:_load_for_event(id, event_id, timer_path)
   if data == nil then
     if type(hit) == "string" then return nil, hit, armed end
     return nil, false
   end
   local exe, err = execution.from_json(data)
   if not exe then return nil, "load_for_event " .. id .. ": stored data is not readable: " .. err, "server" end
+  digests[exe] = dd
   return exe, hit, armed
 end
 

@@ -8,9 +8,10 @@ local helper = require "helper"
 local raw = require "store.rawdb"
 
 -- The seed's fields, plus what the store promotes for its indexes: status and
--- parent_id (listing) and next_fire_at (the timer sweep).
-local DOC_FIELDS = { "_id", "data", "definition_id", "next_fire_at", "outbox", "parent_id", "processed", "spawns",
-                     "status", "timers", "trace", "version" }
+-- parent_id (listing) and next_fire_at (the timer sweep), and the dedupe
+-- digests.
+local DOC_FIELDS = { "_id", "data", "dedupe", "definition_id", "next_fire_at", "outbox", "parent_id", "processed",
+                     "spawns", "status", "timers", "trace", "version" }
 local DATA_FIELDS = {
   "active_path", "child_id", "children", "context", "created_at", "deferred", "definition_fqn",
   "definition_id", "error", "expires_at", "finished_at", "history", "id", "invoke_seq", "outcome",
@@ -487,11 +488,36 @@ function TestCommit:test_commit_refuses_an_event_already_processed()
   lu.assertEquals(#doc.outbox, 0, "nothing of the refused commit is queued")
   lu.assertEquals(raw.keys(doc.timers), {})
   lu.assertEquals(assert(self.store:load(exe.id)).context.n, 1)
-  -- another event goes through, and a stale write is still a conflict, not a duplicate
+  -- another event goes through; a stale write of a new event is a conflict,
+  -- and of an event it applied itself still a duplicate
   lu.assertTrue(self.store:commit(again, { processed_event_id = "evt-2" }))
   local stale = exe
-  local _, _, c2 = self.store:commit(stale, { processed_event_id = "evt-1" })
+  local _, _, c2 = self.store:commit(stale, { processed_event_id = "evt-3" })
   lu.assertEquals(c2, "conflict")
+  local _, _, c3 = self.store:commit(stale, { processed_event_id = "evt-1" })
+  lu.assertEquals(c3, "duplicate")
+end
+
+function TestCommit:test_the_filter_refuses_a_mark_the_digests_do_not_know()
+  -- a mark only in `processed` (harel's store writes no digests): the
+  -- commit's filter refuses it on the server
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { processed_event_id = "evt-h" }))
+  raw.unset(self.db, exe.id, "dedupe")
+  local got = assert(self.store:load(exe.id))
+  local ok, msg, code, found = self.store:commit(got, { processed_event_id = "evt-h",
+    emits = { { target_id = "t", event = { id = "out-h", kind = "K" } } } })
+  lu.assertNil(ok)
+  lu.assertEquals(code, "duplicate")
+  lu.assertStrContains(msg, "evt-h")
+  lu.assertEquals(found, 1)
+  lu.assertEquals(#raw.doc(self.db, exe.id).outbox, 0)
+  lu.assertTrue(self.store:is_processed(exe.id, "evt-h"))
+  local _, seen = self.store:load_for_event(exe.id, "evt-h")
+  lu.assertTrue(seen)
+  -- the next mark starts the digests again
+  lu.assertTrue(self.store:commit(got, { processed_event_id = "evt-i" }))
+  lu.assertTrue(self.store:is_processed(exe.id, "evt-i"))
 end
 
 function TestCommit:test_load_brings_the_armed_fire_at_of_a_timer_path()

@@ -243,6 +243,44 @@ function TestOutbox:test_dedupe_window_keeps_the_last_ids()
   lu.assertTrue(seen)
   lu.assertEquals(self.store:info().dedupe_window, 1000)
   store:close()
+  for _, bad in ipairs { 0, -1, 1000001, 2.5, "10" } do
+    lu.assertErrorMsgContains("dedupe_window must be an integer from 1 to 1000000", helper.connect,
+      { db = self.db, dedupe_window = bad })
+  end
+  local widest = helper.connect{ db = self.db, dedupe_window = 1000000 }
+  lu.assertEquals(widest:info().dedupe_window, 1000000)
+  widest:close()
+end
+
+-- Beyond the last 16 ids in `processed`, the window lives in the digests:
+-- an event 100 marks back is still recognised, one older than the window is
+-- not, and the document carries one 8-byte digest per id in the window.
+function TestOutbox:test_dedupe_window_beyond_the_readable_tail()
+  local store = helper.connect{ db = self.db, dedupe_window = 200 }
+  local exe = new_exe()
+  for i = 1, 300 do assert(store:commit(exe, { processed_event_id = "d-" .. i })) end
+  local doc = raw.doc(self.db, exe.id)
+  lu.assertEquals(#doc.processed, 16)
+  lu.assertEquals(doc.processed[1], "d-285")
+  lu.assertEquals(doc.processed[16], "d-300")
+  lu.assertEquals(#doc.dedupe.binary, 200 * 8)
+  lu.assertTrue(store:is_processed(exe.id, "d-200"))
+  lu.assertTrue(store:is_processed(exe.id, "d-101"))
+  lu.assertFalse(store:is_processed(exe.id, "d-100"))
+  local _, seen = store:load_for_event(exe.id, "d-150")
+  lu.assertTrue(seen)
+  -- a redelivery inside the window is refused with nothing written, from a
+  -- fresh load as from the execution that committed
+  local fresh = assert(store:load(exe.id))
+  local ok, _, code = store:commit(fresh, { processed_event_id = "d-120" })
+  lu.assertNil(ok)
+  lu.assertEquals(code, "duplicate")
+  local _, _, code2 = store:commit(exe, { processed_event_id = "d-250" })
+  lu.assertEquals(code2, "duplicate")
+  lu.assertEquals(raw.doc(self.db, exe.id).version, 300)
+  -- outside the window it is applied again: the horizon the README states
+  lu.assertTrue(store:commit(fresh, { processed_event_id = "d-100" }))
+  store:close()
 end
 
 function TestOutbox:test_commit_with_outbox_dedupe_and_state_together()
