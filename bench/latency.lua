@@ -119,6 +119,42 @@ local function commit_part(uri, db, points, budget, window)
   result(series .. ".reached", reached)
   result(series .. ".elapsed_s", format("%.1f", elapsed))
   result(series .. ".tail_median_us", format("%.0f", tail))
+
+  -- Side by side: the same young-versus-old comparison without the drift of
+  -- a shared machine between the first point and the last (minutes apart).
+  -- In 40 alternating rounds, 10 commits of a fresh execution (its events
+  -- 1-10, the first an insert) and the old execution's next 10.
+  local young, old, i = {}, {}, reached
+  for r = 1, 40 do
+    local y = ms.execution {
+      id = format("lat-young-%d", r), definition_id = "flat", status = "RUNNING", active_path = "Waiting",
+      context = { n = 0, note = string.rep("x", 200) },
+    }
+    for j = 1, 10 do
+      y.context.n = j
+      y.processed_events = j
+      local t0 = now()
+      local ok, err = store:commit(y, { processed_event_id = format("young-%d-%d", r, j) })
+      young[#young + 1] = now() - t0
+      if not ok then error(format("young commit %d/%d: %s", r, j, tostring(err))) end
+    end
+    for _ = 1, 10 do
+      i = i + 1
+      exe.context.n = i
+      exe.processed_events = i
+      local t0 = now()
+      local ok, err = store:commit(exe, { processed_event_id = format("evt-%09d", i) })
+      old[#old + 1] = now() - t0
+      if not ok then error(format("commit %d: %s", i, tostring(err))) end
+    end
+  end
+  local ym, om = util.median(young) * 1e6, util.median(old) * 1e6
+  say("  side by side, 40 alternating rounds: events 1-10 of fresh executions %.0f us, events %d-%d of this one"
+    .. " %.0f us (%.2fx)", ym, reached + 1, i, om, om / ym)
+  result(series .. ".sbs.young_us", format("%.0f", ym))
+  result(series .. ".sbs.old_us", format("%.0f", om))
+  result(series .. ".sbs.old_from", reached + 1)
+  result(series .. ".sbs.old_to", i)
   store:close()
 end
 
