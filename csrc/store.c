@@ -520,6 +520,16 @@ static const uint8_t *doc_digests(const bson_t *doc, uint32_t *len) {
   return p;
 }
 
+/* Whether a fetched document's digests hold event id ev. */
+static int doc_marks(const bson_t *doc, const char *ev, size_t evlen) {
+  uint8_t d[MS_DIGEST];
+  uint32_t len;
+  const uint8_t *list = doc_digests(doc, &len);
+  if (!list) return 0;
+  ev_digest(ev, evlen, d);
+  return digests_hold(list, len, d);
+}
+
 static int64_t dedupe_tail(const ms_store_t *s) {
   return s->dedupe_window < MS_DEDUPE_TAIL ? s->dedupe_window : MS_DEDUPE_TAIL;
 }
@@ -947,15 +957,19 @@ static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update,
   return ok;
 }
 
-static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t found) {
+/* nil, msg, "duplicate", version: the commit's event is marked already */
+static int push_duplicate(lua_State *L, const commit_in_t *c) {
   lua_pushnil(L);
-  if (have && found == c->old && c->processed) {
-    /* the version is the loaded one, so the dedupe guard refused it */
-    lua_pushfstring(L, "commit %s: event %s is already processed", c->id, c->processed);
-    lua_pushliteral(L, "duplicate");
-    lua_pushinteger(L, (lua_Integer)found);
-    return 4;
-  }
+  lua_pushfstring(L, "commit %s: event %s is already processed", c->id, c->processed);
+  lua_pushliteral(L, "duplicate");
+  lua_pushinteger(L, (lua_Integer)c->old);
+  return 4;
+}
+
+static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t found) {
+  /* the version is the loaded one, so the filter's dedupe guard refused it */
+  if (have && found == c->old && c->processed) return push_duplicate(L, c);
+  lua_pushnil(L);
   if (have)
     lua_pushfstring(L, "commit %s: version conflict: expected %I, found %I", c->id, (lua_Integer)c->old,
                     (lua_Integer)found);
@@ -1020,13 +1034,7 @@ static int l_commit(lua_State *L) {
   if (c.processed) {
     size_t keep = c.dd_in_len / MS_DIGEST;
     ev_digest(c.processed, c.processed_len, c.digest);
-    if (digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) {
-      lua_pushnil(L);
-      lua_pushfstring(L, "%s: event %s is already processed", doing, c.processed);
-      lua_pushliteral(L, "duplicate");
-      lua_pushinteger(L, (lua_Integer)c.old);
-      return 4;
-    }
+    if (digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_duplicate(L, &c);
     if ((int64_t)keep > s->dedupe_window - 1) keep = (size_t)(s->dedupe_window - 1);
     c.dd_out_len = (keep + 1) * MS_DIGEST;
     c.dd_out = bson_malloc(c.dd_out_len);
@@ -1261,14 +1269,8 @@ static int l_load_for_event(lua_State *L) {
     return push_bson_err(L, s, &be, "load_for_event");
   }
   push_data(L, doc);
-  {
-    uint8_t d[MS_DIGEST];
-    uint32_t dlen;
-    const uint8_t *list = doc_digests(doc, &dlen);
-    ev_digest(ev, evlen, d);
-    lua_pushboolean(L, (doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it)) ||
-                           (list && digests_hold(list, dlen, d)));
-  }
+  lua_pushboolean(L, (doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it)) ||
+                         doc_marks(doc, ev, evlen));
   if (doc && bson_iter_init_find(&it, doc, "armed") && BSON_ITER_HOLDS_NUMBER(&it))
     lua_pushnumber(L, bson_iter_as_double(&it));
   else
@@ -1292,28 +1294,18 @@ static int l_is_processed(lua_State *L) {
   int hit;
   if (!id) return ms_push_error(L, &e);
   if (!(ev = check_id(L, 3, "is_processed: event_id", &evlen, &e))) return ms_push_error(L, &e);
-  {
-    uint8_t d[MS_DIGEST];
-    uint32_t dlen;
-    const uint8_t *list;
-    ev_digest(ev, evlen, d);
-    cur = find_one(s, id, idlen, "dedupe", NULL, NULL);
-    hit = mongoc_cursor_next(cur, &doc);
-    if (!hit && mongoc_cursor_error(cur, &be)) {
-      mongoc_cursor_destroy(cur);
-      bson_destroy(&filter);
-      bson_destroy(&opts);
-      return push_bson_err(L, s, &be, "is_processed");
-    }
-    list = hit ? doc_digests(doc, &dlen) : NULL;
-    hit = list && digests_hold(list, dlen, d);
+  /* first the digests, by _id; then the `processed` array */
+  cur = find_one(s, id, idlen, "dedupe", NULL, NULL);
+  hit = mongoc_cursor_next(cur, &doc);
+  if (!hit && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
-    if (hit) {
-      bson_destroy(&filter);
-      bson_destroy(&opts);
-      lua_pushboolean(L, 1);
-      return 1;
-    }
+    return push_bson_err(L, s, &be, "is_processed");
+  }
+  hit = hit && doc_marks(doc, ev, evlen);
+  mongoc_cursor_destroy(cur);
+  if (hit) {
+    lua_pushboolean(L, 1);
+    return 1;
   }
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_utf8(&filter, "processed", 9, ev, (int)evlen);
