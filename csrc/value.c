@@ -475,6 +475,12 @@ int ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err_
   }
   case BSON_TYPE_DOCUMENT:
   case BSON_TYPE_ARRAY:
+    /* The value at depth d is the (d+1)th table of the path: past
+     * MS_MAX_DEPTH tables the encoder would refuse what was read. */
+    if (depth >= MS_MAX_DEPTH) {
+      ms_err_set(e, "invalid", "document nested deeper than %d levels", MS_MAX_DEPTH);
+      return -1;
+    }
     if (!bson_iter_recurse(iter, &child)) {
       ms_err_set(e, "server", "corrupt document from the server");
       return -1;
@@ -564,6 +570,87 @@ static int l_bson_roundtrip(lua_State *L) {
   return 1;
 }
 
+/* bson_encode(doc) -> the BSON bytes of a table with string keys, or nil,
+ * msg, code: the encoder every store write uses, for specs, fuzzing and
+ * callers that keep documents of their own. */
+static int l_bson_encode(lua_State *L) {
+  bson_t doc = BSON_INITIALIZER;
+  ms_err_t e;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 4 * MS_MAX_DEPTH + 8, "mongostore: bson_encode");
+  if (ms_table_to_bson(L, 1, &doc, "bson_encode", &e)) {
+    bson_destroy(&doc);
+    return ms_push_error(L, &e);
+  }
+  lua_pushlstring(L, (const char *)bson_get_data(&doc), doc.len);
+  bson_destroy(&doc);
+  return 1;
+}
+
+/* The value rules for strings and keys over a whole document. libbson 1.23's
+ * bson_validate lets a string value that is not UTF-8 through whatever the
+ * flags, and binary reads as a Lua string, so both are checked here. */
+static int check_strings(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
+  while (bson_iter_next(it)) {
+    size_t oldlen = p->len;
+    const char *k = bson_iter_key(it);
+    uint32_t klen = bson_iter_key_len(it), len = 0;
+    const char *s = NULL;
+    bson_iter_t child;
+    int rc = 0;
+    ms_path_push_key(p, k, klen);
+    if (ms_check_string(k, klen, 1, p, e)) return -1;
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_UTF8: s = bson_iter_utf8(it, &len); break;
+    case BSON_TYPE_BINARY: bson_iter_binary(it, NULL, &len, (const uint8_t **)&s); break;
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+      if (depth >= MS_MAX_DEPTH) {
+        ms_err_set(e, "invalid", "%s: nested deeper than %d levels", p->buf, MS_MAX_DEPTH);
+        return -1;
+      }
+      if (!bson_iter_recurse(it, &child)) {
+        ms_err_set(e, "invalid", "%s: malformed document", p->buf);
+        return -1;
+      }
+      rc = check_strings(&child, depth + 1, p, e);
+      break;
+    default: break;
+    }
+    if (rc == 0 && s && ms_check_string(s, len, 0, p, e)) rc = -1;
+    if (rc) return -1;
+    ms_path_pop_key(p, oldlen);
+  }
+  return 0;
+}
+
+/* bson_decode(bytes) -> table, or nil, msg, "invalid" when the bytes are not
+ * exactly one well-formed document under the value rules. */
+static int l_bson_decode(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  bson_t doc;
+  size_t off = 0;
+  bson_iter_t it;
+  ms_path_t p;
+  ms_err_t e;
+  if (len > INT32_MAX || !bson_init_static(&doc, (const uint8_t *)s, len)) {
+    ms_err_set(&e, "invalid", "bson_decode: not a BSON document (%zu bytes)", len);
+    return ms_push_error(L, &e);
+  }
+  if (!bson_validate(&doc, BSON_VALIDATE_UTF8 | BSON_VALIDATE_UTF8_ALLOW_NULL, &off)) {
+    ms_err_set(&e, "invalid", "bson_decode: malformed document at byte %zu", off + 1);
+    return ms_push_error(L, &e);
+  }
+  ms_path_init(&p, "bson_decode");
+  if (!bson_iter_init(&it, &doc) || check_strings(&it, 1, &p, &e)) return ms_push_error(L, &e);
+  if (ms_push_bson_doc(L, &doc, &e)) {
+    ms_err_prefix(&e, "bson_decode");
+    return ms_push_error(L, &e);
+  }
+  return 1;
+}
+
 void ms_open_value(lua_State *L) {
   if (luaL_newmetatable(L, MS_ARRAY_MT)) {
     lua_pushliteral(L, "array");
@@ -578,5 +665,9 @@ void ms_open_value(lua_State *L) {
   lua_setfield(L, -2, "is_array");
   lua_pushcfunction(L, l_bson_roundtrip);
   lua_setfield(L, -2, "bson_roundtrip");
+  lua_pushcfunction(L, l_bson_encode);
+  lua_setfield(L, -2, "bson_encode");
+  lua_pushcfunction(L, l_bson_decode);
+  lua_setfield(L, -2, "bson_decode");
   open_int64(L);
 }
