@@ -11,6 +11,8 @@
 #include <time.h>
 
 #include <mongoc/mongoc.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 double ms_now(void) {
   struct timespec ts;
@@ -45,24 +47,29 @@ static int l_sleep(lua_State *L) {
   return 0;
 }
 
+/* getrandom(2): no file to open and no 4 KiB stdio read per call; a read
+ * from the urandom source is never short once it is seeded, but a signal
+ * can interrupt the wait for the seed. */
+int ms_random(void *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = getrandom((unsigned char *)buf + got, len - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    got += (size_t)n;
+  }
+  return 0;
+}
+
 /* 16 random bytes as 32 hex digits, the same shape as harel's uuid4().hex. */
 static int l_uuid(lua_State *L) {
   static const char hex[] = "0123456789abcdef";
   unsigned char raw[16];
   char out[32];
-  size_t got = 0;
   int i;
-  /* getrandom(2): no file to open and no 4 KiB stdio read per id; a read
-   * of 16 bytes from the urandom source is never short once it is seeded,
-   * but a signal can interrupt the wait for the seed. */
-  while (got < sizeof raw) {
-    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return luaL_error(L, "uuid: getrandom failed (errno %d)", errno);
-    }
-    got += (size_t)n;
-  }
+  if (ms_random(raw, sizeof raw)) return luaL_error(L, "uuid: getrandom failed (errno %d)", errno);
   raw[6] = (unsigned char)((raw[6] & 0x0f) | 0x40);   /* version 4 */
   raw[8] = (unsigned char)((raw[8] & 0x3f) | 0x80);   /* RFC 4122 variant */
   for (i = 0; i < 16; i++) {
@@ -73,7 +80,42 @@ static int l_uuid(lua_State *L) {
   return 1;
 }
 
+/* hmac_sha256(key, message) -> 32 raw bytes (the listing's cursors). */
+static int l_hmac_sha256(lua_State *L) {
+  size_t klen, mlen;
+  const char *key = luaL_checklstring(L, 1, &klen), *msg = luaL_checklstring(L, 2, &mlen);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int outlen = 0;
+  if (!HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, mlen, out, &outlen))
+    return luaL_error(L, "hmac_sha256: libcrypto failed");
+  lua_pushlstring(L, (const char *)out, outlen);
+  return 1;
+}
+
+/* text_error(s) -> nil when s may be an id or a filter string (non-empty
+ * UTF-8 without NUL), else what is wrong with it: the one test every entry
+ * point applies to the strings it is given. */
+const char *ms_text_error(const char *s, size_t len) {
+  if (len == 0) return "is empty";
+  if (!bson_utf8_validate(s, len, false)) return "is not valid UTF-8 or contains NUL";
+  return NULL;
+}
+
+static int l_text_error(lua_State *L) {
+  size_t len;
+  const char *s;
+  if (lua_type(L, 1) != LUA_TSTRING) {
+    lua_pushfstring(L, "must be a string, got %s", luaL_typename(L, 1));
+    return 1;
+  }
+  s = lua_tolstring(L, 1, &len);
+  lua_pushstring(L, ms_text_error(s, len));   /* NULL pushes nil */
+  return 1;
+}
+
 static const luaL_Reg core_funcs[] = {
+  {"hmac_sha256", l_hmac_sha256},
+  {"text_error", l_text_error},
   {"now", l_now},
   {"sleep", l_sleep},
   {"uuid", l_uuid},

@@ -18,12 +18,25 @@ static int is_too_large(uint32_t code) {
 }
 
 void ms_err_from_bson(ms_err_t *e, const bson_error_t *be, const char *doing) {
+  ms_err_from_bson_timed(e, be, doing, -1.0, 0);
+}
+
+/* A stream error is a timeout only when the call waited out the socket
+ * timeout: libmongoc reports a reset, a closed socket and an expired wait
+ * alike ("socket error or timeout"). Without a duration (elapsed_ms < 0)
+ * only a message that says so explicitly counts as a timeout. */
+static int is_timeout(const bson_error_t *be, double elapsed_ms, int32_t timeout_ms) {
+  if (elapsed_ms >= 0) return timeout_ms > 0 && elapsed_ms >= 0.9 * (double)timeout_ms;
+  return has(be->message, "timed out") || has(be->message, "Timed out");
+}
+
+void ms_err_from_bson_timed(ms_err_t *e, const bson_error_t *be, const char *doing, double elapsed_ms,
+                            int32_t timeout_ms) {
   const char *code = "server";
   int show_code = 0;
   switch (be->domain) {
   case MONGOC_ERROR_STREAM:
-    code = (has(be->message, "timed out") || has(be->message, "Timed out") ||
-            has(be->message, "timeout")) ? "timeout" : "network";
+    code = is_timeout(be, elapsed_ms, timeout_ms) ? "timeout" : "network";
     break;
   case MONGOC_ERROR_SERVER_SELECTION:
     code = "unavailable";

@@ -93,12 +93,20 @@ void ms_open_json(lua_State *L);                          /* json_encode/decode,
 
 /* errors.c: libmongoc failures -> codes */
 void ms_err_from_bson(ms_err_t *e, const bson_error_t *be, const char *doing);
+/* The same, knowing how long the failed call took and the socket timeout
+ * it ran under, which tells a reset connection from an unanswered one. */
+void ms_err_from_bson_timed(ms_err_t *e, const bson_error_t *be, const char *doing, double elapsed_ms,
+                            int32_t timeout_ms);
 
 /* store.c: the Store userdata */
 void ms_open_store(lua_State *L);                         /* connect and the Store metatable */
 
 /* core.c: process-wide helpers */
 double ms_now(void);
+int ms_random(void *buf, size_t len);                     /* 0, or -1 with errno set */
+/* What is wrong with a string given as an id or a filter value (empty, not
+ * UTF-8, NUL inside), or NULL when nothing is: the one rule for them all. */
+const char *ms_text_error(const char *s, size_t len);
 /* Set while the core makes a call whose failure it reports itself (URI
  * parsing), so libmongoc's own log line about it is not printed too. */
 extern volatile int ms_log_quiet;

@@ -144,6 +144,10 @@ typedef struct ms_store {
   int64_t trace_max;       /* 0 keeps every step */
   int64_t dedupe_window;   /* event ids kept in `processed` */
   int32_t max_bson;
+  int32_t socket_timeout_ms; /* the URI's socketTimeoutMS (0: none) */
+  double op_started;         /* when the current call began: network vs timeout */
+  uint8_t cursor_key[32];    /* the listing's cursor secret, once read */
+  int has_cursor_key;
 } ms_store_t;
 
 /* ---- helpers ---- */
@@ -153,7 +157,9 @@ typedef struct ms_store {
  * while another coroutine still holds it. */
 static ms_store_t *check_store(lua_State *L) {
   ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
-  return s->client ? s : NULL;
+  if (!s->client) return NULL;
+  s->op_started = ms_now();
+  return s;
 }
 
 static int push_closed(lua_State *L, const char *doing) {
@@ -185,7 +191,10 @@ static int push_err(lua_State *L, const ms_store_t *s, ms_err_t *e) {
 
 static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *be, const char *doing) {
   ms_err_t e;
-  ms_err_from_bson(&e, be, doing);
+  /* libmongoc says "socket error or timeout" for both: the time the call
+   * took tells them apart */
+  ms_err_from_bson_timed(&e, be, doing, s ? (ms_now() - s->op_started) * 1000.0 : -1.0,
+                         s ? s->socket_timeout_ms : 0);
   return push_err(L, s, &e);
 }
 
@@ -193,20 +202,44 @@ static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *
  * programming error and raises; a bad string is an invalid value. */
 static const char *check_id(lua_State *L, int idx, const char *name, size_t *len, ms_err_t *e) {
   size_t n;
-  const char *s;
+  const char *s, *why;
   if (lua_type(L, idx) != LUA_TSTRING)
     luaL_error(L, "%s must be a string, got %s", name, luaL_typename(L, idx));
   s = lua_tolstring(L, idx, &n);
-  if (n == 0) {
-    ms_err_set(e, "invalid", "%s is empty", name);
-    return NULL;
-  }
-  if (!bson_utf8_validate(s, n, false)) {
-    ms_err_set(e, "invalid", "%s is not valid UTF-8 or contains NUL", name);
+  if ((why = ms_text_error(s, n)) != NULL) {
+    ms_err_set(e, "invalid", "%s %s", name, why);
     return NULL;
   }
   if (len) *len = n;
   return s;
+}
+
+/* Arguments of any other kind: the wrong Lua type is the caller's bug and
+ * raises, naming the argument ("delete_timer: path must be a string, got
+ * number"); nothing is coerced, so a number never passes for a path. */
+static const char *arg_string(lua_State *L, int idx, const char *name, size_t *len) {
+  if (lua_type(L, idx) != LUA_TSTRING)
+    luaL_error(L, "%s must be a string, got %s", name, luaL_typename(L, idx));
+  return lua_tolstring(L, idx, len);
+}
+
+static double arg_number(lua_State *L, int idx, const char *name) {
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    luaL_error(L, "%s must be a number, got %s", name, luaL_typename(L, idx));
+  return lua_tonumber(L, idx);
+}
+
+static int64_t arg_integer(lua_State *L, int idx, const char *name) {
+  int64_t v;
+  if (!ms_to_int64(L, idx, &v))
+    luaL_error(L, "%s must be an integer, got %s", name,
+               lua_type(L, idx) == LUA_TNUMBER ? "a number with a fraction" : luaL_typename(L, idx));
+  return v;
+}
+
+static void arg_table(lua_State *L, int idx, const char *name) {
+  if (lua_type(L, idx) != LUA_TTABLE)
+    luaL_error(L, "%s must be a table, got %s", name, luaL_typename(L, idx));
 }
 
 /* Timer paths become keys of the timers sub-document: '.' is encoded as
@@ -448,6 +481,8 @@ static int l_connect(lua_State *L) {
     ms_err_set(&e, "invalid", "connect: %s", be.message);
     return push_err(L, s, &e);
   }
+  s->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS,
+                                                        MONGOC_DEFAULT_SOCKETTIMEOUTMS);
   s->client = mongoc_client_pool_pop(s->pool->pool);
   deadline = ms_now() + wait;
   /* The pool's monitor reconnects in the background; each ping waits at most
@@ -1007,9 +1042,9 @@ static int l_commit(lua_State *L) {
   memset(&c, 0, sizeof c);
   if (!(c.id = check_id(L, 2, "commit: execution id", &c.id_len, &e))) return ms_push_error(L, &e);
   if (!(c.definition_id = check_id(L, 3, "commit: definition_id", &c.def_len, &e))) return ms_push_error(L, &e);
-  c.old = (int64_t)luaL_checkinteger(L, 4);
-  c.data = luaL_checklstring(L, 5, &c.data_len);
-  luaL_checktype(L, 6, LUA_TTABLE);
+  c.old = arg_integer(L, 4, "commit: version");
+  c.data = arg_string(L, 5, "commit: data", &c.data_len);
+  arg_table(L, 6, "commit: opts");
   snprintf(doing, sizeof doing, "commit %.100s", c.id);
   if (c.old < 0) {
     ms_err_set(&e, "invalid", "%s: version %lld is negative", doing, (long long)c.old);
@@ -1158,7 +1193,9 @@ static int opt_timer_key(lua_State *L, int idx, const char *fn, bson_string_t **
   const char *path;
   *out = NULL;
   if (lua_isnoneornil(L, idx)) return 0;
-  path = luaL_checklstring(L, idx, &plen);
+  if (lua_type(L, idx) != LUA_TSTRING)
+    luaL_error(L, "%s: timer_path must be a string, got %s", fn, luaL_typename(L, idx));
+  path = lua_tolstring(L, idx, &plen);
   if (encode_path(path, plen, out, e)) {
     ms_err_prefix(e, fn);
     return -1;
@@ -1288,12 +1325,14 @@ static int l_is_processed(lua_State *L) {
   ms_err_t e;
   bson_error_t be;
   const bson_t *doc;
-  const char *id = check_id(L, 2, "is_processed: id", &idlen, &e), *ev;
+  ms_err_t e2;
+  const char *id = check_id(L, 2, "is_processed: id", &idlen, &e);
+  const char *ev = check_id(L, 3, "is_processed: event_id", &evlen, &e2);
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   int hit;
   if (!id) return ms_push_error(L, &e);
-  if (!(ev = check_id(L, 3, "is_processed: event_id", &evlen, &e))) return ms_push_error(L, &e);
+  if (!ev) return ms_push_error(L, &e2);
   /* first the digests, by _id; then the `processed` array */
   cur = find_one(s, id, idlen, "dedupe", NULL, NULL);
   hit = mongoc_cursor_next(cur, &doc);
@@ -1334,15 +1373,24 @@ static int l_scan(lua_State *L) {
   mongoc_cursor_t *cur;
   const bson_t *doc;
   bson_error_t be;
-  lua_Integer n = luaL_checkinteger(L, 4), i = 0;
+  lua_Integer n = (lua_Integer)arg_integer(L, 4, "list_executions: limit"), i = 0;
+  ms_err_t e;
   if (!lua_isnil(L, 2)) {
     size_t len;
-    const char *d = luaL_checklstring(L, 2, &len);
+    const char *d = check_id(L, 2, "list_executions: definition_id", &len, &e);
+    if (!d) {
+      bson_destroy(&filter);
+      return ms_push_error(L, &e);
+    }
     bson_append_utf8(&filter, "definition_id", 13, d, (int)len);
   }
   if (!lua_isnil(L, 3)) {
     size_t len;
-    const char *a = luaL_checklstring(L, 3, &len);
+    const char *a = check_id(L, 3, "list_executions: cursor position", &len, &e);
+    if (!a) {
+      bson_destroy(&filter);
+      return ms_push_error(L, &e);
+    }
     bson_append_document_begin(&filter, "_id", 3, &gt);
     bson_append_utf8(&gt, "$gt", 3, a, (int)len);
     bson_append_document_end(&filter, &gt);
@@ -1590,10 +1638,10 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
 }
 
 static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
-  lua_Integer limit = luaL_checkinteger(L, 2);
-  double lease = luaL_checknumber(L, 3);
+  lua_Integer limit = (lua_Integer)arg_integer(L, 2, "claim: limit");
+  double lease = arg_number(L, 3, "claim: lease");
   size_t toklen;
-  const char *token = luaL_checklstring(L, 4, &toklen);
+  const char *token = arg_string(L, 4, "claim: token", &toklen);
   if (limit < 1 || !(lease > 0) || toklen == 0) return luaL_error(L, "%s: limit >= 1, lease > 0 and a token", doing);
   return claim_entries(L, s, field, limit, lease, token, toklen, doing);
 }
@@ -1604,13 +1652,21 @@ static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char
 static int release_entry(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
   size_t idlen, toklen;
   ms_err_t e;
-  const char *id = check_id(L, 2, "release: source_id", &idlen, &e);
-  const char *token = luaL_checklstring(L, 3, &toklen);
+  char what[48];
+  const char *id, *token;
   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
   bson_error_t be;
   char tokkey[48], untilkey[48];
   int ok;
+  snprintf(what, sizeof what, "%s: source_id", doing);
+  id = check_id(L, 2, what, &idlen, &e);
+  snprintf(what, sizeof what, "%s: token", doing);
+  token = arg_string(L, 3, what, &toklen);
   if (!id) return ms_push_error(L, &e);
+  if (toklen == 0) {
+    ms_err_set(&e, "invalid", "%s: token is empty", doing);
+    return ms_push_error(L, &e);
+  }
   snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
   snprintf(untilkey, sizeof untilkey, "%s_claim.until", field);
   bson_append_utf8(&q, "_id", 3, id, (int)idlen);
@@ -1666,13 +1722,20 @@ static int l_pending_spawns(lua_State *L) {
 /* $pull of the entry with this seq from array `field`: removes exactly it. */
 static int ack(lua_State *L, const char *field, const char *doing) {
   STORE_OR_CLOSED(L, s, doing);
-  lua_Integer seq = luaL_checkinteger(L, 2);
+  char what[48];
+  int64_t seq;
   size_t toklen = 0;
-  const char *token = luaL_optlstring(L, 3, NULL, &toklen);
+  const char *token = NULL;
   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond;
   bson_error_t be;
   char key[32];
   int ok;
+  snprintf(what, sizeof what, "%s: seq", doing);
+  seq = arg_integer(L, 2, what);
+  if (!lua_isnoneornil(L, 3)) {
+    snprintf(what, sizeof what, "%s: token", doing);
+    token = arg_string(L, 3, what, &toklen);
+  }
   snprintf(key, sizeof key, "%s.seq", field);
   bson_append_int64(&filter, key, -1, (int64_t)seq);
   if (token) {
@@ -1718,8 +1781,8 @@ static void raise_next_fire(ms_store_t *s, const char *id, uint32_t idlen, int64
  * writer without next_fire_at (harel) left with timers. */
 static int l_due_timers(lua_State *L) {
   STORE_OR_CLOSED(L, s, "due_timers");
-  double now = luaL_checknumber(L, 2);
-  lua_Integer limit = luaL_optinteger(L, 3, 0);
+  double now = arg_number(L, 2, "due_timers: now");
+  lua_Integer limit = lua_isnoneornil(L, 3) ? 0 : (lua_Integer)arg_integer(L, 3, "due_timers: limit");
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, or, b0, b1, cond, proj, empty;
   mongoc_cursor_t *cur;
   const bson_t *doc;
@@ -1805,9 +1868,13 @@ static int l_delete_timer(lua_State *L) {
   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, unset;
   double at;
   int ok;
+  path = arg_string(L, 3, "delete_timer: path", &plen);
+  at = arg_number(L, 4, "delete_timer: fire_at");
   if (!id) return ms_push_error(L, &e);
-  path = luaL_checklstring(L, 3, &plen);
-  at = luaL_checknumber(L, 4);
+  if (!isfinite(at)) {
+    ms_err_set(&e, "invalid", "delete_timer: fire_at must be a finite number (epoch seconds)");
+    return ms_push_error(L, &e);
+  }
   if (encode_path(path, plen, &key, &e)) {
     ms_err_prefix(&e, "delete_timer");
     return ms_push_error(L, &e);
@@ -1836,8 +1903,8 @@ static int l_append_trace(lua_State *L) {
   bson_t step = BSON_INITIALIZER, filter = BSON_INITIALIZER, update = BSON_INITIALIZER, opts = BSON_INITIALIZER, push;
   int64_t index;
   int ok;
+  arg_table(L, 3, "append_trace: entry");
   if (!id) return ms_push_error(L, &e);
-  luaL_checktype(L, 3, LUA_TTABLE);
   if (ms_table_to_bson(L, 3, &step, "append_trace: entry", &e)) {
     bson_destroy(&step);
     return ms_push_error(L, &e);
@@ -1893,6 +1960,77 @@ static int l_read_trace(lua_State *L) {
     ms_mark_array(L, -1);
   }
   mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+/* The secret that signs listing cursors: one per database, kept in the
+ * counters collection, so a cursor one process or thread issued is honoured
+ * by every other store on the same collections, and by nothing else. */
+#define MS_CURSOR_KEY_ID "mongostore:cursor_key"
+
+static int read_cursor_key(ms_store_t *s, bson_error_t *be) {
+  bson_t filter = BSON_INITIALIZER;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_iter_t it;
+  int found = 0;
+  bson_append_utf8(&filter, "_id", 3, MS_CURSOR_KEY_ID, -1);
+  cur = mongoc_collection_find_with_opts(s->counters, &filter, NULL, NULL);
+  bson_destroy(&filter);
+  if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "key") && BSON_ITER_HOLDS_BINARY(&it)) {
+    bson_subtype_t st;
+    uint32_t len;
+    const uint8_t *bin;
+    bson_iter_binary(&it, &st, &len, &bin);
+    if (len == sizeof s->cursor_key) {
+      memcpy(s->cursor_key, bin, len);
+      found = 1;
+    }
+  }
+  if (!found && mongoc_cursor_error(cur, be)) found = -1;
+  mongoc_cursor_destroy(cur);
+  return found;
+}
+
+/* store:_cursor_key(create) -> the 32-byte secret | nil (none yet and not
+ * create). Only issuing a cursor makes it: checking one never writes. */
+static int l_cursor_key(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "list_executions");
+  bson_error_t be;
+  if (!s->has_cursor_key) {
+    int got = read_cursor_key(s, &be);
+    if (got == 0 && !lua_toboolean(L, 2)) {
+      lua_pushnil(L);
+      return 1;
+    }
+    if (got == 0) {
+      uint8_t key[sizeof s->cursor_key];
+      bson_t doc = BSON_INITIALIZER;
+      int ok;
+      if (ms_random(key, sizeof key)) return luaL_error(L, "list_executions: getrandom failed");
+      bson_append_utf8(&doc, "_id", 3, MS_CURSOR_KEY_ID, -1);
+      bson_append_binary(&doc, "key", 3, BSON_SUBTYPE_BINARY, key, sizeof key);
+      ok = mongoc_collection_insert_one(s->counters, &doc, NULL, NULL, &be);
+      bson_destroy(&doc);
+      if (ok) {
+        memcpy(s->cursor_key, key, sizeof key);
+        got = 1;
+      } else if (be.domain == MONGOC_ERROR_SERVER && be.code == MONGOC_ERROR_DUPLICATE_KEY) {
+        got = read_cursor_key(s, &be);   /* another store made it first: use theirs */
+      } else {
+        got = -1;
+      }
+    }
+    if (got < 0) return push_bson_err(L, s, &be, "list_executions: cursor key");
+    if (got == 0) {
+      ms_err_t e;
+      ms_err_set(&e, "server", "list_executions: the cursor key in %s is unreadable",
+                 mongoc_collection_get_name(s->counters));
+      return ms_push_error(L, &e);
+    }
+    s->has_cursor_key = 1;
+  }
+  lua_pushlstring(L, (const char *)s->cursor_key, sizeof s->cursor_key);
   return 1;
 }
 
@@ -1966,6 +2104,7 @@ static const luaL_Reg store_methods[] = {
   {"_load", l_load},
   {"_load_for_event", l_load_for_event},
   {"_scan", l_scan},
+  {"_cursor_key", l_cursor_key},
   {"_pending_outbox", l_pending_outbox},
   {"_pending_spawns", l_pending_spawns},
   {"_due_timers", l_due_timers},

@@ -4,10 +4,13 @@
 -- timer sweep fires durable timeouts. Every step is safe to repeat, so a
 -- crash or a second worker loses nothing and applies no event twice.
 local ms = require "mongostore"
+local core = require "mongostore.core"
+local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 
 local type, pairs, ipairs, error, tostring, setmetatable = type, pairs, ipairs, error, tostring, setmetatable
+local text_error = core.text_error
 local format = string.format
 
 local M = {}
@@ -25,6 +28,9 @@ end
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options", 2) end
   if type(opts.store) ~= "userdata" then error("engine.new: store must be a connected store", 2) end
+  if opts.charts ~= nil and type(opts.charts) ~= "table" then
+    error("engine.new: charts must be a list of charts, got " .. type(opts.charts), 2)
+  end
   local charts = {}
   for i, c in ipairs(opts.charts or {}) do
     if not chart_mod.is_chart(c) then error(format("engine.new: charts[%d] is not a chart (chart.define)", i), 2) end
@@ -34,6 +40,15 @@ function M.new(opts)
     if opts[name] ~= nil and type(opts[name]) ~= "function" then
       error("engine.new: " .. name .. " must be a function", 2)
     end
+  end
+  for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes" } do
+    local v = opts[name]
+    if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1) then
+      error("engine.new: " .. name .. " must be an integer >= 1", 2)
+    end
+  end
+  if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0)) then
+    error("engine.new: lease must be a number of seconds > 0", 2)
   end
   return setmetatable({
     store = opts.store,
@@ -45,6 +60,7 @@ function M.new(opts)
     on_external = opts.on_external,
     on_dead_letter = opts.on_dead_letter,
     log = opts.log or default_log,
+    max_event_bytes = opts.max_event_bytes or 1048576,
     batch = opts.batch or 100,  -- entries a relay pass claims
     lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
     attempts = {},          -- outbox seq -> failed deliveries in this process
@@ -110,26 +126,62 @@ function Engine:deliver(id, event, timer_path)
     "conflict"
 end
 
-local function check_event(event, fn)
-  if type(event) ~= "table" then error(fn .. ": event must be a table", 3) end
-  if type(event.kind) ~= "string" or event.kind == "" then error(fn .. ": event.kind must be a non-empty string", 3) end
-  if event.id ~= nil and (type(event.id) ~= "string" or event.id == "") then
-    error(fn .. ": event.id must be a non-empty string", 3)
+-- The one check of a caller's event, whole, before anything is sent: a
+-- wrong Lua type raises (a programming error); a kind or id that is empty or
+-- not UTF-8, data that cannot be stored, or an encoded event larger than
+-- max_event_bytes returns nil, msg, code and nothing is written.
+local function checked_event(self, event, fn)
+  if type(event) ~= "table" then error(fn .. ": event must be a table, got " .. type(event), 3) end
+  if type(event.kind) ~= "string" then error(fn .. ": event.kind must be a string, got " .. type(event.kind), 3) end
+  if event.id ~= nil and type(event.id) ~= "string" then
+    error(fn .. ": event.id must be a string, got " .. type(event.id), 3)
   end
-  if event.data ~= nil and type(event.data) ~= "table" then error(fn .. ": event.data must be a table", 3) end
+  if event.data ~= nil and type(event.data) ~= "table" then
+    error(fn .. ": event.data must be a table, got " .. type(event.data), 3)
+  end
+  if event.created_time ~= nil and type(event.created_time) ~= "number" then
+    error(fn .. ": event.created_time must be a number (epoch seconds), got " .. type(event.created_time), 3)
+  end
+  local why = text_error(event.kind)
+  if why then return nil, format("%s: event.kind %s", fn, why), "invalid" end
+  if event.id ~= nil then
+    why = text_error(event.id)
+    if why then return nil, format("%s: event.id %s", fn, why), "invalid" end
+  end
+  local ev = { id = event.id or ms.uuid(), kind = event.kind, data = event.data or {},
+               created_time = event.created_time or self.now(), received_time = self.now() }
+  local text, err = execution.event_to_json(ev, "event")
+  if not text then return nil, fn .. ": " .. err, "invalid" end
+  if #text > self.max_event_bytes then
+    return nil, format("%s: the event is %d bytes encoded, more than max_event_bytes (%d)", fn, #text,
+      self.max_event_bytes), "too_large"
+  end
+  return ev
+end
+
+local function checked_id(id, fn)
+  if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
+  local why = text_error(id)
+  if why then return nil, format("%s: id %s", fn, why) end
+  return id
+end
+
+local function send_checked(self, id, event, fn)
+  local _, iderr = checked_id(id, fn)
+  local ev, err, code = checked_event(self, event, fn)
+  if iderr then return nil, iderr, "invalid" end
+  if not ev then return nil, err, code end
+  event.id = ev.id
+  local ok
+  ok, err, code = self:deliver(id, ev)
+  if not ok then return nil, err, code end
+  return true
 end
 
 -- engine:send(id, { kind, data, id }) -> true | nil, msg, code
 -- Delivered once per event id: sending the same id again changes nothing.
 function Engine:send(id, event)
-  if type(id) ~= "string" then error("send: id must be a string", 2) end
-  check_event(event, "send")
-  local ev = { id = event.id or ms.uuid(), kind = event.kind, data = event.data or {},
-               created_time = event.created_time or self.now(), received_time = self.now() }
-  event.id = ev.id
-  local ok, err, code = self:deliver(id, ev)
-  if not ok then return nil, err, code end
-  return true
+  return send_checked(self, id, event, "send")
 end
 
 -- Creates an execution from its spec and applies Start in the same first
@@ -151,11 +203,34 @@ end
 -- engine:start("order", { id = "o-1", context = {}, priority = 0 }) -> id | nil, msg, code
 -- The same id again is the same execution: no second Start.
 function Engine:start(chart_id, opts)
-  if type(chart_id) ~= "string" then error("start: chart id must be a string", 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table", 2) end
+  if type(chart_id) ~= "string" then error("start: chart id must be a string, got " .. type(chart_id), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
-  if opts.id ~= nil and (type(opts.id) ~= "string" or opts.id == "") then error("start: opts.id must be a non-empty string", 2) end
-  if opts.context ~= nil and type(opts.context) ~= "table" then error("start: opts.context must be a table", 2) end
+  if opts.id ~= nil and type(opts.id) ~= "string" then error("start: opts.id must be a string, got " .. type(opts.id), 2) end
+  if opts.context ~= nil and type(opts.context) ~= "table" then
+    error("start: opts.context must be a table, got " .. type(opts.context), 2)
+  end
+  if opts.priority ~= nil and type(opts.priority) ~= "number" then
+    error("start: opts.priority must be a number, got " .. type(opts.priority), 2)
+  end
+  -- values are checked before the chart's Start runs any hook
+  local why = text_error(chart_id)
+  if why then return nil, "start: chart id " .. why, "invalid" end
+  if opts.id ~= nil then
+    why = text_error(opts.id)
+    if why then return nil, "start: opts.id " .. why, "invalid" end
+  end
+  if opts.priority ~= nil and (execution.math_type(opts.priority) ~= "integer" or opts.priority < 0
+                               or opts.priority > 4) then
+    return nil, "start: opts.priority must be an integer from 0 to 4", "invalid"
+  end
+  if opts.context ~= nil then
+    local text, err = ms.json.encode(opts.context, "context")
+    if not text then return nil, "start: " .. tostring(err), "invalid" end
+    if text:sub(1, 1) ~= "{" then
+      return nil, "start: opts.context must be a table with string keys", "invalid"
+    end
+  end
   local id = opts.id or ms.uuid()
   -- no read first: the first commit is an insert, and an id that exists
   -- already conflicts, which means it was started before
@@ -342,8 +417,8 @@ end
 -- Control
 
 local function control(self, id, kind, fn)
-  if type(id) ~= "string" then error(fn .. ": id must be a string", 3) end
-  return self:send(id, { kind = kind, data = {} })
+  if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
+  return send_checked(self, id, { kind = kind, data = {} }, fn)
 end
 
 -- Cooperative when the chart has a Cancel transition in the active

@@ -53,6 +53,8 @@ local function check(field, kind, v)
     if type(v) ~= "string" or v == "" then
       return nil, field .. " must be a non-empty string, got " .. (type(v) == "string" and "''" or type(v))
     end
+    local why = core.text_error(v)
+    if why then return nil, field .. " " .. why end
     return v
   elseif kind == "status" then
     if not STATUS[v] then return nil, "status must be one of " .. concat(M.STATUSES, ", ") .. ", got " .. tostring(v) end

@@ -5,7 +5,7 @@ local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 
 local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
-local math_type, sort, format = execution.math_type, table.sort, string.format
+local math_type, sort, format, concat = execution.math_type, table.sort, string.format, table.concat
 local is_execution, set_version = execution.is_execution, execution.set_version
 
 -- The dedupe digests each loaded execution came with (see csrc/store.c):
@@ -152,43 +152,105 @@ function Store:load_for_event(id, event_id, timer_path)
   return exe, hit, armed
 end
 
--- Keyset cursor: the last _id a page scanned, hex-encoded behind a tag.
-local function encode_cursor(id)
-  return "c1." .. (id:gsub(".", function(c) return format("%02x", c:byte()) end))
+-- Keyset cursors: the last _id a page scanned, and a MAC over it and the
+-- filters of the query it belongs to, keyed by the database's cursor secret
+-- (csrc/store.c). A cursor is honoured only by the query it was issued for;
+-- anything else, forged, altered or another query's, is refused as invalid.
+local STATUS_OK = {}
+for _, s in ipairs(execution.STATUSES) do STATUS_OK[s] = true end
+local CURSOR_MAC = 16  -- bytes of the HMAC-SHA256 kept in the cursor
+
+local function hex(s)
+  return (s:gsub(".", function(c) return format("%02x", c:byte()) end))
 end
 
-local function decode_cursor(c)
-  local hex = type(c) == "string" and c:match("^c1%.(%x*)$")
-  if not hex or #hex % 2 == 1 or #hex == 0 then return nil end
-  return (hex:gsub("%x%x", function(h) return string.char(tonumber(h, 16)) end))
+local function cursor_binding(q, status_list)
+  local statuses = {}
+  for i, st in ipairs(status_list or {}) do statuses[i] = st end
+  sort(statuses)
+  local def = q.definition_id
+  return format("list\0%s\0%s\0%s\0", def and (#def .. ":" .. def) or "-",
+                status_list and concat(statuses, ",") or "-", q.roots_only and "roots" or "all")
+end
+
+local function cursor_mac(key, binding, id)
+  return hex(core.hmac_sha256(key, binding .. id):sub(1, CURSOR_MAC))
+end
+
+local function encode_cursor(key, binding, id)
+  return "c2." .. hex(id) .. "." .. cursor_mac(key, binding, id)
+end
+
+-- Compares in time independent of where the strings differ.
+local function same_text(a, b)
+  if #a ~= #b then return false end
+  local diff = 0
+  for i = 1, #a do
+    if a:byte(i) ~= b:byte(i) then diff = diff + 1 end
+  end
+  return diff == 0
+end
+
+local function decode_cursor(key, binding, c)
+  local h, mac = c:match("^c2%.(%x+)%.(%x+)$")
+  if not h or #h % 2 == 1 then return nil end
+  local id = h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)
+  if not same_text(mac, cursor_mac(key, binding, id)) then return nil end
+  return id
 end
 
 -- store:list_executions{ status, definition_id, roots_only, limit, cursor }
 -- -> { items = { summary, ... }, next_cursor = string|nil }
 function Store:list_executions(q)
-  if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil", 2) end
+  if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil, got " .. type(q), 2) end
   q = q or {}
   local statuses
   local status_list
   if q.status ~= nil then
+    if type(q.status) ~= "string" and type(q.status) ~= "table" then
+      error("list_executions: status must be a string or a list of strings, got " .. type(q.status), 2)
+    end
     statuses = {}
     status_list = type(q.status) == "table" and q.status or { q.status }
-    for _, s in ipairs(status_list) do
-      if type(s) ~= "string" then return invalid("list_executions: status must be a string or a list of strings") end
-      statuses[s] = true
+    for i, st in ipairs(status_list) do
+      if type(st) ~= "string" then error(format("list_executions: status[%d] must be a string, got %s", i, type(st)), 2) end
+      if not STATUS_OK[st] then
+        return invalid(format("list_executions: status %q is not one of %s", st, concat(execution.STATUSES, ", ")))
+      end
+      statuses[st] = true
     end
+    if #status_list == 0 then return invalid("list_executions: status is an empty list") end
   end
-  if q.definition_id ~= nil and type(q.definition_id) ~= "string" then
-    return invalid("list_executions: definition_id must be a string")
+  if q.definition_id ~= nil then
+    if type(q.definition_id) ~= "string" then
+      error("list_executions: definition_id must be a string, got " .. type(q.definition_id), 2)
+    end
+    local why = core.text_error(q.definition_id)
+    if why then return invalid("list_executions: definition_id " .. why) end
+  end
+  if q.roots_only ~= nil and type(q.roots_only) ~= "boolean" then
+    error("list_executions: roots_only must be a boolean, got " .. type(q.roots_only), 2)
   end
   local limit = q.limit == nil and 100 or q.limit
+  if type(limit) ~= "number" then error("list_executions: limit must be a number, got " .. type(limit), 2) end
   if math_type(limit) ~= "integer" or limit < 1 or limit > 10000 then
     return invalid("list_executions: limit must be an integer from 1 to 10000")
   end
+  if q.cursor ~= nil and type(q.cursor) ~= "string" then
+    error("list_executions: cursor must be a string, got " .. type(q.cursor), 2)
+  end
+  local binding = cursor_binding(q, status_list)
   local after
   if q.cursor ~= nil then
-    after = decode_cursor(q.cursor)
-    if not after then return invalid("list_executions: cursor is not one this store returned") end
+    local key, kerr, kcode = self:_cursor_key(false)
+    if kerr then return nil, kerr, kcode end
+    after = key and decode_cursor(key, binding, q.cursor)
+    if not after then return invalid("list_executions: cursor is not one this store issued for this query") end
+  end
+  local function full_page(items, id)
+    local key, kerr, kcode = self:_cursor_key(true)
+    if not key then return nil, kerr, kcode end
+    return { items = items, next_cursor = encode_cursor(key, binding, id) }
   end
   -- the filters run on the server: a batch of `limit` is the page, unless
   -- documents without the promoted fields (harel's) had to be dropped here
@@ -203,7 +265,7 @@ function Store:list_executions(q)
         if not s then return nil, "list_executions: " .. row.id .. ": stored data is not readable: " .. serr, "server" end
         if (not statuses or statuses[s.status]) and (not q.roots_only or s.parent_id == nil) then
           items[#items + 1] = s
-          if #items == limit then return { items = items, next_cursor = encode_cursor(after) } end
+          if #items == limit then return full_page(items, after) end
         end
       end
     end
