@@ -275,6 +275,7 @@ typedef struct jp {
   const unsigned char *s;
   size_t len, pos;
   int depth;
+  int exact; /* refuse what would not come back as written (json_decode's opts.exact) */
   ms_err_t *e;
 } jp_t;
 
@@ -503,6 +504,8 @@ static int parse_number(jp_t *p) {
       ms_push_int64(L, v);
       return 0;
     }
+    /* read as a double it would silently become a neighbour of itself */
+    if (p->exact) return jp_error(p, start, "integer outside the 64-bit range");
   }
   {
     /* strtod reads the locale's decimal point: hand it that instead of '.' */
@@ -526,6 +529,11 @@ static int parse_number(jp_t *p) {
     d = strtod(buf, NULL);
     if (buf != small) free(buf);
     if (isinf(d) || isnan(d)) return jp_error(p, start, "number out of range");
+    if (p->exact && d == 0.0) {
+      /* a nonzero literal that underflowed to zero */
+      for (i = dstart; i < p->pos && p->s[i] != 'e' && p->s[i] != 'E'; i++)
+        if (p->s[i] >= '1' && p->s[i] <= '9') return jp_error(p, start, "number too small (it would read as 0)");
+    }
     lua_pushnumber(L, (lua_Number)d);
     return 0;
   }
@@ -599,7 +607,17 @@ static int parse_object(jp_t *p) {
   }
   for (;;) {
     if (p->pos >= p->len || p->s[p->pos] != '"') return jp_expected(p, "a string key");
-    if (parse_string(p)) return -1;
+    {
+      size_t at = p->pos;
+      if (parse_string(p)) return -1;
+      if (p->exact) {
+        /* the last would win and the first vanish without a word */
+        lua_pushvalue(p->L, -1);
+        lua_rawget(p->L, -3);
+        if (!lua_isnil(p->L, -1)) return jp_error(p, at, "repeated key in object");
+        lua_pop(p->L, 1);
+      }
+    }
     skip_ws(p);
     if (p->pos >= p->len || p->s[p->pos] != ':') return jp_expected(p, "':'");
     p->pos++;
@@ -648,7 +666,7 @@ static int parse_value(jp_t *p) {
   }
 }
 
-int ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e) {
+static int json_decode(lua_State *L, const char *s, size_t len, int exact, ms_err_t *e) {
   jp_t p;
   int top = lua_gettop(L);
   p.L = L;
@@ -656,6 +674,7 @@ int ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e) {
   p.len = len;
   p.pos = 0;
   p.depth = 0;
+  p.exact = exact;
   p.e = e;
   luaL_checkstack(L, 4, "mongostore: json");
   skip_ws(&p);
@@ -670,6 +689,10 @@ int ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e) {
   }
   lua_settop(L, top);
   return -1;
+}
+
+int ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e) {
+  return json_decode(L, s, len, 0, e);
 }
 
 /* ======================================================================
@@ -836,11 +859,26 @@ static int l_json_encode(lua_State *L) {
   return 1;
 }
 
+/* json_decode(text[, { exact = true }]): exact refuses, with nil, msg, what
+ * the default reading would change without a word: an integer literal
+ * outside int64 (it would become the nearest double), a nonzero number that
+ * underflows to 0, and a key repeated in one object (the last would win).
+ * A number written with a fraction or an exponent is a double either way. */
 static int l_json_decode(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
+  int exact = 0;
   ms_err_t e;
-  if (ms_json_decode(L, s, len, &e)) return ms_push_error(L, &e);
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "exact");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+      return luaL_error(L, "json_decode: opts.exact must be a boolean, got %s", luaL_typename(L, -1));
+    exact = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_settop(L, 1);
+  }
+  if (json_decode(L, s, len, exact, &e)) return ms_push_error(L, &e);
   return 1;
 }
 

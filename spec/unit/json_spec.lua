@@ -214,6 +214,53 @@ function TestJsonDecode.test_duplicate_keys_last_wins()
   lu.assertEquals(core.json_decode('{"a":{"x":1},"b":0,"a":null}'), {a = null, b = 0})
 end
 
+-- opts.exact refuses what the default reading would change silently: an
+-- integer literal outside int64 (default: the nearest double), a nonzero
+-- number underflowing to 0, a key repeated in one object (default: the last
+-- wins). Everything else reads exactly as without it.
+function TestJsonDecode.test_exact_refuses_what_would_change()
+  local exact = { exact = true }
+  for _, text in ipairs({
+    "9223372036854775808", "-9223372036854775809", "18446744073709551616",
+    "123456789012345678901234567890", '{"n":9223372036854775808}', "[1,-9223372036854775809]",
+  }) do
+    assert_invalid(core.json_decode(text, exact))
+    local _, msg = core.json_decode(text, exact)
+    lu.assertStrContains(msg, "integer outside the 64-bit range", false, text)
+    lu.assertNotNil(core.json_decode(text), "the default reading still takes " .. text)
+  end
+  assert_invalid(core.json_decode("1e-400", exact))
+  local _, msg = core.json_decode("[0.5e-330]", exact)
+  lu.assertStrContains(msg, "too small")
+  _, msg = core.json_decode('{"kind":"Paid","kind":"SetState"}', exact)
+  lu.assertEquals(msg, "json: repeated key in object at byte 16")
+  assert_invalid(core.json_decode('{"a":{"x":1,"x":null}}', exact))
+  assert_invalid(core.json_decode("1e400", exact))
+end
+
+function TestJsonDecode.test_exact_keeps_everything_else()
+  local exact = { exact = true }
+  local function same(text)
+    local a, b = core.json_decode(text), core.json_decode(text, exact)
+    lu.assertEquals(b, a, text)
+    lu.assertEquals(math.type(b), math.type(a), text)
+  end
+  for _, text in ipairs({ "9223372036854775807", "-9223372036854775808", "9007199254740993", "0", "-0",
+                          "1.5", "0.1", "1e300", "5e-324", "0e-400", "0.000e-999", "-0.0", '"x"', "null" }) do
+    same(text)
+  end
+  lu.assertEquals(core.json_decode('{"a":{"b":1},"c":{"b":2},"d":[{"b":3},{"b":4}]}', exact),
+    { a = { b = 1 }, c = { b = 2 }, d = { { b = 3 }, { b = 4 } } })
+  lu.assertEquals(core.json_decode("9223372036854775807", exact), math.maxinteger)
+  lu.assertEquals(core.json_decode("1", { exact = false }), 1)
+  lu.assertEquals(core.json_decode("1", {}), 1)
+end
+
+function TestJsonDecode.test_exact_option_types()
+  lu.assertErrorMsgContains("opts.exact must be a boolean", core.json_decode, "1", { exact = 1 })
+  lu.assertErrorMsgContains("bad argument #2", core.json_decode, "1", "exact")
+end
+
 function TestJsonDecode.test_escapes()
   lu.assertEquals(core.json_decode([["\"\\\/\b\f\n\r\t"]]), '"\\/\b\f\n\r\t')
   lu.assertEquals(core.json_decode([["\u0000\u001F\u007f"]]), "\0\31\127")
