@@ -1,7 +1,8 @@
 -- mongostore.chart - statechart definitions: a Lua table checked once by
 -- chart.define and compiled into an immutable tree of states with their
--- transitions, timers, hooks and paths. A wrong chart raises an error that
--- names the state path, before anything runs.
+-- transitions, timers, hooks and paths, and the event kinds it takes from
+-- outside (external). A wrong chart raises an error that names the state
+-- path, before anything runs.
 local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
 local setmetatable, getmetatable, format, concat = setmetatable, getmetatable, string.format, table.concat
 
@@ -249,6 +250,45 @@ local function check_reachable(chart_id, root, index)
   end
 end
 
+-- external = { "PlaceOrder", "Paid", ... }: the kinds that may come from
+-- outside (an HTTP client, a queue). Each must be a kind some transition
+-- handles (a kind nothing handles is a typo, or an event that would be
+-- dropped), listed once, and none reserved: control events have their own
+-- calls (engine:cancel, ...) and Start, Finished, Timeout are the engine's.
+-- The set is read-only.
+local external_kinds = setmetatable({}, { __mode = "k" })
+
+local function external_set(chart_id, list, transitions)
+  local function bad(fmt, ...) error(format("chart %s: external: " .. fmt, chart_id, ...), 0) end
+  if type(list) ~= "table" then bad("must be a list of event kinds, got %s", type(list)) end
+  local n = 0
+  for _ in pairs(list) do n = n + 1 end
+  if n ~= #list then bad("must be a list of event kinds (keys 1..n)") end
+  local handled = {}
+  for _, t in ipairs(transitions) do
+    for k in pairs(t.events or {}) do handled[k] = true end
+  end
+  local set, sorted = {}, {}
+  for i, k in ipairs(list) do
+    if type(k) ~= "string" or k == "" then bad("item %d must be a non-empty string, got %s", i, type(k)) end
+    if M.RESERVED[k] then bad("'%s' is reserved for the engine and its control calls", k) end
+    if set[k] then bad("'%s' is listed twice", k) end
+    if not handled[k] then bad("no transition handles '%s'", k) end
+    set[k] = true
+    sorted[#sorted + 1] = k
+  end
+  table.sort(sorted)
+  -- LuaJIT has no __pairs: external_kinds lists the set from here
+  local proxy = setmetatable({}, {
+    __index = set,
+    __newindex = function() error("a chart's external set is immutable", 2) end,
+    __pairs = function() return next, set, nil end,
+    __metatable = false,
+  })
+  external_kinds[proxy] = sorted
+  return proxy
+end
+
 -- A chart is read through a proxy: its fields cannot be assigned.
 local Chart = {}
 local ChartMeta = {
@@ -256,13 +296,15 @@ local ChartMeta = {
   __newindex = function() error("a chart is immutable", 2) end,
 }
 
--- chart.define{ id = "order", initial = "Cart", states = {...}, transitions = {...} }
+-- chart.define{ id = "order", initial = "Cart", states = {...}, transitions = {...},
+--               external = { "PlaceOrder", ... } }
 function M.define(def)
   if type(def) ~= "table" then error("chart.define: expected a table", 2) end
   local id = def.id
   if type(id) ~= "string" or id == "" then error("chart.define: id must be a non-empty string", 2) end
   for k in pairs(def) do
-    if k ~= "id" and k ~= "initial" and k ~= "states" and k ~= "transitions" and k ~= "history" then
+    if k ~= "id" and k ~= "initial" and k ~= "states" and k ~= "transitions" and k ~= "history"
+      and k ~= "external" then
       error(format("chart %s: unknown key '%s'", id, tostring(k)), 2)
     end
   end
@@ -290,13 +332,42 @@ function M.define(def)
     return all
   end)
   if not ok2 then error(err2, 2) end
-  local fields = setmetatable({ id = id, root = root, index = index }, { __index = Chart })
+  local external
+  if def.external ~= nil then
+    local ok3, err3 = pcall(external_set, id, def.external, err2)
+    if not ok3 then error(err3, 2) end
+    external = err3
+  end
+  local fields = setmetatable({ id = id, root = root, index = index, external = external }, { __index = Chart })
   return setmetatable({}, { __index = fields, __newindex = ChartMeta.__newindex, __name = ChartMeta.__name,
                             __metatable = ChartMeta })
 end
 
 function M.is_chart(v)
   return getmetatable(v) == ChartMeta
+end
+
+-- chart.is_external(c, kind): may an event of this kind come from outside?
+-- A chart that declares `external` answers for its list; one that does not
+-- takes any kind but the reserved ones (what engine:send would apply).
+function M.is_external(c, kind)
+  if not M.is_chart(c) then error("chart.is_external: c must be a chart (chart.define), got " .. type(c), 2) end
+  if type(kind) ~= "string" then error("chart.is_external: kind must be a string, got " .. type(kind), 2) end
+  if kind == "" then return false end
+  local ext = c.external
+  if ext then return ext[kind] == true end
+  return not M.RESERVED[kind]
+end
+
+-- chart.external_kinds(c): the declared external kinds, sorted (a fresh
+-- list), or nil when the chart declares none.
+function M.external_kinds(c)
+  if not M.is_chart(c) then error("chart.external_kinds: c must be a chart (chart.define), got " .. type(c), 2) end
+  local ext = c.external
+  if not ext then return nil end
+  local out = {}
+  for i, k in ipairs(external_kinds[ext]) do out[i] = k end
+  return out
 end
 
 -- The node at a path, or nil.

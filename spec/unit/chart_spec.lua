@@ -411,3 +411,82 @@ function TestChartErrors:test_from_outside_the_scope()
     { "P", initial = "X", states = { { "X" } }, transitions = { { from = "Q", to = "X", on = "Go" } } },
     { "Q" } }, transitions = { { from = "P", to = "Q", on = "Go" } } }, "P", "from 'Q'")
 end
+
+------------------------------------------------------------------------
+-- external = { kinds }: what may come from outside
+
+TestChartExternal = {}
+
+local function with_external(ext)
+  local def = order_def()
+  def.external = ext
+  return def
+end
+
+function TestChartExternal:test_declared_kinds_are_a_read_only_set()
+  local c = accepts(with_external { "PlaceOrder", "Paid", "Declined", "Picked", "Packed", "Go" })
+  lu.assertTrue(c.external.Paid)
+  lu.assertNil(c.external.Timeout)
+  lu.assertEquals(chart.external_kinds(c), { "Declined", "Go", "Packed", "Paid", "Picked", "PlaceOrder" })
+  lu.assertErrorMsgContains("immutable", function() c.external.SetState = true end)
+  lu.assertErrorMsgContains("immutable", function() c.external = {} end)
+  -- the list handed back is a copy
+  local kinds = chart.external_kinds(c)
+  kinds[1] = "SetState"
+  lu.assertEquals(chart.external_kinds(c)[1], "Declined")
+  lu.assertNil(c.external.SetState)
+end
+
+function TestChartExternal:test_is_external_with_a_declaration()
+  local c = accepts(with_external { "PlaceOrder", "Paid" })
+  lu.assertTrue(chart.is_external(c, "PlaceOrder"))
+  lu.assertTrue(chart.is_external(c, "Paid"))
+  -- handled by the chart but not declared
+  lu.assertFalse(chart.is_external(c, "Picked"))
+  lu.assertFalse(chart.is_external(c, "Nope"))
+  lu.assertFalse(chart.is_external(c, ""))
+  for kind in pairs(chart.RESERVED) do lu.assertFalse(chart.is_external(c, kind), kind) end
+end
+
+function TestChartExternal:test_without_a_declaration_every_unreserved_kind()
+  local c = accepts(order_def())
+  lu.assertNil(c.external)
+  lu.assertNil(chart.external_kinds(c))
+  lu.assertTrue(chart.is_external(c, "Paid"))
+  lu.assertTrue(chart.is_external(c, "Anything"))
+  lu.assertFalse(chart.is_external(c, ""))
+  for kind in pairs(chart.RESERVED) do lu.assertFalse(chart.is_external(c, kind), kind) end
+end
+
+function TestChartExternal:test_an_empty_declaration_takes_nothing()
+  local c = accepts(with_external {})
+  lu.assertEquals(chart.external_kinds(c), {})
+  lu.assertFalse(chart.is_external(c, "Paid"))
+end
+
+function TestChartExternal:test_refused_declarations()
+  local cases = {
+    { "PlaceOrder", "must be a list of event kinds" },
+    { { kind = "Paid" }, "keys 1..n" },
+    { { "Paid", nil, "Go" }, "keys 1..n" },
+    { { "Paid", 5 }, "item 2 must be a non-empty string" },
+    { { "" }, "item 1 must be a non-empty string" },
+    { { "Paid", "Paid" }, "'Paid' is listed twice" },
+    { { "Refund" }, "no transition handles 'Refund'" },
+    -- handled by a transition, but the engine's or a control call's
+    { { "Timeout" }, "'Timeout' is reserved" },
+  }
+  for kind in pairs(chart.RESERVED) do cases[#cases + 1] = { { kind }, "'" .. kind .. "' is reserved" } end
+  for _, case in ipairs(cases) do
+    local msg = define_error(with_external(case[1]))
+    lu.assertStrContains(msg, "chart order: external: ")
+    lu.assertStrContains(msg, case[2])
+  end
+end
+
+function TestChartExternal:test_argument_types()
+  local c = accepts(order_def())
+  lu.assertErrorMsgContains("chart.is_external: c must be a chart", chart.is_external, {}, "Paid")
+  lu.assertErrorMsgContains("chart.is_external: kind must be a string, got number", chart.is_external, c, 5)
+  lu.assertErrorMsgContains("chart.external_kinds: c must be a chart", chart.external_kinds, nil)
+end
