@@ -258,6 +258,7 @@ function M.engine(store, opts)
     on_external = function(entry) externals[#externals + 1] = entry end,
     log = function(msg) logs[#logs + 1] = msg end,
     max_conflicts = opts.max_conflicts,
+    max_event_bytes = opts.max_event_bytes,
     -- a killed worker's claims hold its entries for the lease: keep it short
     -- here, so recovery in the crash specs does not wait out the default
     lease = opts.lease or 1,
