@@ -254,8 +254,8 @@ static int encode_path(const char *path, size_t len, bson_string_t **out, ms_err
     ms_err_set(e, "invalid", "timer path '%s' starts with '$'", path);
     return -1;
   }
-  if (memchr(path, '\0', len) || !bson_utf8_validate(path, len, false)) {
-    ms_err_set(e, "invalid", "timer path is not valid UTF-8 or contains NUL");
+  if (ms_text_error(path, len)) {
+    ms_err_set(e, "invalid", "timer path %s", ms_text_error(path, len));
     return -1;
   }
   if (strstr(path, MS_DOT_ENC)) {
@@ -618,8 +618,8 @@ static int read_emits(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
       bson_append_null(&entry, "target_id", 9);
     } else if (lua_type(L, -1) == LUA_TSTRING) {
       s = lua_tolstring(L, -1, &len);
-      if (len == 0 || !bson_utf8_validate(s, len, false)) {
-        ms_err_set(e, "invalid", "emits[%d].target_id is empty or not valid UTF-8", (int)i);
+      if (ms_text_error(s, len)) {
+        ms_err_set(e, "invalid", "emits[%d].target_id %s", (int)i, ms_text_error(s, len));
         lua_pop(L, 3);
         return -1;
       }
@@ -666,8 +666,7 @@ static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
     bson_append_document_begin(&c->spawns, ikey, (int)iklen, &entry);
     bson_append_utf8(&entry, "parent_id", 9, c->id, (int)c->id_len);
     lua_getfield(L, -1, "child_id");
-    if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), len == 0) ||
-        !bson_utf8_validate(s, len, false)) {
+    if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), ms_text_error(s, len))) {
       ms_err_set(e, "invalid", "spawns[%d].child_id must be a non-empty string", (int)i);
       lua_pop(L, 3);
       return -1;
