@@ -131,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (n != 3 || !lua_isnil(L, -n) || !msg || !code || strcmp(code, "invalid") != 0)
       fuzz_fail("core.bson_decode refused without nil, msg, 'invalid'");
   }
-  lua_settop(L, 0);
+  fuzz_done(L);
   free(buf);
   return 0;
 }

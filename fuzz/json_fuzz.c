@@ -20,6 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (lua_gettop(L) != 0) fuzz_fail("ms_json_decode failed and left values on the stack");
     if (e.code == NULL || strcmp(e.code, "invalid") != 0 || e.msg[0] == '\0')
       fuzz_fail("ms_json_decode failed without an 'invalid' message");
+    fuzz_done(L);
     return 0;
   }
   if (lua_gettop(L) != 1) fuzz_fail("ms_json_decode pushed other than one value");
@@ -75,6 +76,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       bson_destroy(&doc);
     }
   }
-  lua_settop(L, 0);
+  fuzz_done(L);
   return 0;
 }
