@@ -70,6 +70,14 @@ valgrind-test: deps
 bench: deps
 	@bench/run.sh $(BENCH_ARGS)
 
+# libFuzzer over the JSON and BSON codecs (fuzz/README.md): FUZZ_SECONDS per
+# harness (default 60); fails on any crash or round-trip mismatch. Not part of
+# `make test`. Phony on its own line: the folder fuzz/ would otherwise count
+# as the target, always up to date.
+.PHONY: fuzz
+fuzz:
+	@tools/fuzz
+
 demo: deps mongostore/core.so
 	@tools/with-server $(LUA) examples/order.lua
 
