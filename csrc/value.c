@@ -576,7 +576,8 @@ static int l_bson_roundtrip(lua_State *L) {
 static int l_bson_encode(lua_State *L) {
   bson_t doc = BSON_INITIALIZER;
   ms_err_t e;
-  luaL_checktype(L, 1, LUA_TTABLE);
+  if (lua_type(L, 1) != LUA_TTABLE)
+    return luaL_error(L, "bson_encode: doc must be a table, got %s", luaL_typename(L, 1));
   luaL_checkstack(L, 4 * MS_MAX_DEPTH + 8, "mongostore: bson_encode");
   if (ms_table_to_bson(L, 1, &doc, "bson_encode", &e)) {
     bson_destroy(&doc);
@@ -587,10 +588,11 @@ static int l_bson_encode(lua_State *L) {
   return 1;
 }
 
-/* The value rules for strings and keys over a whole document. libbson 1.23's
+/* The value rules over a whole document, so that whatever bson_decode returns
+ * bson_encode takes back: UTF-8 keys and strings (libbson 1.23's
  * bson_validate lets a string value that is not UTF-8 through whatever the
- * flags, and binary reads as a Lua string, so both are checked here. */
-static int check_strings(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
+ * flags, and binary reads as a Lua string), finite doubles, the depth limit. */
+static int check_rules(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
   while (bson_iter_next(it)) {
     size_t oldlen = p->len;
     const char *k = bson_iter_key(it);
@@ -603,6 +605,7 @@ static int check_strings(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) 
     switch (bson_iter_type(it)) {
     case BSON_TYPE_UTF8: s = bson_iter_utf8(it, &len); break;
     case BSON_TYPE_BINARY: bson_iter_binary(it, NULL, &len, (const uint8_t **)&s); break;
+    case BSON_TYPE_DOUBLE: rc = ms_check_number(bson_iter_double(it), p, e); break;
     case BSON_TYPE_DOCUMENT:
     case BSON_TYPE_ARRAY:
       if (depth >= MS_MAX_DEPTH) {
@@ -613,7 +616,7 @@ static int check_strings(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) 
         ms_err_set(e, "invalid", "%s: malformed document", p->buf);
         return -1;
       }
-      rc = check_strings(&child, depth + 1, p, e);
+      rc = check_rules(&child, depth + 1, p, e);
       break;
     default: break;
     }
@@ -628,12 +631,15 @@ static int check_strings(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) 
  * exactly one well-formed document under the value rules. */
 static int l_bson_decode(lua_State *L) {
   size_t len;
-  const char *s = luaL_checklstring(L, 1, &len);
+  const char *s;
   bson_t doc;
   size_t off = 0;
   bson_iter_t it;
   ms_path_t p;
   ms_err_t e;
+  if (lua_type(L, 1) != LUA_TSTRING)
+    return luaL_error(L, "bson_decode: bytes must be a string, got %s", luaL_typename(L, 1));
+  s = lua_tolstring(L, 1, &len);
   if (len > INT32_MAX || !bson_init_static(&doc, (const uint8_t *)s, len)) {
     ms_err_set(&e, "invalid", "bson_decode: not a BSON document (%zu bytes)", len);
     return ms_push_error(L, &e);
@@ -643,7 +649,7 @@ static int l_bson_decode(lua_State *L) {
     return ms_push_error(L, &e);
   }
   ms_path_init(&p, "bson_decode");
-  if (!bson_iter_init(&it, &doc) || check_strings(&it, 1, &p, &e)) return ms_push_error(L, &e);
+  if (!bson_iter_init(&it, &doc) || check_rules(&it, 1, &p, &e)) return ms_push_error(L, &e);
   if (ms_push_bson_doc(L, &doc, &e)) {
     ms_err_prefix(&e, "bson_decode");
     return ms_push_error(L, &e);
