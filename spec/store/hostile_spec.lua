@@ -357,6 +357,17 @@ assign("finished_at", "soon", "'soon'")
 assign("finished_at", 0 / 0, "NaN")
 assign("active_path", 5, "5")
 assign("processed_events", 1.5, "1.5")
+-- an id-like field with a NUL: refused when assigned or when saved
+for _, field in ipairs { "parent_id", "child_id" } do
+  case("Execution." .. field .. " = 'p\\0x', then save", rejects("Execution", field), function(f)
+    local exe = new_exe()
+    local ok, err = pcall(function() exe[field] = "p\0x" end)
+    if not ok then error(err, 0) end
+    return f.store:save(exe)
+  end)
+end
+case("execution{deferred = { { kind = 'K\\0' } }}, then save", rejects("execution", "deferred"),
+  function(f) return f.store:save(ms.execution { definition_id = "order", deferred = { { kind = "K\0" } } }) end)
 case("Execution[1] = 5", raises("Execution", "1"), function(f)
   local exe = assert(f.store:load("e1"))
   exe[1] = 5
@@ -408,6 +419,8 @@ connect_opts("db = 'd\\xff'", { db = "d\xff" }, fails("invalid"))
 connect_opts("db = 'd\\0x'", { db = "d\0x" }, fails("invalid"))
 connect_opts("db of 100 characters", { db = string.rep("d", 100) }, fails("invalid"))
 connect_opts("prefix = 'x.y'", { prefix = "x.y" }, fails("invalid"))
+connect_opts("prefix = ''", { prefix = "" }, fails("invalid"))
+connect_opts("prefix of 40 characters", { prefix = string.rep("p", 40) }, fails("invalid"))
 connect_opts("prefix = 7", { prefix = 7 }, raises("connect", "prefix"))
 connect_opts("trace_max = -1", { trace_max = -1 }, fails("invalid"))
 connect_opts("trace_max = 1.5", { trace_max = 1.5 }, fails("invalid"))
@@ -424,6 +437,8 @@ connect_opts("unknown key dbname", { dbname = "x" }, refuses("connect"))
 
 slot("load", "load", "id", { skip = { table = true, number = true, ["nil"] = true } },
   function(f, v) return f.store:load(v) end)
+case("load of a 20 MB id", fails({ "invalid", "too_large" }),
+  function(f) return f.store:load(string.rep("x", 20 * 1024 * 1024)) end)
 slot("load", "load", "timer_path", { optional = true }, function(f, v) return f.store:load("e1", v) end)
 case("load with timer_path '$x'", fails("invalid"), function(f) return f.store:load("e1", "$x") end)
 slot("load_for_event", "load_for_event", "id", { skip = { table = true } },
@@ -494,6 +509,8 @@ case("list_executions status list with a table", raises("list_executions", "stat
   list(Q { status = { "RUNNING", {} } }))
 case("list_executions status list with '\\xff'", fails("invalid"), list(Q { status = { "RUNNING", "\xff" } }))
 case("list_executions status with a NUL byte", fails("invalid"), list(Q { status = { "RUN\0NING" } }))
+case("list_executions definition_id of 20 MB", fails({ "invalid", "too_large" }),
+  list(Q { definition_id = string.rep("d", 20 * 1024 * 1024) }))
 case("list_executions status 'BOGUS'", fails("invalid"), list(Q { status = { "BOGUS" } }))
 case("list_executions status 'running' (lower case)", fails("invalid"), list(Q { status = "running" }))
 case("list_executions status an empty list", fails("invalid"), list(Q { status = {} }))
@@ -708,6 +725,15 @@ case("commit processed_event_id 5", raises("commit", "processed_event_id"), C { 
 case("commit processed_event_id ''", fails("invalid"), C { processed_event_id = "" })
 case("commit processed_event_id with NUL", fails("invalid"), C { processed_event_id = "a\0b" })
 case("commit unknown option emit", refuses("commit"), C { emit = { GOOD_EMIT } })
+case("commit a loaded e1 scheduling and cancelling one path", fails("invalid"),
+  commit(function() return { timers = { { action = "schedule", path = "T", fire_at = NOW }, { action = "cancel", path = "T" } } } end,
+         function(f) return assert(f.store:load("e1")) end))
+case("commit a new execution under the existing id e1, with an emit and a trace", fails("conflict"),
+  commit(function() return { emits = { GOOD_EMIT }, trace = { event = "Go" } } end,
+         function() return ms.execution { definition_id = "order", id = "e1" } end))
+case("commit a stale e1 (version 0 object over version 1) with a spawn", fails("conflict"),
+  commit(function() return { spawns = { GOOD_SPAWN } } end,
+         function() return ms.execution { definition_id = "order", id = "e1" } end))
 case("commit a loaded e1 with a bad emit after a good one", fails("invalid"),
   commit(function() return { emits = { GOOD_EMIT, { target_id = "t", event = { kind = "K", data = { f = print } } } },
                               processed_event_id = "ev-2" } end,
