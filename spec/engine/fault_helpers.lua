@@ -293,8 +293,9 @@ end
 -- sends the caller events of its shard (and, with DUP=1, of the next
 -- worker's shard too, so the same event ids come from two processes),
 -- retrying each until the engine says it is applied, and runs the engine's
--- worker loop until its sends are done and nothing is pending. It counts
--- every error the engine returned and every message it logged.
+-- worker loop until its sends are done and nothing is pending. MODE=recover
+-- only drains with engine:recover(). It counts every error the engine
+-- returned and every message it logged.
 M.WORKER = [[
   local ms = require "mongostore"
   local engine_mod = require "mongostore.engine"
@@ -324,7 +325,8 @@ M.WORKER = [[
       if #first_logs < 5 then first_logs[#first_logs + 1] = msg end
     end,
   }
-  local items = F.workload(p)
+  local recover = os.getenv("MODE") == "recover"
+  local items = recover and {} or F.workload(p)
   local function retry(what, fn)
     while true do
       local ok, e, c = fn()
@@ -353,7 +355,15 @@ M.WORKER = [[
     local o, s, t = store:pending_outbox(), store:pending_spawns(), store:due_timers(ms.now() + 60)
     return o and s and t and #o == 0 and #s == 0 and #t == 0
   end
-  engine:run{ idle_sleep = 0.02, sweep_interval = 0.05, stop = function()
+  if recover then
+    -- what a restarted process does first: drain what crashes left behind
+    repeat
+      engine:recover()
+      finished = idle()
+      if not finished then ms.sleep(0.05) end
+    until finished or ms.now() > deadline
+  end
+  if not recover then engine:run{ idle_sleep = 0.02, sweep_interval = 0.05, stop = function()
     -- a few of this worker's sends per pass, between the relays' passes
     for _ = 1, 3 do
       local s = sends[next_send]
@@ -365,7 +375,7 @@ M.WORKER = [[
     if ms.now() > deadline then return true end
     finished = next_send > #sends and idle()
     return finished
-  end }
+  end } end
   local parts = {}
   for k, n in pairs(errors) do parts[#parts + 1] = k .. "=" .. n end
   table.sort(parts)
