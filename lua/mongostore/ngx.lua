@@ -2,7 +2,8 @@
 -- store and the engine through nginx worker threads (ngx.run_worker_thread),
 -- so they yield instead of blocking the event loop; start_worker runs the
 -- relays and the timer sweep on ngx.timer.every, one nginx worker at a time.
-local type, error, tostring, pairs, unpack = type, error, tostring, pairs, unpack or table.unpack
+-- Arguments and results cross the thread boundary as JSON text.
+local type, error, tostring, pairs, unpack, select = type, error, tostring, pairs, unpack or table.unpack, select
 local format = string.format
 
 local M = {}
@@ -15,10 +16,17 @@ local STORE_CALLS = {
   append_trace = true, pending_outbox = true, pending_spawns = true, due_timers = true, ack_outbox = true,
   ack_spawn = true, delete_timer = true, commit = true, info = true,
 }
-local ENGINE_CALLS = { start = true, send = true, cancel = true, terminate = true, suspend = true, resume = true }
+local ENGINE_CALLS = { start = true, send = true, send_external = true, cancel = true, terminate = true,
+                       suspend = true, resume = true }
 
--- msngx.configure{ uri, db, prefix, wait, trace_max, thread_pool = "mongostore",
---                  charts = "module.returning.charts", trace = false }
+-- An nginx worker waits for MongoDB at most this long per call when none
+-- answers (connect's wait, which also bounds server selection): a request
+-- gets its 503 in about that time, and a graceful stop is not held longer.
+local DEFAULT_WAIT = 2
+
+-- msngx.configure{ uri, db, prefix, wait = 2, trace_max, thread_pool = "mongostore",
+--                  charts = "module.returning.charts", trace = false,
+--                  max_inflight = 32, call_timeout = 30 }
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 function M.configure(cfg)
@@ -30,8 +38,11 @@ function M.configure(cfg)
   if cfg.max_inflight ~= nil and (type(cfg.max_inflight) ~= "number" or cfg.max_inflight < 1) then
     error("mongostore.ngx.configure: max_inflight must be a number >= 1", 2)
   end
+  if cfg.wait ~= nil and (type(cfg.wait) ~= "number" or not (cfg.wait >= 0 and cfg.wait <= 86400)) then
+    error("mongostore.ngx.configure: wait must be a number of seconds from 0 to 86400", 2)
+  end
   config = {
-    uri = cfg.uri, db = cfg.db or "harel", prefix = cfg.prefix, wait = cfg.wait or 30,
+    uri = cfg.uri, db = cfg.db or "harel", prefix = cfg.prefix, wait = cfg.wait or DEFAULT_WAIT,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
     call_timeout = cfg.call_timeout or 30,
@@ -55,6 +66,17 @@ local function decode(text)
   return require("mongostore.core").json_decode(text)
 end
 
+-- The arguments as one JSON text { n, v = [...] }, nil as null: a copy by
+-- ngx.run_worker_thread would refuse a boxed int64 (userdata) and drop the
+-- marks that keep empty arrays arrays. Not encodable: nil, msg.
+local function encode_args(...)
+  local core = require "mongostore.core"
+  local n = select("#", ...)
+  local v = { ... }
+  for i = 1, n do if v[i] == nil then v[i] = core.null end end
+  return core.json_encode({ n = n, v = core.array(v) }, "arguments")
+end
+
 -- Every thread call of this process, the worker's steps included, takes a
 -- slot: pcall-status, ok, results... of ngx.run_worker_thread, or nil, msg.
 local function thread_call(timeout, func, ...)
@@ -68,7 +90,9 @@ end
 
 local function run(kind, method, ...)
   if not config then error("mongostore.ngx: call configure{...} first", 3) end
-  local res, werr = thread_call(config.call_timeout, kind, config, method, ...)
+  local args, aerr = encode_args(...)
+  if not args then return nil, format("%s: %s", method, tostring(aerr)), "invalid" end
+  local res, werr = thread_call(config.call_timeout, kind, config, method, args)
   if not res then return nil, format("%s: %s", method, werr), "unavailable" end
   if not res[1] then error(res[2], 0) end
   if not res[2] then
@@ -91,7 +115,11 @@ for name in pairs(STORE_CALLS) do
 end
 
 -- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event), cancel,
--- terminate, suspend, resume.
+-- terminate, suspend, resume; and msngx.send_external(id, event), the send
+-- for events from outside (an HTTP client): it refuses, with nil, msg,
+-- "invalid" and nothing written, a kind the execution's chart does not take
+-- from outside (chart.is_external), and answers true, "duplicate" for an
+-- event id the execution has handled already.
 for name in pairs(ENGINE_CALLS) do
   M[name] = function(...) return run("engine", name, ...) end
 end
@@ -145,6 +173,9 @@ function M.start_worker(opts)
       state.store, state.engine = nil, nil
       return
     end
+    -- after a failed step (no server, most likely) this worker pauses,
+    -- doubling up to 5 s, rather than log and hold a thread every tick
+    if state.retry_at and ngx.now() < state.retry_at then return end
     local me = tostring(ngx.worker.pid())
     local ok = dict:add("step", me, lock_ttl)
     if not ok then return end
@@ -158,10 +189,15 @@ function M.start_worker(opts)
         if not res then return end -- every slot busy: the next tick tries again
         local ok
         if res[1] then ok, terr = res[2], res[3] else terr = res[2] end
-        if ok then return end
+        if ok then
+          state.backoff, state.retry_at = nil, nil
+          return
+        end
         if state.threads == nil and tostring(terr):find("context", 1, true) then
           state.threads = false -- this lua module cannot run threads from timers: step directly
         else
+          state.backoff = math.min((state.backoff or 0.25) * 2, 5)
+          state.retry_at = ngx.now() + state.backoff
           log("worker step: " .. tostring(terr))
           return
         end

@@ -1,8 +1,8 @@
 -- mongostore.ngx_thread - the side of mongostore.ngx that runs inside an
 -- nginx worker thread (its own Lua VM). It keeps one store and one engine per
--- configuration for the life of the thread's VM, and answers with plain
--- values only, since nothing else crosses the thread boundary.
-local type, pairs, tostring, select, pcall = type, pairs, tostring, select, pcall
+-- configuration for the life of the thread's VM; arguments arrive and
+-- results leave as JSON text, so boxed int64s and empty arrays survive.
+local type, pairs, ipairs, tostring, select, pcall = type, pairs, ipairs, tostring, select, pcall
 local unpack = unpack or table.unpack
 
 local M = {}
@@ -22,7 +22,10 @@ local function handles(cfg)
                                                  trace_max = cfg.trace_max })
   if not store then return nil, err, code end
   local charts = cfg.charts and require(cfg.charts) or {}
-  h = { store = store, engine = require("mongostore.engine").new{ store = store, charts = charts, trace = cfg.trace } }
+  local by_id = {}
+  for _, c in ipairs(charts) do by_id[c.id] = c end
+  h = { store = store, charts = by_id,
+        engine = require("mongostore.engine").new{ store = store, charts = charts, trace = cfg.trace } }
   cache[key] = h
   return h
 end
@@ -76,21 +79,90 @@ local function commit(store, fields, opts)
   return nil, err, code, found
 end
 
-function M.store(cfg, method, ...)
-  local h, err, code = handles(cfg)
-  if not h then return pack(nil, err, code) end
-  if method == "commit" then return answer(pcall(commit, h.store, ...)) end
-  local fn = h.store[method]
-  if type(fn) ~= "function" then return pack(nil, "no store method " .. tostring(method), "invalid") end
-  return answer(pcall(fn, h.store, ...))
+-- The arguments mongostore.ngx encoded: { n, v = [...] }, null for nil at
+-- the top level (null inside a value stays mongostore.null).
+local function unpack_args(text)
+  local core = require "mongostore.core"
+  local t = type(text) == "string" and core.json_decode(text)
+  if type(t) ~= "table" or type(t.v) ~= "table" or type(t.n) ~= "number" then return nil end
+  local v, n, null = t.v, t.n, core.null
+  for i = 1, n do if v[i] == null then v[i] = nil end end
+  return true, unpack(v, 1, n)
 end
 
-function M.engine(cfg, method, ...)
+-- engine:send for an event from outside: the kind must be one the
+-- execution's chart takes from outside (chart.is_external), checked on the
+-- execution as loaded, before anything is written. The load also tells
+-- whether the event id was handled already; a resend answers true,
+-- "duplicate" (the engine would change nothing either).
+local function send_external(h, id, event)
+  local chart = require "mongostore.chart"
+  if type(id) ~= "string" then error("send_external: id must be a string, got " .. type(id), 2) end
+  if type(event) ~= "table" then error("send_external: event must be a table, got " .. type(event), 2) end
+  if type(event.kind) ~= "string" then
+    error("send_external: event.kind must be a string, got " .. type(event.kind), 2)
+  end
+  local exe, processed, code
+  if type(event.id) == "string" then
+    exe, processed, code = h.store:load_for_event(id, event.id)
+  else
+    exe, processed, code = h.store:load(id)
+    processed = nil
+  end
+  if exe == nil then
+    if type(processed) == "string" then return nil, processed, code end
+    return nil, "send_external: no execution '" .. id .. "'", "not_found"
+  end
+  local c = h.charts[exe.definition_id]
+  if not c then
+    return nil, "send_external: execution '" .. id .. "' runs chart '" .. tostring(exe.definition_id) ..
+      "', which this server does not have", "invalid"
+  end
+  if not chart.is_external(c, event.kind) then
+    local why = chart.RESERVED[event.kind] and "is reserved for the engine and its control calls"
+      or "is not an event chart '" .. c.id .. "' takes from outside"
+    return nil, "send_external: " .. event.kind .. " " .. why, "invalid"
+  end
+  if processed == true then return true, "duplicate" end
+  local ok, how, ecode = h.engine:send(id, event)
+  if not ok then return nil, how, ecode end
+  return true, how == "duplicate" and "duplicate" or nil
+end
+
+function M.store(cfg, method, args)
   local h, err, code = handles(cfg)
   if not h then return pack(nil, err, code) end
-  local fn = h.engine[method]
-  if type(fn) ~= "function" then return pack(nil, "no engine method " .. tostring(method), "invalid") end
-  return answer(pcall(fn, h.engine, ...))
+  local function call(...)
+    if method == "commit" then return commit(h.store, ...) end
+    local fn = h.store[method]
+    if type(fn) ~= "function" then return nil, "no store method " .. tostring(method), "invalid" end
+    return fn(h.store, ...)
+  end
+  return answer(pcall(function()
+    local function go(ok, ...)
+      if not ok then return nil, method .. ": unreadable arguments", "invalid" end
+      return call(...)
+    end
+    return go(unpack_args(args))
+  end))
+end
+
+function M.engine(cfg, method, args)
+  local h, err, code = handles(cfg)
+  if not h then return pack(nil, err, code) end
+  local function call(...)
+    if method == "send_external" then return send_external(h, ...) end
+    local fn = h.engine[method]
+    if type(fn) ~= "function" then return nil, "no engine method " .. tostring(method), "invalid" end
+    return fn(h.engine, ...)
+  end
+  return answer(pcall(function()
+    local function go(ok, ...)
+      if not ok then return nil, method .. ": unreadable arguments", "invalid" end
+      return call(...)
+    end
+    return go(unpack_args(args))
+  end))
 end
 
 -- One step of the ngx worker (start_worker): spawns, the outbox and, when

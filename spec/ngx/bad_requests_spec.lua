@@ -158,10 +158,10 @@ end
 
 function TestBadRequests:test_wrong_methods()
   local cases = {
-    { "DELETE", "/executions", "GET, POST" },
-    { "PUT", "/executions", "GET, POST" },
-    { "POST", "/executions/b-1", "GET" },
-    { "DELETE", "/executions/b-1", "GET" },
+    { "DELETE", "/executions", "GET, HEAD, POST" },
+    { "PUT", "/executions", "GET, HEAD, POST" },
+    { "POST", "/executions/b-1", "GET, HEAD" },
+    { "DELETE", "/executions/b-1", "GET, HEAD" },
     { "GET", "/executions/b-1/events", "POST" },
     { "PATCH", "/executions/b-1/events", "POST" },
     { "GET", "/executions/b-1/cancel", "POST" },

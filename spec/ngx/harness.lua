@@ -106,8 +106,8 @@ local function new_prefix(port, opts)
   return prefix, conf
 end
 
-local function env_prefix(db)
-  return "MONGOSTORE_URI=" .. q(helper.uri()) .. " MONGOSTORE_DB=" .. q(db) .. " "
+local function env_prefix(db, uri)
+  return "MONGOSTORE_URI=" .. q(uri or helper.uri()) .. " MONGOSTORE_DB=" .. q(db) .. " "
 end
 
 -- nginx -t on a rendered config: true, output | false, output.
@@ -118,7 +118,8 @@ function M.config_test(prefix, conf, db)
 end
 
 -- Starts nginx with the example config on a free port and its own database;
--- returns a server once /ping answers. opts: db, workers, threads.
+-- returns a server once /ping answers. opts: db, workers, threads, uri
+-- (MongoDB's, default the test server's).
 function M.start(opts)
   opts = opts or {}
   M.check_prerequisites()
@@ -130,7 +131,7 @@ function M.start(opts)
     local ok, out = M.config_test(prefix, conf, db)
     if not ok then error("nginx -t failed on the example config:\n" .. out, 0) end
     -- a simple command in the background: $! is nginx's master itself
-    local pid = sh(env_prefix(db) .. render.command(prefix, conf) .. " >" .. q(prefix .. "/logs/stdout.log") ..
+    local pid = sh(env_prefix(db, opts.uri) .. render.command(prefix, conf) .. " >" .. q(prefix .. "/logs/stdout.log") ..
       " 2>&1 & echo $!"):match("(%d+)")
     assert(pid, "could not start nginx")
     local s = setmetatable({ pid = pid, port = port, prefix = prefix, conf = conf, db = db,
@@ -171,18 +172,26 @@ function Server:errors(allow)
 end
 
 -- Stops nginx by its PID (the master's; it takes its workers down with it)
--- and removes the prefix unless MONGOSTORE_KEEP_NGX is set.
+-- with a graceful stop (SIGQUIT, what `nginx -s quit` sends), killed after
+-- 10 s, and removes the prefix unless MONGOSTORE_KEEP_NGX is set. Returns
+-- whether the graceful stop finished by itself, and the seconds it took.
 function Server:stop()
-  if self.stopped then return end
+  if self.stopped then return self.quit_ok, self.quit_time end
   self.stopped = true
   local pid = self.pid
+  local t0, graceful = ms.now(), true
   if alive(pid) then
     sh("kill -QUIT " .. pid)
     local deadline = ms.now() + 10
-    while alive(pid) and ms.now() < deadline do ms.sleep(0.05) end
-    if alive(pid) then sh("kill -KILL " .. pid) end
+    while alive(pid) and ms.now() < deadline do ms.sleep(0.02) end
+    if alive(pid) then
+      graceful = false
+      sh("kill -KILL " .. pid)
+    end
   end
+  self.quit_ok, self.quit_time = graceful, ms.now() - t0
   if not os.getenv("MONGOSTORE_KEEP_NGX") then sh("rm -rf " .. q(self.prefix)) end
+  return self.quit_ok, self.quit_time
 end
 
 ------------------------------------------------------------------------
@@ -193,7 +202,9 @@ local MARK = "\n@@CURL@@ "
 -- One request: status, body (decoded when it is JSON), content type, raw body.
 -- body: a table (sent as JSON) or a string (sent as it is).
 function Server:request(method, path, body)
-  local cmd = { "curl -sS --max-time 30 -X", method, "-w", q(MARK .. "%{http_code} %{content_type}") }
+  -- HEAD: curl --head, which expects no body (-X HEAD would wait for one)
+  local cmd = { "curl -sS --max-time 30", method == "HEAD" and "--head" or ("-X " .. method),
+                "-w", q(MARK .. "%{http_code} %{content_type}") }
   if body ~= nil then
     if type(body) == "table" then body = M.encode(body) end
     local file = self.prefix .. "/body.json"
@@ -211,6 +222,25 @@ function Server:request(method, path, body)
     if decoded == nil then decoded = raw end
   end
   return status, decoded, ctype, raw
+end
+
+-- Sends raw bytes on one connection and returns everything the server
+-- answers until it closes the connection (send "Connection: close").
+function Server:raw(bytes)
+  local script = [[
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
+s.sendall(sys.stdin.buffer.read())
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk: break
+    data += chunk
+sys.stdout.buffer.write(data)
+]]
+  local file = self.prefix .. "/raw.bin"
+  write(file, bytes)
+  return (sh("python3 -c " .. q(script) .. " " .. self.port .. " < " .. q(file)))
 end
 
 function Server:get(path) return self:request("GET", path) end
@@ -278,6 +308,16 @@ function Server:pinger()
       return out
     end,
   }
+end
+
+------------------------------------------------------------------------
+-- Raw state, read behind the library's back (pymongo, spec/store/rawdb.lua)
+
+-- Every document of the database's executions and counters collections:
+-- two snapshots are equal when nothing was written in between.
+function M.snapshot(db)
+  local raw = require "store.rawdb"
+  return { executions = raw.docs(db, "executions"), counters = raw.docs(db, "counters") }
 end
 
 ------------------------------------------------------------------------

@@ -5,27 +5,35 @@
 --
 --   POST /executions                    {chart, id?, context?, priority?} -> 201 {id}
 --   POST /executions/{id}/events        {kind, data?, id?}                -> 202 {ok: true}
+--        (a resent event id: 202 {ok: true, duplicate: true}; only kinds the
+--        execution's chart takes from outside, see chart.is_external)
 --   POST /executions/{id}/{action}      cancel | terminate | suspend | resume -> 202 {ok: true}
 --   GET  /executions/{id}               -> 200 {execution: {...}, trace: [...]}
 --   GET  /executions?status=RUNNING&definition_id=order&limit=10&cursor=...&roots_only=true
 --                                       -> 200 {items: [...], next_cursor: "..." | null}
+--   HEAD on either GET resource answers as GET would, without the body.
 --
 -- A request the API cannot take gets a 4xx with a JSON body {error, code?};
 -- it is checked here before anything reaches the library (whose argument
--- errors raise), so a bad request is never a 500. The library's run-time
--- errors (nil, message, code) map to statuses by code (STATUS_OF below).
+-- errors raise), so a bad request is never a 500. Bodies are read exactly
+-- (json_decode's exact option): a number that could not be stored as
+-- written, like 2^63, is a 400, and integers beyond 2^53 travel as boxed
+-- int64s both ways. The library's run-time errors (nil, message, code) map
+-- to statuses by code (STATUS_OF below).
 local msngx = require "mongostore.ngx"
 -- The JSON codec of mongostore's C core: Debian's nginx Lua module ships no
 -- cjson, and this one keeps arrays (empty ones too) apart from objects,
 -- decodes JSON null as ngx.null (both are the NULL light userdata), and
 -- refuses what JSON cannot carry (infinities, functions) with nil, message.
 local core = require "mongostore.core"
+local chart = require "mongostore.chart"
 local charts = require "app.charts"
 
 local ngx = ngx
 local type, pairs, ipairs, tostring, tonumber, pcall = type, pairs, ipairs, tostring, tonumber, pcall
 local format = string.format
 local json_encode, json_decode, array, is_array = core.json_encode, core.json_decode, core.array, core.is_array
+local text_error = core.text_error
 
 local M = {}
 
@@ -35,9 +43,20 @@ for _, c in ipairs(charts) do KNOWN_CHARTS[c.id] = true end
 local STATUSES = { PENDING = true, RUNNING = true, DONE = true, CANCELLED = true, SUSPENDED = true,
                    CANCELLING = true, FAILED = true }
 
--- Events only the engine may send: a client sending them would forge a
--- start, a region's result or a timer.
-local ENGINE_ONLY = { Start = true, Finished = true, Timeout = true }
+-- Reserved kinds never come through the events endpoint: the engine's own
+-- (a client sending them would forge a start, a region's result or a timer),
+-- the control events, which have their endpoints, and Reset and SetState,
+-- which no client may send at all. chart.RESERVED is the full list.
+local RESERVED_WHY = {
+  Start = "is sent by the engine only", Finished = "is sent by the engine only",
+  Timeout = "is sent by the engine only",
+  Cancel = "is a control event: use POST /executions/{id}/cancel",
+  Terminate = "is a control event: use POST /executions/{id}/terminate",
+  Suspend = "is a control event: use POST /executions/{id}/suspend",
+  Resume = "is a control event: use POST /executions/{id}/resume",
+  Reset = "is a control event the HTTP API does not take",
+  SetState = "is a control event the HTTP API does not take",
+}
 
 local ACTIONS = { cancel = msngx.cancel, terminate = msngx.terminate, suspend = msngx.suspend,
                   resume = msngx.resume }
@@ -47,12 +66,17 @@ local STATUS_OF = {
   invalid = 400,
   not_found = 404,
   conflict = 409,
-  duplicate = 409,
+  duplicate = 409, -- no call of this API returns it: a resent event id is a 202
   too_large = 413,
 }
 
+-- Codes that say MongoDB could not be reached or did not answer: 503, with
+-- Retry-After, and a message that says so before the library's own.
+local UNREACHABLE = { unavailable = true, network = true, timeout = true, closed = true }
+
 local MAX_LIMIT = 1000
 local MAX_ID = 200
+local MAX_KIND = 200
 
 ------------------------------------------------------------------------
 -- Responses
@@ -77,8 +101,16 @@ end
 -- An error the library returned: nil, message, code.
 local function library_error(msg, code)
   local status = STATUS_OF[code] or 503
-  if status >= 500 then ngx.log(ngx.WARN, "mongostore: ", tostring(msg), " (", tostring(code), ")") end
-  return fail(status, tostring(msg or "the store did not answer"), code)
+  msg = tostring(msg or "the store did not answer")
+  if status >= 500 then
+    ngx.log(ngx.WARN, "mongostore: ", msg, " (", tostring(code), ")")
+    if UNREACHABLE[code] then
+      -- the URI is not repeated: it may hold a password
+      return send(503, { error = "MongoDB is not reachable (check MONGOSTORE_URI and that the server is up): " .. msg,
+                         code = code }, { ["Retry-After"] = "1" })
+    end
+  end
+  return fail(status, msg, code)
 end
 
 -- Calls a mongostore.ngx function; a raise (a bug here or there, never a
@@ -107,8 +139,14 @@ local function read_json_object()
     end
   end
   if body == nil or body:match("^%s*$") then return nil, "the request body must be a JSON object" end
-  local v, err = json_decode(body)
-  if v == nil then return nil, "malformed JSON: " .. tostring(err) end
+  local v, err = json_decode(body, { exact = true })
+  if v == nil then
+    err = tostring(err)
+    if err:find("64-bit range", 1, true) or err:find("too small", 1, true) or err:find("repeated key", 1, true) then
+      return nil, "the request body cannot be stored as written: " .. err
+    end
+    return nil, "malformed JSON: " .. err
+  end
   if type(v) ~= "table" or is_array(v) then return nil, "the request body must be a JSON object" end
   return v
 end
@@ -117,9 +155,20 @@ local function is_object(v)
   return type(v) == "table" and not is_array(v)
 end
 
-local function check_id(v, what)
+-- Ids and kinds: non-empty UTF-8 without control characters (NUL
+-- included), at most `max` bytes.
+local function check_text(v, what, max)
   if type(v) ~= "string" or v == "" then return nil, what .. " must be a non-empty string" end
-  if #v > MAX_ID then return nil, format("%s must be at most %d bytes", what, MAX_ID) end
+  if #v > max then return nil, format("%s must be at most %d bytes", what, max) end
+  local why = text_error(v)
+  if why then return nil, what .. " " .. why end
+  if v:find("[%c]") then return nil, what .. " must not contain control characters" end
+  return true
+end
+
+local function check_id(v, what)
+  local ok, err = check_text(v, what, MAX_ID)
+  if not ok then return nil, err end
   if v:find("/", 1, true) then return nil, what .. " must not contain '/'" end
   return true
 end
@@ -163,15 +212,21 @@ end
 local function post_event(id)
   local body, err = read_json_object()
   if not body then return fail(400, err) end
-  if type(body.kind) ~= "string" or body.kind == "" then return fail(400, "kind must be a non-empty string") end
-  if ENGINE_ONLY[body.kind] then return fail(400, format("%s events are sent by the engine only", body.kind)) end
+  local ok, kerr = check_text(body.kind, "kind", MAX_KIND)
+  if not ok then return fail(400, kerr) end
+  if chart.RESERVED[body.kind] then
+    return fail(400, format("%s %s", body.kind, RESERVED_WHY[body.kind] or "is reserved"), "invalid")
+  end
   if body.data ~= nil and not is_object(body.data) then return fail(400, "data must be a JSON object") end
   if body.id ~= nil then
-    local ok, ierr = check_id(body.id, "event id")
-    if not ok then return fail(400, ierr) end
+    local iok, ierr = check_id(body.id, "event id")
+    if not iok then return fail(400, ierr) end
   end
-  local ok, serr, code = call(msngx.send, id, { kind = body.kind, data = body.data or {}, id = body.id })
-  if not ok then return library_error(serr, code) end
+  -- the kind is checked against the execution's chart in the same thread
+  -- call that sends it (msngx.send_external)
+  local how, serr, code = call(msngx.send_external, id, { kind = body.kind, data = body.data or {}, id = body.id })
+  if not how then return library_error(serr, code) end
+  if serr == "duplicate" then return send(202, { ok = true, duplicate = true }) end
   return send(202, { ok = true })
 end
 
@@ -218,6 +273,10 @@ local function list()
   end
   local v, err = one_arg(args, "definition_id")
   if err then return fail(400, err) end
+  if v ~= nil then
+    local ok, derr = check_text(v, "definition_id", MAX_ID)
+    if not ok then return fail(400, derr) end
+  end
   q.definition_id = v
   v, err = one_arg(args, "limit")
   if err then return fail(400, err) end
@@ -231,6 +290,10 @@ local function list()
   v, err = one_arg(args, "cursor")
   if err then return fail(400, err) end
   if v == "" then return fail(400, "cursor must not be empty") end
+  if v ~= nil then
+    local ok, cerr = check_text(v, "cursor", 1024)
+    if not ok then return fail(400, cerr) end
+  end
   q.cursor = v
   v, err = one_arg(args, "roots_only")
   if err then return fail(400, err) end
@@ -263,17 +326,19 @@ function M.handle()
   if seg[1] ~= "executions" or #seg > 3 or trailing then
     return fail(404, "no such resource: " .. ngx.var.uri)
   end
+  -- HEAD is GET without the body: nginx sends the headers only
+  local get = method == "GET" or method == "HEAD"
   if #seg == 1 then
-    if method == "GET" then return list() end
+    if get then return list() end
     if method == "POST" then return start() end
-    return method_not_allowed("GET, POST")
+    return method_not_allowed("GET, HEAD, POST")
   end
   local id = seg[2]
   local ok, err = check_id(id, "execution id")
   if not ok then return fail(400, err) end
   if #seg == 2 then
-    if method == "GET" then return show(id) end
-    return method_not_allowed("GET")
+    if get then return show(id) end
+    return method_not_allowed("GET, HEAD")
   end
   local sub = seg[3]
   if sub ~= "events" and not ACTIONS[sub] then
