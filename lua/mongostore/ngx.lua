@@ -3,7 +3,8 @@
 -- so they yield instead of blocking the event loop; start_worker runs the
 -- relays and the timer sweep on ngx.timer.every, one nginx worker at a time.
 -- Arguments and results cross the thread boundary as JSON text.
-local type, error, tostring, pairs, unpack, select = type, error, tostring, pairs, unpack or table.unpack, select
+local type, error, tostring, pairs, ipairs, unpack, select = type, error, tostring, pairs, ipairs, unpack or table.unpack,
+  select
 local format = string.format
 
 local M = {}
@@ -19,16 +20,41 @@ local STORE_CALLS = {
 local ENGINE_CALLS = { start = true, send = true, send_external = true, cancel = true, terminate = true,
                        suspend = true, resume = true }
 
--- An nginx worker waits for MongoDB at most this long per call when none
--- answers (connect's wait, which also bounds server selection): a request
--- gets its 503 in about that time, and a graceful stop is not held longer.
-local DEFAULT_WAIT = 2
+-- With no server answering, a call waits this long for one (libmongoc's
+-- serverSelectionTimeoutMS and connectTimeoutMS, put in the URI unless it
+-- sets them itself; its own default is 30 s), and the first connect of a
+-- thread tries once (wait 0): a request gets its 503 after about 2 s, and a
+-- graceful stop is not held longer than that.
+local DEFAULT_SELECTION_TIMEOUT = 2
 
--- msngx.configure{ uri, db, prefix, wait = 2, trace_max, thread_pool = "mongostore",
---                  charts = "module.returning.charts", trace = false,
---                  max_inflight = 32, call_timeout = 30 }
+-- The URI with serverSelectionTimeoutMS and connectTimeoutMS added where it
+-- does not set them.
+local function with_timeouts(uri, seconds)
+  local ms = tostring(math.floor(seconds * 1000 + 0.5))
+  local lower = uri:lower()
+  for _, opt in ipairs { "serverSelectionTimeoutMS", "connectTimeoutMS" } do
+    if not lower:find("[?&]" .. opt:lower() .. "=") then
+      local sep
+      if uri:find("?", 1, true) then
+        sep = "&"
+      else
+        -- options follow "/?" after the hosts (or "?" after /database)
+        local rest = uri:match("^[%w+.-]+://(.*)$") or uri
+        sep = rest:find("/", 1, true) and "?" or "/?"
+      end
+      uri = uri .. sep .. opt .. "=" .. ms
+    end
+  end
+  return uri
+end
+
+-- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, trace_max,
+--                  thread_pool = "mongostore", charts = "module.returning.charts",
+--                  trace = false, max_inflight = 32, call_timeout = 30 }
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
+-- wait is connect's (seconds to keep retrying the first ping of a thread);
+-- server_selection_timeout (seconds) bounds every wait for a server.
 function M.configure(cfg)
   if type(cfg) ~= "table" then error("mongostore.ngx.configure: expected a table", 2) end
   if type(cfg.uri) ~= "string" or cfg.uri == "" then error("mongostore.ngx.configure: uri must be a string", 2) end
@@ -41,8 +67,13 @@ function M.configure(cfg)
   if cfg.wait ~= nil and (type(cfg.wait) ~= "number" or not (cfg.wait >= 0 and cfg.wait <= 86400)) then
     error("mongostore.ngx.configure: wait must be a number of seconds from 0 to 86400", 2)
   end
+  local sst = cfg.server_selection_timeout
+  if sst ~= nil and (type(sst) ~= "number" or not (sst >= 0.1 and sst <= 3600)) then
+    error("mongostore.ngx.configure: server_selection_timeout must be a number of seconds from 0.1 to 3600", 2)
+  end
   config = {
-    uri = cfg.uri, db = cfg.db or "harel", prefix = cfg.prefix, wait = cfg.wait or DEFAULT_WAIT,
+    uri = with_timeouts(cfg.uri, sst or DEFAULT_SELECTION_TIMEOUT), db = cfg.db or "harel", prefix = cfg.prefix,
+    wait = cfg.wait or 0,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
     call_timeout = cfg.call_timeout or 30,
@@ -53,6 +84,7 @@ end
 function M.config()
   return config
 end
+M._with_timeouts = with_timeouts -- for the specs
 
 -- Calls in flight per worker process are bounded (max_inflight, at most the
 -- lua_worker_thread_vm_pool_size): a burst waits its turn instead of failing

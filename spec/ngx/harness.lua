@@ -85,7 +85,10 @@ local function free_port()
   return 20000 + math.random(0, 30000)
 end
 
+-- A zombie (exited, not yet reaped by whoever adopted it) counts as gone.
 local function alive(pid)
+  local stat = read("/proc/" .. pid .. "/stat")
+  if stat then return not stat:match("^%d+ %b() Z") end
   local _, status = sh("kill -0 " .. pid)
   return status == 0
 end
