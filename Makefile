@@ -52,10 +52,10 @@ deps:
 # AddressSanitizer + UBSan, against one server.
 test: deps
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
-	@tools/with-server tools/run-suites plain asan
+	@tools/with-server tools/run-suites plain asan secantus
 
 test-only: mongostore/core.so build/jit/mongostore/core.so
-	@tools/with-server tools/run-suites plain
+	@tools/with-server tools/run-suites plain secantus
 
 asan-test: deps
 	@$(MAKE) --no-print-directory build/asan/mongostore/core.so build/asan/lua
