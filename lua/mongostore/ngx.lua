@@ -17,8 +17,8 @@ local STORE_CALLS = {
   append_trace = true, pending_outbox = true, pending_spawns = true, due_timers = true, ack_outbox = true,
   ack_spawn = true, delete_timer = true, commit = true, info = true,
 }
-local ENGINE_CALLS = { start = true, send = true, send_external = true, cancel = true, terminate = true,
-                       suspend = true, resume = true }
+local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
+                       terminate = true, suspend = true, resume = true }
 
 -- With no server answering, a call waits this long for one (libmongoc's
 -- serverSelectionTimeoutMS and connectTimeoutMS, put in the URI unless it
@@ -151,7 +151,9 @@ end
 -- for events from outside (an HTTP client): it refuses, with nil, msg,
 -- "invalid" and nothing written, a kind the execution's chart does not take
 -- from outside (chart.is_external), and answers true, "duplicate" for an
--- event id the execution has handled already.
+-- event id the execution has handled already; msngx.start_external(chart_id,
+-- opts), the start for requests from outside: an opts.id that exists under
+-- another chart is nil, msg, "conflict" rather than that execution's id.
 for name in pairs(ENGINE_CALLS) do
   M[name] = function(...) return run("engine", name, ...) end
 end

@@ -129,6 +129,35 @@ local function send_external(h, id, event)
   return true, how == "duplicate" and "duplicate" or nil
 end
 
+-- engine:start for a request from outside, which may name its own id: the
+-- same id again answers the same execution (and sends nothing), but one
+-- that exists under another chart is a conflict, not that chart's
+-- execution passed off as this one's. A start that raced ours is caught by
+-- the check after it (skipped when the engine says this call created it).
+local function start_external(h, chart_id, opts)
+  local named = type(opts) == "table" and type(opts.id) == "string" and opts.id or nil
+  local function check(exe)
+    if exe.definition_id ~= chart_id then
+      return nil, "start_external: execution '" .. exe.id .. "' exists and runs chart '" ..
+        tostring(exe.definition_id) .. "'", "conflict"
+    end
+    return exe.id
+  end
+  if named and not require("mongostore.core").text_error(named) then
+    local exe, lerr, lcode = h.store:load(named)
+    if exe then return check(exe) end
+    if type(lerr) == "string" then return nil, lerr, lcode end
+  end
+  local id, created, code = h.engine:start(chart_id, opts)
+  if not id then return nil, created, code end
+  if named and created ~= true then
+    local exe, lerr, lcode = h.store:load(id)
+    if exe then return check(exe) end
+    if type(lerr) == "string" then return nil, lerr, lcode end
+  end
+  return id
+end
+
 function M.store(cfg, method, args)
   local h, err, code = handles(cfg)
   if not h then return pack(nil, err, code) end
@@ -152,6 +181,7 @@ function M.engine(cfg, method, args)
   if not h then return pack(nil, err, code) end
   local function call(...)
     if method == "send_external" then return send_external(h, ...) end
+    if method == "start_external" then return start_external(h, ...) end
     local fn = h.engine[method]
     if type(fn) ~= "function" then return nil, "no engine method " .. tostring(method), "invalid" end
     return fn(h.engine, ...)

@@ -141,7 +141,9 @@ function TestOrderFlow:test_order_runs_to_done()
   -- relays create the regions and deliver it); the same event id twice is
   -- applied once
   send(id, "Go", nil, "go-1")
-  send(id, "Go", nil, "go-1")
+  local status, body = srv():post("/executions/" .. id .. "/events", { kind = "Go", id = "go-1" })
+  lu.assertEquals(status, 202)
+  lu.assertEquals(body, { ok = true, duplicate = true })
   exe = wait_for(id, function(e) return e.status == "DONE" end, 20, "the join never finished it")
   lu.assertEquals(exe.outcome, "success")
   lu.assertEquals(exe.active_path, "Done")

@@ -316,11 +316,63 @@ end
 ------------------------------------------------------------------------
 -- Raw state, read behind the library's back (pymongo, spec/store/rawdb.lua)
 
--- Every document of the database's executions and counters collections:
--- two snapshots are equal when nothing was written in between.
+-- One Python process (pymongo) digests every document of the database's
+-- executions and counters collections: { ["executions/<_id>"] = sha256 of
+-- its canonical extended JSON, ... }. Two snapshots are equal when nothing
+-- was written in between; M.changes names what differs.
+local SNAPSHOT_PY = [==[
+import hashlib, os, sys
+import pymongo, pymongo.common
+from bson import json_util
+from bson.codec_options import CodecOptions
+# mongo-java-server reports wire version 8, below what a current pymongo takes
+pymongo.common.MIN_SUPPORTED_WIRE_VERSION = min(pymongo.common.MIN_SUPPORTED_WIRE_VERSION, 6)
+client = pymongo.MongoClient(os.environ["SNAP_URI"], serverSelectionTimeoutMS=10000)
+db = client[os.environ["SNAP_DB"]]
+opts = CodecOptions(unicode_decode_error_handler="surrogateescape")
+for name in ("executions", "counters"):
+    for doc in db[name].with_options(codec_options=opts).find({}).sort("_id", 1):
+        text = json_util.dumps(doc, sort_keys=True, json_options=json_util.CANONICAL_JSON_OPTIONS)
+        key = json_util.dumps(doc.get("_id"), json_options=json_util.CANONICAL_JSON_OPTIONS)
+        sys.stdout.write("%s/%s\t%s\n" % (name, key, hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()))
+sys.stdout.flush()
+os._exit(0)
+]==]
+
+local function python()
+  local py = os.getenv("MONGOSTORE_PYTHON") or ""
+  if py == "" then py = "python3" end
+  return q(py)
+end
+
 function M.snapshot(db)
-  local raw = require "store.rawdb"
-  return { executions = raw.docs(db, "executions"), counters = raw.docs(db, "counters") }
+  local f = assert(io.popen("env -u LD_PRELOAD SNAP_URI=" .. q(helper.uri()) .. " SNAP_DB=" .. q(db) .. " " ..
+    python() .. " -c " .. q(SNAPSHOT_PY) .. " 2>&1", "r"))
+  local out = f:read("a")
+  local ok = f:close()
+  if not ok then error("snapshot failed: " .. out, 2) end
+  local snap = {}
+  for key, digest in out:gmatch("([^\t\n]+)\t(%x+)\n") do snap[key] = digest end
+  return snap
+end
+
+-- nil when two snapshots are equal, else the documents added, removed or changed.
+function M.changes(before, after)
+  local out = {}
+  for k, v in pairs(after) do
+    if before[k] == nil then out[#out + 1] = "added " .. k elseif before[k] ~= v then out[#out + 1] = "changed " .. k end
+  end
+  for k in pairs(before) do if after[k] == nil then out[#out + 1] = "removed " .. k end end
+  if #out == 0 then return nil end
+  table.sort(out)
+  return table.concat(out, "; ")
+end
+
+-- How many documents a snapshot holds in one collection.
+function M.count(snap, coll)
+  local n = 0
+  for k in pairs(snap) do if k:sub(1, #coll + 1) == coll .. "/" then n = n + 1 end end
+  return n
 end
 
 ------------------------------------------------------------------------

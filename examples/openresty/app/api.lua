@@ -203,7 +203,7 @@ local function start()
   if body.priority ~= nil and not check_integer(body.priority, 0, 4) then
     return fail(400, "priority must be an integer from 0 to 4")
   end
-  local id, serr, code = call(msngx.start, body.chart, { id = body.id, context = body.context, priority = body.priority })
+  local id, serr, code = call(msngx.start_external, body.chart, { id = body.id, context = body.context, priority = body.priority })
   if not id then return library_error(serr, code) end
   return send(201, { id = id }, { Location = "/executions/" .. ngx.escape_uri(id) })
 end
