@@ -454,6 +454,13 @@ static int push_bson_iter_table(lua_State *L, bson_iter_t *it, int is_array, int
       lua_rawset(L, -3);
     }
   }
+  /* bson_iter_next ends on a corrupt element as it does at the end: without
+   * this a cut document would read as a shorter one. */
+  if (it->err_off != 0) {
+    lua_pop(L, 1);
+    ms_err_set(e, "server", "corrupt document from the server (at byte %u)", (unsigned)it->err_off);
+    return -1;
+  }
   if (is_array) ms_mark_array(L, -1);
   return 0;
 }
@@ -623,6 +630,11 @@ static int check_rules(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
     if (rc == 0 && s && ms_check_string(s, len, 0, p, e)) rc = -1;
     if (rc) return -1;
     ms_path_pop_key(p, oldlen);
+  }
+  /* libbson 1.23's bson_validate misses a cut sub-document deep down */
+  if (it->err_off != 0) {
+    ms_err_set(e, "invalid", "%s: malformed document at byte %u", p->buf, (unsigned)it->err_off + 1);
+    return -1;
   }
   return 0;
 }

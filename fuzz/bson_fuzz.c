@@ -61,6 +61,33 @@ static int check_reencode(lua_State *L, int idx, const uint8_t *data, size_t siz
   return ok;
 }
 
+/* 0 when the document holds only types the reader decodes element by
+ * element, and UTF-8 keys; 1 otherwise (bson_validate also looks inside
+ * code-with-scope and refuses keys that are not UTF-8, the reader does
+ * neither); -1 when bson_iter itself finds it cut. */
+static int plain_shape(bson_iter_t *it, int depth) {
+  while (bson_iter_next(it)) {
+    bson_iter_t child;
+    int r;
+    if (!bson_utf8_validate(bson_iter_key(it), bson_iter_key_len(it), false)) return 1;
+    switch (bson_iter_type(it)) {
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+      if (depth > 2 * MS_MAX_DEPTH || !bson_iter_recurse(it, &child)) return 1;
+      if ((r = plain_shape(&child, depth + 1)) != 0) return r;
+      break;
+    case BSON_TYPE_DOUBLE: case BSON_TYPE_UTF8: case BSON_TYPE_BINARY: case BSON_TYPE_UNDEFINED:
+    case BSON_TYPE_OID: case BSON_TYPE_BOOL: case BSON_TYPE_DATE_TIME: case BSON_TYPE_NULL:
+    case BSON_TYPE_INT32: case BSON_TYPE_TIMESTAMP: case BSON_TYPE_INT64: case BSON_TYPE_DECIMAL128:
+    case BSON_TYPE_MAXKEY: case BSON_TYPE_MINKEY:
+      break;
+    default:
+      return 1;
+    }
+  }
+  return it->err_off ? -1 : 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lua_State *L = fuzz_state();
   uint8_t *buf;
@@ -85,7 +112,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ms_push_bson_doc(L, &b, &e)) {
       if (lua_gettop(L) != 0) fuzz_fail("ms_push_bson_doc failed and left values on the stack");
     } else {
+      bson_iter_t it;
+      size_t off;
       if (lua_gettop(L) != 1) fuzz_fail("ms_push_bson_doc pushed other than one value");
+      /* what the reader took, libbson's own validation takes too (where it
+       * judges the same things: see plain_shape) */
+      int shape = bson_iter_init(&it, &b) ? plain_shape(&it, 0) : -1;
+      if (shape < 0) {
+        fuzz_dump("input", buf, size);
+        fuzz_fail("ms_push_bson_doc read a document that bson_iter finds cut, without an error");
+      }
+      if (shape == 0 && !bson_validate(&b, BSON_VALIDATE_NONE, &off)) {
+        fuzz_dump("input", buf, size);
+        fprintf(stderr, "bson_validate: malformed at byte %zu\n", off);
+        fuzz_fail("ms_push_bson_doc read a malformed document without an error");
+      }
       raw_ok = 1;
       check_reencode(L, 1, buf, size);
     }
