@@ -255,3 +255,24 @@ function TestApiRules:test_a_resent_event_id_is_accepted_once()
   for _, step in ipairs(trace) do if step.event == "PlaceOrder" then placed = placed + 1 end end
   lu.assertEquals(placed, 1)
 end
+
+------------------------------------------------------------------------
+-- Starts that name an id
+
+-- The same id again is the same execution (201, nothing written, not even
+-- the trace's counter); the id of another chart's execution is a 409.
+function TestApiRules:test_a_replayed_start_writes_nothing()
+  start("order", "x-again", { total = 1 })
+  local before = H.snapshot(srv().db)
+  for _ = 1, 2 do
+    local status, body = srv():post("/executions", { chart = "order", id = "x-again", context = { total = 99 } })
+    lu.assertEquals(status, 201, H.encode({ body }))
+    lu.assertEquals(body.id, "x-again")
+  end
+  local status, body = srv():post("/executions", { chart = "refund", id = "x-again" })
+  lu.assertEquals(status, 409, H.encode({ body }))
+  lu.assertEquals(body.code, "conflict")
+  lu.assertStrContains(body.error, "runs chart 'order'")
+  lu.assertNil(H.changes(before, H.snapshot(srv().db)))
+  lu.assertEquals(show("x-again").context.total, 1)
+end

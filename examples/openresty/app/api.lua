@@ -4,6 +4,8 @@
 -- yields and the worker's event loop keeps serving other requests.
 --
 --   POST /executions                    {chart, id?, context?, priority?} -> 201 {id}
+--        (the same id again: 201, the same execution; the id of another
+--        chart's execution: 409)
 --   POST /executions/{id}/events        {kind, data?, id?}                -> 202 {ok: true}
 --        (a resent event id: 202 {ok: true, duplicate: true}; only kinds the
 --        execution's chart takes from outside, see chart.is_external)
