@@ -210,7 +210,9 @@ end
 -- The cases
 
 local CASES = {}
-local function case(name, expect, call) CASES[#CASES + 1] = { name = name, expect = expect, call = call } end
+local function case(name, expect, call, max_seconds)
+  CASES[#CASES + 1] = { name = name, expect = expect, call = call, max_seconds = max_seconds }
+end
 
 local function nest(depth)
   local root = {}
@@ -893,6 +895,16 @@ for _, name in ipairs { "cancel", "terminate", "suspend", "resume" } do
     function(f) return call(f, "nope") end)
 end
 
+---------------------------------------------------------------- engine run, recover
+
+case("engine:recover('x')", raises("recover", "max_passes"), function(f) return f.engine:recover("x") end)
+case("engine:run('x')", raises("run", "opts"), function(f) return f.engine:run("x") end, 3)
+case("engine:run{ stop = 5 }", raises("run", "stop"), function(f) return f.engine:run { stop = 5 } end, 3)
+case("engine:run{ idle_sleep = 'x' }, stopping at once", raises("run", "idle_sleep"),
+  function(f) return f.engine:run { stop = function() return true end, idle_sleep = "x" } end, 3)
+case("engine:run{ sweep_interval = 'x' }, stopping at once", raises("run", "sweep_interval"),
+  function(f) return f.engine:run { stop = function() return true end, sweep_interval = "x" } end, 3)
+
 ---------------------------------------------------------------- controls that must write
 
 -- The same calls with good arguments do write, and the snapshot sees it: the
@@ -935,7 +947,17 @@ for i, c in ipairs(CASES) do
   TestHostile[string.format("test_%03d_%s", i, slug(c.name))] = function()
     local f = fixture()
     local before = snap.take(f.db)
+    -- a call that never returns (a loop on a bad option) fails its case
+    -- instead of hanging the suite: the hook raises once the time is up
+    local deadline = ms.now() + (c.max_seconds or 60)
+    debug.sethook(function()
+      if ms.now() > deadline then
+        debug.sethook()
+        error("still running after " .. (c.max_seconds or 60) .. " s: the call does not return", 0)
+      end
+    end, "", 10000)
     local res = table.pack(pcall(c.call, f))
+    debug.sethook()
     -- a store a failing connect case opened anyway
     for j = 2, res.n do
       if type(res[j]) == "userdata" and tostring(res[j]):match("^mongostore%.Store") then res[j]:close() end
