@@ -158,41 +158,37 @@ local function start_external(h, chart_id, opts)
   return id
 end
 
+-- Runs call(decoded arguments...) and packs what it returns; a raise comes
+-- back as nil, msg, "invalid" (see answer).
+local function with_args(method, args, call)
+  local function go(ok, ...)
+    if not ok then return nil, method .. ": unreadable arguments", "invalid" end
+    return call(...)
+  end
+  return answer(pcall(function() return go(unpack_args(args)) end))
+end
+
 function M.store(cfg, method, args)
   local h, err, code = handles(cfg)
   if not h then return pack(nil, err, code) end
-  local function call(...)
+  return with_args(method, args, function(...)
     if method == "commit" then return commit(h.store, ...) end
     local fn = h.store[method]
     if type(fn) ~= "function" then return nil, "no store method " .. tostring(method), "invalid" end
     return fn(h.store, ...)
-  end
-  return answer(pcall(function()
-    local function go(ok, ...)
-      if not ok then return nil, method .. ": unreadable arguments", "invalid" end
-      return call(...)
-    end
-    return go(unpack_args(args))
-  end))
+  end)
 end
 
 function M.engine(cfg, method, args)
   local h, err, code = handles(cfg)
   if not h then return pack(nil, err, code) end
-  local function call(...)
+  return with_args(method, args, function(...)
     if method == "send_external" then return send_external(h, ...) end
     if method == "start_external" then return start_external(h, ...) end
     local fn = h.engine[method]
     if type(fn) ~= "function" then return nil, "no engine method " .. tostring(method), "invalid" end
     return fn(h.engine, ...)
-  end
-  return answer(pcall(function()
-    local function go(ok, ...)
-      if not ok then return nil, method .. ": unreadable arguments", "invalid" end
-      return call(...)
-    end
-    return go(unpack_args(args))
-  end))
+  end)
 end
 
 -- One step of the ngx worker (start_worker): spawns, the outbox and, when

@@ -93,6 +93,21 @@ function TestNoServer:test_ping_answers_while_requests_wait()
   print(string.format("\n    no server: /ping during 8 waiting requests, max %s", H.ms(H.stats(pings).max)))
 end
 
+-- The timeouts go into the URI only where it sets none itself.
+function TestNoServer:test_uri_timeouts_added_only_where_absent()
+  local with = require("mongostore.ngx")._with_timeouts
+  local both = "serverSelectionTimeoutMS=2000&connectTimeoutMS=2000"
+  lu.assertEquals(with("mongodb://h:1", 2), "mongodb://h:1/?" .. both)
+  lu.assertEquals(with("mongodb://h:1/", 2), "mongodb://h:1/?" .. both)
+  lu.assertEquals(with("mongodb://h:1/db", 2), "mongodb://h:1/db?" .. both)
+  lu.assertEquals(with("mongodb://a,b/?replicaSet=rs", 0.5),
+    "mongodb://a,b/?replicaSet=rs&serverSelectionTimeoutMS=500&connectTimeoutMS=500")
+  lu.assertEquals(with("mongodb://u:p@h/db?serverselectiontimeoutms=30000", 2),
+    "mongodb://u:p@h/db?serverselectiontimeoutms=30000&connectTimeoutMS=2000")
+  lu.assertEquals(with("mongodb://h/?connectTimeoutMS=1&serverSelectionTimeoutMS=9", 2),
+    "mongodb://h/?connectTimeoutMS=1&serverSelectionTimeoutMS=9")
+end
+
 -- Run last (zz): a graceful stop, with requests and the worker's steps
 -- having tried the server, finishes without the kill.
 function TestNoServer:test_zz_graceful_stop_finishes()

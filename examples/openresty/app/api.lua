@@ -107,9 +107,13 @@ local function library_error(msg, code)
   if status >= 500 then
     ngx.log(ngx.WARN, "mongostore: ", msg, " (", tostring(code), ")")
     if UNREACHABLE[code] then
+      -- mongostore.ngx says "unavailable" too when every thread slot stayed
+      -- busy or a thread failed: that is nginx, not MongoDB
+      local ours = msg:find("calls in flight", 1, true) or msg:find("worker thread failed", 1, true)
       -- the URI is not repeated: it may hold a password
-      return send(503, { error = "MongoDB is not reachable (check MONGOSTORE_URI and that the server is up): " .. msg,
-                         code = code }, { ["Retry-After"] = "1" })
+      local lead = ours and "the server is busy: "
+        or "MongoDB is not reachable or did not answer (check MONGOSTORE_URI and that the server is up): "
+      return send(503, { error = lead .. msg, code = code }, { ["Retry-After"] = "1" })
     end
   end
   return fail(status, msg, code)
