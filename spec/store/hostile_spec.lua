@@ -96,7 +96,7 @@ local function judge(e, res)
     if raised then return "raised" end
   elseif e.kind == "ok" then
     if raised then return "raised" end
-    if not res[2] then return "failed" end
+    if res[2] == nil then return "failed: " .. tostring(res[3]) .. " (" .. tostring(res[4]) .. ")" end
     return e.check and e.check(res) or nil
   end
 end
@@ -171,6 +171,8 @@ local function build()
   assert(#sp == 1, "seeding: expected the spawn claimed")
   f.spawn_seq, f.spawn_token = sp[1].seq, sp[1].token
   seed_listing(s, LIST_IDS, LIST_STATUS)
+  -- p1 has handled the event whose id is its own id
+  assert(s:commit(ms.execution { definition_id = "order", id = "p1" }, { processed_event_id = "p1" }))
   -- engine: f1 parked in Idle
   f.engine = quiet_engine(s)
   assert(f.engine:start("flat", { id = "f1" }) == "f1")
@@ -449,6 +451,18 @@ slot("load_for_event", "load_for_event", "event_id", { skip = { table = true } }
   function(f, v) return f.store:load_for_event("e1", v) end)
 slot("load_for_event", "load_for_event", "timer_path", { optional = true },
   function(f, v) return f.store:load_for_event("e1", "ev-x", v) end)
+-- event ids that look like aggregation expressions are plain ids: "$_id"
+-- is not the id of the document, and "$$CURRENT" is no variable
+local function not_processed(res)
+  if res[3] ~= false then return "processed = " .. tostring(res[3]) .. " for an event never handled" end
+end
+for _, ev in ipairs { "$_id", "$$CURRENT._id", "$$ROOT", "$", "$processed" } do
+  case("load_for_event(p1, '" .. ev .. "'): an id, not an expression", succeeds(not_processed),
+    function(f) return f.store:load_for_event("p1", ev) end)
+end
+case("is_processed(p1, '$_id'): an id, not an expression", succeeds(function(res)
+  if res[2] ~= false then return "true for an event never handled" end
+end), function(f) return f.store:is_processed("p1", "$_id") end)
 slot("is_processed", "is_processed", "id", { skip = { table = true } },
   function(f, v) return f.store:is_processed(v, "ev-1") end)
 slot("is_processed", "is_processed", "event_id", { skip = { table = true } },
