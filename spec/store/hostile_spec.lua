@@ -485,6 +485,10 @@ case("append_trace(new id, depth 101)", fails("invalid"),
   function(f) return f.store:append_trace("fresh", { event = "x", deep = nest(101) }) end)
 case("append_trace(e1, inf)", fails("invalid"),
   function(f) return f.store:append_trace("e1", { event = "x", at = math.huge }) end)
+case("append_trace(e1, an empty key)", fails("invalid"),
+  function(f) return f.store:append_trace("e1", { event = "x", [""] = 1 }) end)
+case("append_trace(new id, an empty key)", fails("invalid"),
+  function(f) return f.store:append_trace("fresh", { event = "x", [""] = 1 }) end)
 case("append_trace(e1, an array)", fails("invalid"),
   function(f) return f.store:append_trace("e1", ms.array { 1, 2 }) end)
 
@@ -740,6 +744,14 @@ case("commit trace depth 101", fails("invalid"), C { trace = { event = "Go", dee
 case("commit processed_event_id 5", raises("commit", "processed_event_id"), C { processed_event_id = 5 })
 case("commit processed_event_id ''", fails("invalid"), C { processed_event_id = "" })
 case("commit processed_event_id with NUL", fails("invalid"), C { processed_event_id = "a\0b" })
+-- an empty key is refused by libmongoc at the write: it must be refused
+-- before any I/O, without burning counters first
+case("commit spawn context with an empty key", fails("invalid"),
+  C { spawns = { { child_id = "c9", root_path = "A", context = { [""] = 1 } } } })
+case("commit trace with an empty key", fails("invalid"), C { trace = { event = "Go", [""] = 1 } })
+case("commit a loaded e1 with a trace holding an empty key, nested", fails("invalid"),
+  commit(function() return { trace = { event = "Go", deep = { [""] = 1 } } } end,
+         function(f) return assert(f.store:load("e1")) end))
 case("commit unknown option emit", refuses("commit"), C { emit = { GOOD_EMIT } })
 case("commit a loaded e1 scheduling and cancelling one path", fails("invalid"),
   commit(function() return { timers = { { action = "schedule", path = "T", fire_at = NOW }, { action = "cancel", path = "T" } } } end,
