@@ -741,6 +741,13 @@ case("commit timer action 'SCHEDULE'", fails("invalid"),
 case("commit trace an array", fails("invalid"), C { trace = ms.array { 1, 2 } })
 case("commit trace with mixed keys", fails("invalid"), C { trace = { "x", event = "Go" } })
 case("commit trace depth 101", fails("invalid"), C { trace = { event = "Go", deep = nest(101) } })
+-- a trace step's own index (harel's steps carry one) must be an integer >= 0
+case("commit trace index 1e300", fails("invalid"), C { trace = { event = "Go", index = 1e300 } })
+case("commit trace index -1", fails("invalid"), C { trace = { event = "Go", index = -1 } })
+case("commit trace index 1.5", fails("invalid"), C { trace = { event = "Go", index = 1.5 } })
+case("commit trace index '7'", rejects("commit", "index"), C { trace = { event = "Go", index = "7" } })
+case("append_trace(e1, index 1e300)", fails("invalid"),
+  function(f) return f.store:append_trace("e1", { event = "x", index = 1e300 }) end)
 case("commit processed_event_id 5", raises("commit", "processed_event_id"), C { processed_event_id = 5 })
 case("commit processed_event_id ''", fails("invalid"), C { processed_event_id = "" })
 case("commit processed_event_id with NUL", fails("invalid"), C { processed_event_id = "a\0b" })
