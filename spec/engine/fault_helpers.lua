@@ -127,14 +127,17 @@ function M.start_proxy(upstream_uri, seed)
 end
 
 ------------------------------------------------------------------------
--- A private bundled server (its PID is ours to SIGSTOP)
+-- A private server (its PID is ours to SIGSTOP)
 
+-- The same kind of server as the suite's (SecantusDB on its pass, else
+-- mongo-java-server), started by its own launcher in a fresh directory.
 function M.start_server()
   local dir = M.tmpdir("server")
-  local tool = helper.shell_quote(helper.root() .. "/tools/test-server")
+  local launcher = os.getenv("MONGOSTORE_TEST_SERVER") == "secantus" and "secantus-server" or "test-server"
+  local tool = helper.shell_quote(helper.root() .. "/tools/" .. launcher)
   local out, ok = sh(tool .. " start " .. helper.shell_quote(dir) .. " 2>&1")
   local uri = out:match("(mongodb://%S+)")
-  if not (ok and uri) then return nil, "tools/test-server start failed: " .. out end
+  if not (ok and uri) then return nil, "tools/" .. launcher .. " start failed: " .. out end
   local pid = assert((read_file(dir .. "/server.pid") or ""):match("(%d+)"), "no server.pid")
   local h = { uri = uri, pid = pid, dir = dir }
   function h.freeze() return os.execute("kill -STOP " .. pid) end
