@@ -3,8 +3,8 @@
 -- so they yield instead of blocking the event loop; start_worker runs the
 -- relays and the timer sweep on ngx.timer.every, one nginx worker at a time.
 -- Arguments and results cross the thread boundary as JSON text.
-local type, error, tostring, pairs, ipairs, unpack, select = type, error, tostring, pairs, ipairs, unpack or table.unpack,
-  select
+local type, error, tostring, pairs, ipairs, select = type, error, tostring, pairs, ipairs, select
+local unpack = unpack or table.unpack
 local format = string.format
 
 local M = {}

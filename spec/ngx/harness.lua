@@ -334,7 +334,8 @@ for name in ("executions", "counters"):
     for doc in db[name].with_options(codec_options=opts).find({}).sort("_id", 1):
         text = json_util.dumps(doc, sort_keys=True, json_options=json_util.CANONICAL_JSON_OPTIONS)
         key = json_util.dumps(doc.get("_id"), json_options=json_util.CANONICAL_JSON_OPTIONS)
-        sys.stdout.write("%s/%s\t%s\n" % (name, key, hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()))
+        digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+        sys.stdout.write("%s/%s\t%s\n" % (name, key, digest))
 sys.stdout.flush()
 os._exit(0)
 ]==]
@@ -360,7 +361,11 @@ end
 function M.changes(before, after)
   local out = {}
   for k, v in pairs(after) do
-    if before[k] == nil then out[#out + 1] = "added " .. k elseif before[k] ~= v then out[#out + 1] = "changed " .. k end
+    if before[k] == nil then
+      out[#out + 1] = "added " .. k
+    elseif before[k] ~= v then
+      out[#out + 1] = "changed " .. k
+    end
   end
   for k in pairs(before) do if after[k] == nil then out[#out + 1] = "removed " .. k end end
   if #out == 0 then return nil end

@@ -209,7 +209,8 @@ local function start()
   if body.priority ~= nil and not check_integer(body.priority, 0, 4) then
     return fail(400, "priority must be an integer from 0 to 4")
   end
-  local id, serr, code = call(msngx.start_external, body.chart, { id = body.id, context = body.context, priority = body.priority })
+  local id, serr, code = call(msngx.start_external, body.chart,
+                              { id = body.id, context = body.context, priority = body.priority })
   if not id then return library_error(serr, code) end
   return send(201, { id = id }, { Location = "/executions/" .. ngx.escape_uri(id) })
 end
@@ -230,9 +231,9 @@ local function post_event(id)
   end
   -- the kind is checked against the execution's chart in the same thread
   -- call that sends it (msngx.send_external)
-  local how, serr, code = call(msngx.send_external, id, { kind = body.kind, data = body.data or {}, id = body.id })
-  if not how then return library_error(serr, code) end
-  if serr == "duplicate" then return send(202, { ok = true, duplicate = true }) end
+  local sent, how, code = call(msngx.send_external, id, { kind = body.kind, data = body.data or {}, id = body.id })
+  if not sent then return library_error(how, code) end -- how: the message
+  if how == "duplicate" then return send(202, { ok = true, duplicate = true }) end
   return send(202, { ok = true })
 end
 
