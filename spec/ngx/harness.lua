@@ -340,10 +340,21 @@ sys.stdout.flush()
 os._exit(0)
 ]==]
 
+-- The Python with pymongo: MONGOSTORE_PYTHON (tools/run-suites sets it),
+-- else the one tools/pyenv prints, else python3.
+local snapshot_python
 local function python()
+  if snapshot_python then return snapshot_python end
   local py = os.getenv("MONGOSTORE_PYTHON") or ""
+  if py == "" and exists(root .. "/tools/pyenv") then
+    local f = io.popen("env -u LD_PRELOAD " .. q(root .. "/tools/pyenv") .. " 2>/dev/null", "r")
+    py = f and (f:read("a"):match("([^\n]+)%s*$") or "") or ""
+    if f then f:close() end
+    if not exists(py) then py = "" end
+  end
   if py == "" then py = "python3" end
-  return q(py)
+  snapshot_python = q(py)
+  return snapshot_python
 end
 
 function M.snapshot(db)
