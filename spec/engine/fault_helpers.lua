@@ -311,12 +311,16 @@ M.WORKER = [[
   local w, nw = tonumber(os.getenv("W")), tonumber(os.getenv("NW"))
   local dup = os.getenv("DUP") == "1"
   local deadline = ms.now() + tonumber(os.getenv("DEADLINE") or "60")
-  local errors, logs, first_logs = {}, 0, {}
-  local function note(code) code = tostring(code); errors[code] = (errors[code] or 0) + 1 end
+  local errors, logs, first_logs, first_errors = {}, 0, {}, {}
+  local function note(code, msg)
+    code = tostring(code)
+    errors[code] = (errors[code] or 0) + 1
+    if not first_errors[code] then first_errors[code] = tostring(msg) end
+  end
   local store, err, code
   repeat
     store, err, code = ms.connect(os.getenv("URI"), { db = os.getenv("DB"), wait = 2 })
-    if not store then note(code); ms.sleep(0.1) end
+    if not store then note(code, err); ms.sleep(0.1) end
   until store or ms.now() > deadline
   if not store then print("ERROR connect: " .. tostring(err)); os.exit(3) end
   local externals = 0
@@ -334,7 +338,7 @@ M.WORKER = [[
     while true do
       local ok, e, c = fn()
       if ok ~= nil then return ok end
-      note(c)
+      note(c, e)
       if ms.now() > deadline then print("ERROR " .. what .. ": " .. tostring(e)); os.exit(4) end
       ms.sleep(0.02)
     end
@@ -372,8 +376,8 @@ M.WORKER = [[
       local s = sends[next_send]
       if not s then break end
       local ev = { kind = s[2].kind, id = s[2].id, data = s[2].data or {} }
-      local ok, _, c = engine:send(s[1], ev)
-      if ok then next_send, sent = next_send + 1, sent + 1 else note(c) end
+      local ok, e, c = engine:send(s[1], ev)
+      if ok then next_send, sent = next_send + 1, sent + 1 else note(c, e) end
     end
     if ms.now() > deadline then return true end
     finished = next_send > #sends and idle()
@@ -384,6 +388,7 @@ M.WORKER = [[
   table.sort(parts)
   print(string.format("SUMMARY sent=%d errors=%s logs=%d externals=%d", sent, table.concat(parts, ","), logs, externals))
   for _, m in ipairs(first_logs) do print("LOG " .. m) end
+  for c, m in pairs(first_errors) do print("ERRMSG " .. c .. ": " .. m) end
   if not finished then print("ERROR still busy at the deadline"); os.exit(2) end
   print("IDLE")
   local d = io.open(os.getenv("PIDFILE") .. ".done", "w")

@@ -76,7 +76,7 @@ function TestFaults:test_workers_survive_resets_delays_black_hole_refusals_and_a
   local busy_after = alive_count(workers)
   proxy.set(faults)
 
-  local outs, errors, logs, crashed = {}, {}, 0, {}
+  local outs, errors, logs, crashed, samples = {}, {}, 0, {}, {}
   for i, h in ipairs(workers) do
     local out, status = h.wait()
     outs[i] = out
@@ -88,6 +88,7 @@ function TestFaults:test_workers_survive_resets_delays_black_hole_refusals_and_a
       for k, n in pairs(s.errors) do errors[k] = (errors[k] or 0) + n end
       logs = logs + s.logs
     end
+    for line in out:gmatch("ERRMSG ([^\n]*)") do samples[#samples + 1] = line end
   end
   local elapsed = ms.now() - t0
   local stats = proxy.stats()
@@ -106,6 +107,7 @@ function TestFaults:test_workers_survive_resets_delays_black_hole_refusals_and_a
     stats.resets_random or 0, stats.resets_all or 0, stats.replies_lost or 0, stats.writes_dropped or 0,
     stats.blackholed_requests or 0, stats.accepted or 0,
     stats.requests or 0, table.concat(parts, ","), logs, busy_at_freeze, busy_after, #diffs, elapsed))
+  for _, line in ipairs(samples) do print("  returned: " .. line) end
   lu.assertEquals(crashed, {}, "every worker survives the faults and ends idle")
   lu.assertEquals(diffs, {}, "every execution ends exactly as expected, each event applied once")
   lu.assertTrue(busy_at_freeze > 0, "the workers had finished before the freeze: the test proves nothing")
