@@ -117,3 +117,64 @@ function TestNoServer:test_zz_graceful_stop_finishes()
   lu.assertTrue(graceful, string.format("nginx did not stop by itself within 10 s (%.1f s)", took))
   server = nil
 end
+
+------------------------------------------------------------------------
+-- The server comes back
+
+-- nginx reaches MongoDB through tools/fault-proxy (spec/engine/fault_helpers),
+-- which first refuses every connection: a burst gets its 503s (each call
+-- waits its own server selection, so the last of a burst larger than the
+-- thread pool waits its turn too: printed, not asserted); once the proxy
+-- lets connections through again, every request succeeds without a
+-- restart, in both nginx workers.
+TestServerComesBack = {}
+
+local back, proxy
+
+function TestServerComesBack.setupClass()
+  local F = require "engine.fault_helpers"
+  proxy = F.start_proxy(require("helper").uri())
+  proxy.set{ refuse = 1 }
+  back = H.start{ uri = proxy.uri() }
+end
+
+function TestServerComesBack.teardownClass()
+  if back then pcall(back.stop, back) end
+  if proxy then pcall(proxy.stop) end
+  back, proxy = nil, nil
+end
+
+function TestServerComesBack:test_a_burst_fails_fast_then_requests_succeed_again()
+  local status, body = back:request("GET", "/executions/back-1")
+  assert_unreachable(status, body, "first GET through the refusing proxy")
+  local reqs = {}
+  for i = 1, 32 do reqs[i] = { "GET", "/executions/burst-" .. i } end
+  local res, wall = back:parallel(reqs)
+  local times = {}
+  for i, r in ipairs(res) do
+    lu.assertEquals(r.status, 503, r.body)
+    local decoded = H.decode(r.body)
+    lu.assertIsTable(decoded, r.body)
+    lu.assertStrContains(decoded.error, "MongoDB is not reachable")
+    times[i] = r.time
+  end
+  local st = H.stats(times)
+  print(string.format("\n    no server, 32 at once: all 503, median %.2f s, p95 %.2f s, max %.2f s (wall %.2f s)",
+    st.median, st.p95, st.max, wall))
+  proxy.set{}
+  local t0 = ms.now()
+  local ok = H.poll(function()
+    return back:post("/executions", { chart = "order", id = "back-1", context = { total = 5 } }) == 201
+  end, 30, 0.2)
+  lu.assertTrue(ok ~= nil, "requests did not succeed again after the server came back")
+  print(string.format("    server back: first 201 after %.2f s", ms.now() - t0))
+  status, body = back:request("POST", "/executions/back-1/events", { kind = "PlaceOrder" })
+  lu.assertEquals(status, 202, H.encode({ body }))
+  status, body = back:get("/executions/back-1")
+  lu.assertEquals(status, 200, H.encode({ body }))
+  lu.assertEquals(body.execution.active_path, "AwaitingPayment")
+  -- many at once, so both nginx workers answer: neither kept a broken store
+  local again = {}
+  for i = 1, 16 do again[i] = { "GET", "/executions/back-1" } end
+  for _, r in ipairs((back:parallel(again))) do lu.assertEquals(r.status, 200, r.body) end
+end
