@@ -27,6 +27,13 @@
 #define MS_CONNECT_ATTEMPT_MS 2000
 #endif
 
+/* How long a call waits for a reply when the URI does not say
+ * (socketTimeoutMS): libmongoc's own default of 5 minutes would hold a
+ * worker that long on a server that went silent. */
+#if !defined(MS_SOCKET_TIMEOUT_MS)
+#define MS_SOCKET_TIMEOUT_MS 30000
+#endif
+
 /* How many handled event ids a document keeps for dedupe by default. */
 #if !defined(MS_DEDUPE_WINDOW)
 #define MS_DEDUPE_WINDOW 1000
@@ -79,6 +86,18 @@ static void on_succeeded(const mongoc_apm_command_succeeded_t *ev) {
   if (reply) __atomic_fetch_add(&p->reply_bytes, (int64_t)reply->len, __ATOMIC_RELAXED);
 }
 
+/* The longest failed attempt of the current call on this thread, in
+ * microseconds (-1: none). libmongoc words a reset connection and an
+ * expired socket timeout alike, and a call's own duration includes the
+ * driver's retry and its wait for the monitor; the attempt's duration, from
+ * command monitoring, tells a reset (milliseconds) from a timeout. */
+static __thread int64_t failed_attempt_us = -1;
+
+static void on_failed(const mongoc_apm_command_failed_t *ev) {
+  int64_t d = mongoc_apm_command_failed_get_duration(ev);
+  if (d > failed_attempt_us) failed_attempt_us = d;
+}
+
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static ms_pool_t *pools = NULL;
 
@@ -125,6 +144,7 @@ static ms_pool_t *pool_for(const mongoc_uri_t *uri, bson_error_t *be) {
       pools = p;
       mongoc_apm_set_command_started_cb(cbs, on_started);
       mongoc_apm_set_command_succeeded_cb(cbs, on_succeeded);
+      mongoc_apm_set_command_failed_cb(cbs, on_failed);
       mongoc_client_pool_set_apm_callbacks(found, cbs, p);
       mongoc_apm_callbacks_destroy(cbs);
       hit = p;
@@ -159,6 +179,7 @@ static ms_store_t *check_store(lua_State *L) {
   ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
   if (!s->client) return NULL;
   s->op_started = ms_now();
+  failed_attempt_us = -1;
   return s;
 }
 
@@ -191,10 +212,12 @@ static int push_err(lua_State *L, const ms_store_t *s, ms_err_t *e) {
 
 static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *be, const char *doing) {
   ms_err_t e;
-  /* libmongoc says "socket error or timeout" for both: the time the call
-   * took tells them apart */
-  ms_err_from_bson_timed(&e, be, doing, s ? (ms_now() - s->op_started) * 1000.0 : -1.0,
-                         s ? s->socket_timeout_ms : 0);
+  /* libmongoc says "socket error or timeout" for both: the time the failed
+   * attempt took tells them apart (the whole call's, when the failure came
+   * before any command was sent, as in a handshake) */
+  double took_ms = failed_attempt_us >= 0 ? (double)failed_attempt_us / 1000.0
+                   : s ? (ms_now() - s->op_started) * 1000.0 : -1.0;
+  ms_err_from_bson_timed(&e, be, doing, took_ms, s ? s->socket_timeout_ms : 0);
   return push_err(L, s, &e);
 }
 
@@ -294,24 +317,30 @@ static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t cou
   bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, inc, reply;
   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new();
   bson_iter_t it;
-  int ok;
+  int ok = 0, attempt;
   bson_append_utf8(&query, "_id", 3, name, (int)namelen);
   bson_append_document_begin(&update, "$inc", 4, &inc);
   bson_append_int64(&inc, "n", 1, count);
   bson_append_document_end(&update, &inc);
   mongoc_find_and_modify_opts_set_update(opts, &update);
   mongoc_find_and_modify_opts_set_flags(opts, MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-  ok = mongoc_collection_find_and_modify_with_opts(s->counters, &query, opts, &reply, be);
-  if (ok) {
-    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value.n", &it) &&
-        BSON_ITER_HOLDS_NUMBER(&it)) {
-      *first = bson_iter_as_int64(&it) - count + 1;
-    } else {
+  /* A retried write whose first attempt landed can come back without the
+   * document (SecantusDB does): ask once more, burning that block. */
+  for (attempt = 0; attempt < 2; attempt++) {
+    ok = mongoc_collection_find_and_modify_with_opts(s->counters, &query, opts, &reply, be);
+    if (ok) {
+      if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value.n", &it) &&
+          BSON_ITER_HOLDS_NUMBER(&it)) {
+        *first = bson_iter_as_int64(&it) - count + 1;
+        bson_destroy(&reply);
+        break;
+      }
       bson_set_error(be, MONGOC_ERROR_SERVER, 0, "counter %s: no value in the reply", name);
       ok = 0;
     }
+    bson_destroy(&reply);
+    if (be->domain != MONGOC_ERROR_SERVER || be->code != 0) break;
   }
-  bson_destroy(&reply);
   bson_destroy(&query);
   bson_destroy(&update);
   mongoc_find_and_modify_opts_destroy(opts);
@@ -466,6 +495,8 @@ static int l_connect(lua_State *L) {
     mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, attempt_ms);
   if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
     mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, attempt_ms);
+  if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS))
+    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
 
   s = (ms_store_t *)lua_newuserdatauv(L, sizeof *s, 1);
   memset(s, 0, sizeof *s);
@@ -481,8 +512,7 @@ static int l_connect(lua_State *L) {
     ms_err_set(&e, "invalid", "connect: %s", be.message);
     return push_err(L, s, &e);
   }
-  s->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS,
-                                                        MONGOC_DEFAULT_SOCKETTIMEOUTMS);
+  s->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
   s->client = mongoc_client_pool_pop(s->pool->pool);
   deadline = ms_now() + wait;
   /* The pool's monitor reconnects in the background; each ping waits at most
@@ -1503,7 +1533,7 @@ static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const
       continue;
     while (bson_iter_next(&arr)) {
       if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
-      if (ms_push_bson_value(L, &arr, 1, &e)) {
+      if (ms_push_bson_value(L, &arr, -1, &e)) {
         mongoc_cursor_destroy(cur);
         ms_err_prefix(&e, doing);
         return push_err(L, s, &e);
@@ -1608,7 +1638,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
       bson_iter_recurse(&arr, &entries);
       while (bson_iter_next(&entries)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&entries)) continue;
-        if (ms_push_bson_value(L, &entries, 1, &e)) {
+        if (ms_push_bson_value(L, &entries, -1, &e)) {
           bson_destroy(&reply);
           mongoc_cursor_destroy(cur);
           return push_err(L, s, &e);
@@ -1947,7 +1977,7 @@ static int l_read_trace(lua_State *L) {
   if (!id) return ms_push_error(L, &e);
   cur = find_one(s, id, idlen, "trace", NULL, NULL);
   if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "trace") && BSON_ITER_HOLDS_ARRAY(&it)) {
-    if (ms_push_bson_value(L, &it, 0, &e)) {
+    if (ms_push_bson_value(L, &it, -1, &e)) {
       mongoc_cursor_destroy(cur);
       return push_err(L, s, &e);
     }
