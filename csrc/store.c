@@ -324,9 +324,11 @@ static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t cou
   bson_append_document_end(&update, &inc);
   mongoc_find_and_modify_opts_set_update(opts, &update);
   mongoc_find_and_modify_opts_set_flags(opts, MONGOC_FIND_AND_MODIFY_UPSERT | MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-  /* A retried write whose first attempt landed can come back without the
-   * document (SecantusDB does): ask once more, burning that block. */
-  for (attempt = 0; attempt < 2; attempt++) {
+  /* An upsert that raced another one for a new counter, or a retried write
+   * whose first attempt landed, can come back without the document
+   * (SecantusDB) or as a duplicate key: the counter exists then, and the
+   * next attempt finds it (a burned block is a harmless gap). */
+  for (attempt = 0; attempt < 3; attempt++) {
     ok = mongoc_collection_find_and_modify_with_opts(s->counters, &query, opts, &reply, be);
     if (ok) {
       if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value.n", &it) &&
@@ -339,7 +341,7 @@ static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t cou
       ok = 0;
     }
     bson_destroy(&reply);
-    if (be->domain != MONGOC_ERROR_SERVER || be->code != 0) break;
+    if (be->domain != MONGOC_ERROR_SERVER || (be->code != 0 && be->code != MONGOC_ERROR_DUPLICATE_KEY)) break;
   }
   bson_destroy(&query);
   bson_destroy(&update);
@@ -419,12 +421,14 @@ static int ensure_indexes(ms_store_t *s, bson_error_t *be) {
   static const char *const outbox[] = {"outbox.seq", NULL}, *const spawns[] = {"spawns.seq", NULL},
                            *const defn[] = {"definition_id", NULL},
                            *const listing[] = {"definition_id", "status", "_id", NULL},
-                           *const timers[] = {"next_fire_at", NULL};
+                           *const timers[] = {"next_fire_at", NULL},
+                           *const defn_id[] = {"definition_id", "_id", NULL};
   const char *coll = mongoc_collection_get_name(s->exes);
   return create_index(s, coll, "outbox_seq", outbox, be) && create_index(s, coll, "spawns_seq", spawns, be) &&
          create_index(s, coll, "definition_id", defn, be) &&
          create_index(s, coll, "definition_status_id", listing, be) &&
-         create_index(s, coll, "next_fire_at", timers, be);
+         create_index(s, coll, "next_fire_at", timers, be) &&
+         create_index(s, coll, "definition_id_id", defn_id, be);
 }
 
 /* connect(uri, opts): parses the URI, then pings until the server answers or
@@ -448,7 +452,7 @@ static int l_connect(lua_State *L) {
   if (opts) luaL_checktype(L, 2, LUA_TTABLE);
   if (opt_field(L, opts, "db") != LUA_TNIL) {
     size_t n;
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "connect: opts.db must be a string");
+    arg_string(L, -1, "connect: opts.db", NULL);
     db = lua_tolstring(L, -1, &n);
     if (!valid_name(db, n, 1)) {
       ms_err_set(&e, "invalid", "connect: database name '%s' is not valid (letters, digits, _ and -)", db);
@@ -457,30 +461,44 @@ static int l_connect(lua_State *L) {
   }
   if (opt_field(L, opts, "prefix") != LUA_TNIL) {
     size_t n;
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "connect: opts.prefix must be a string");
+    arg_string(L, -1, "connect: opts.prefix", NULL);
     prefix = lua_tolstring(L, -1, &n);
     if (!valid_name(prefix, n, 0) || n > 30) {
       ms_err_set(&e, "invalid", "connect: prefix '%s' is not valid (letters, digits and _)", prefix);
       return ms_push_error(L, &e);
     }
   }
+  /* a wrong type raises; a number out of range is an invalid value */
   if (opt_field(L, opts, "trace_max") != LUA_TNIL) {
-    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
-      return luaL_error(L, "connect: opts.trace_max must be an integer >= 0");
+    arg_number(L, -1, "connect: opts.trace_max");
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0) {
+      ms_err_set(&e, "invalid", "connect: opts.trace_max must be an integer >= 0");
+      return ms_push_error(L, &e);
+    }
     trace_max = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "dedupe_window") != LUA_TNIL) {
+    arg_number(L, -1, "connect: opts.dedupe_window");
     /* at most 8 MB of digests, so a document always has room for them */
-    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 1000000)
-      return luaL_error(L, "connect: opts.dedupe_window must be an integer from 1 to 1000000");
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 1000000) {
+      ms_err_set(&e, "invalid", "connect: opts.dedupe_window must be an integer from 1 to 1000000");
+      return ms_push_error(L, &e);
+    }
     dedupe_window = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "wait") != LUA_TNIL) {
-    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400)
-      return luaL_error(L, "connect: opts.wait must be a number of seconds >= 0");
+    arg_number(L, -1, "connect: opts.wait");
+    if (!(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400) {
+      ms_err_set(&e, "invalid", "connect: opts.wait must be a number of seconds from 0 to 86400");
+      return ms_push_error(L, &e);
+    }
     wait = lua_tonumber(L, -1);
   }
 
+  if (strlen(uristr) != urilen) {
+    ms_err_set(&e, "invalid", "connect: the URI contains a NUL byte");
+    return ms_push_error(L, &e);
+  }
   ms_log_quiet = 1;
   uri = mongoc_uri_new_with_error(uristr, &be);
   ms_log_quiet = 0;
@@ -518,7 +536,8 @@ static int l_connect(lua_State *L) {
   /* The pool's monitor reconnects in the background; each ping waits at most
    * one attempt for a server, and the loop keeps trying until `wait` is up. */
   while (!ping(s->client, &be)) {
-    if (be.domain == MONGOC_ERROR_SERVER || ms_now() >= deadline) {
+    /* another attempt may take attempt_ms: do not start one that ends past `wait` */
+    if (be.domain == MONGOC_ERROR_SERVER || ms_now() + attempt_ms / 1000.0 > deadline + 0.05) {
       mongoc_uri_destroy(uri);
       ms_err_from_bson(&e, &be, "connect");
       return push_err(L, s, &e);
@@ -628,12 +647,44 @@ static void commit_in_destroy(commit_in_t *c) {
   bson_destroy(&c->trace);
 }
 
+/* What the server would refuse in a document only after the counters moved
+ * (an empty key, at any depth) is refused here, before any write. */
+static int check_storable(const bson_t *doc, const char *what, ms_err_t *e) {
+  size_t offset = 0;
+  if (!bson_validate(doc, BSON_VALIDATE_EMPTY_KEYS, &offset)) {
+    ms_err_set(e, "invalid", "%s: an empty key (at byte %u)", what, (unsigned)offset);
+    return -1;
+  }
+  return 0;
+}
+
+/* The list at the top of the stack: a table whose keys are 1..n (or marked
+ * as an array), never a table with other keys, which would be half-read. */
+static int list_length(lua_State *L, const char *what, lua_Integer *n, ms_err_t *e) {
+  size_t len = 0;
+  if (!lua_istable(L, -1) || ms_table_kind(L, -1, &len, e) != MS_KIND_ARRAY) {
+    /* an empty table is an empty list */
+    if (lua_istable(L, -1)) {
+      lua_pushnil(L);
+      if (lua_next(L, -2) == 0) { *n = 0; return 0; }
+      lua_pop(L, 2);
+    }
+    ms_err_set(e, "invalid", "%s must be a list (keys 1..n) of tables", what);
+    return -1;
+  }
+  *n = (lua_Integer)len;
+  return 0;
+}
+
 /* Reads ops.emits: { { target_id = string|nil, event = "<Event JSON>" }, ... }
  * (the Lua layer has serialised each event already). */
 static int read_emits(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   lua_Integer i, n;
   if (lua_getfield(L, ops, "emits") == LUA_TNIL) { lua_pop(L, 1); return 0; }
-  n = (lua_Integer)luaL_len(L, -1);
+  if (list_length(L, "emits", &n, e)) {
+    lua_pop(L, 1);
+    return -1;
+  }
   for (i = 1; i <= n; i++) {
     char ik[24];
     const char *ikey;
@@ -674,12 +725,10 @@ static int read_emits(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
 static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   lua_Integer i, n;
   if (lua_getfield(L, ops, "spawns") == LUA_TNIL) { lua_pop(L, 1); return 0; }
-  if (!lua_istable(L, -1)) {
-    ms_err_set(e, "invalid", "spawns must be a list of tables");
+  if (list_length(L, "spawns", &n, e)) {
     lua_pop(L, 1);
     return -1;
   }
-  n = (lua_Integer)luaL_len(L, -1);
   for (i = 1; i <= n; i++) {
     char ik[24], what[48];
     const char *ikey, *s;
@@ -739,18 +788,16 @@ static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   }
   c->n_spawns = (int)n;
   lua_pop(L, 1);
-  return 0;
+  return check_storable(&c->spawns, "spawns", e);
 }
 
 static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   lua_Integer i, n;
   if (lua_getfield(L, ops, "timers") == LUA_TNIL) { lua_pop(L, 1); return 0; }
-  if (!lua_istable(L, -1)) {
-    ms_err_set(e, "invalid", "timers must be a list of tables");
+  if (list_length(L, "timers", &n, e)) {
     lua_pop(L, 1);
     return -1;
   }
-  n = (lua_Integer)luaL_len(L, -1);
   for (i = 1; i <= n; i++) {
     const char *action, *path;
     size_t plen;
@@ -803,12 +850,40 @@ static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
+  {
+    /* one update cannot both set and unset a key: the server would refuse it */
+    bson_iter_t it, other;
+    if (bson_iter_init(&it, &c->unset_timers)) {
+      while (bson_iter_next(&it)) {
+        if (bson_iter_init_find(&other, &c->set_timers, bson_iter_key(&it))) {
+          ms_err_set(e, "invalid", "timers: '%s' is both scheduled and cancelled", bson_iter_key(&it) + 7);
+          return -1;
+        }
+      }
+    }
+  }
   return 0;
+}
+
+/* A trace step's own index, when it gives one, is a whole number >= 0 that
+ * a double holds exactly (the trace is read back by harel too). */
+static int check_step(const bson_t *step, const char *what, ms_err_t *e) {
+  bson_iter_t it;
+  if (check_storable(step, what, e)) return -1;
+  if (!bson_iter_init_find(&it, step, "index")) return 0;
+  if ((BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)) && bson_iter_as_int64(&it) >= 0 &&
+      bson_iter_as_int64(&it) <= ((int64_t)1 << 53))
+    return 0;
+  ms_err_set(e, "invalid", "%s.index must be an integer from 0 to 2^53", what);
+  return -1;
 }
 
 static int read_trace_step(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   if (lua_getfield(L, ops, "trace") == LUA_TNIL) { lua_pop(L, 1); return 0; }
-  if (ms_table_to_bson(L, -1, &c->trace, "trace", e)) { lua_pop(L, 1); return -1; }
+  if (ms_table_to_bson(L, -1, &c->trace, "trace", e) || check_step(&c->trace, "trace", e)) {
+    lua_pop(L, 1);
+    return -1;
+  }
   c->has_trace = 1;
   lua_pop(L, 1);
   return 0;
@@ -1302,7 +1377,13 @@ static int l_load_for_event(lua_State *L) {
   bson_append_int32(&proj, "dedupe", 6, 1);
   bson_append_document_begin(&proj, "hit", 3, &hit);
   bson_append_array_begin(&hit, "$in", 3, &in);
-  bson_append_utf8(&in, "0", 1, ev, (int)evlen);
+  {
+    /* an id such as "$_id" is a value here, never a field path */
+    bson_t lit;
+    bson_append_document_begin(&in, "0", 1, &lit);
+    bson_append_utf8(&lit, "$literal", 8, ev, (int)evlen);
+    bson_append_document_end(&in, &lit);
+  }
   bson_append_document_begin(&in, "1", 1, &ifn);
   bson_append_array_begin(&ifn, "$ifNull", 7, &ifarr);
   bson_append_utf8(&ifarr, "0", 1, "$processed", 10);
@@ -1427,49 +1508,32 @@ static int l_scan(lua_State *L) {
   /* statuses (a list) and roots_only on the promoted fields; a document a
    * writer without them left (harel) matches too and is checked by the
    * caller against its data */
-  if (lua_istable(L, 5) || lua_toboolean(L, 6)) {
-    bson_t and, clause, or, b0, b1, in, arr;
-    int k = 0;
-    bson_append_array_begin(&filter, "$and", 4, &and);
-    if (lua_istable(L, 5)) {
-      lua_Integer j, m = (lua_Integer)luaL_len(L, 5);
-      char kk[8];
-      snprintf(kk, sizeof kk, "%d", k++);
-      bson_append_document_begin(&and, kk, -1, &clause);
-      bson_append_array_begin(&clause, "$or", 3, &or);
-      bson_append_document_begin(&or, "0", 1, &b0);
-      bson_append_document_begin(&b0, "status", 6, &in);
-      bson_append_array_begin(&in, "$in", 3, &arr);
-      for (j = 1; j <= m; j++) {
-        char ik[24];
-        const char *ikey;
-        size_t iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik), sl;
-        const char *st;
-        lua_rawgeti(L, 5, j);
-        st = lua_tolstring(L, -1, &sl);
-        if (st) bson_append_utf8(&arr, ikey, (int)iklen, st, (int)sl);
-        lua_pop(L, 1);
-      }
-      bson_append_array_end(&in, &arr);
-      bson_append_document_end(&b0, &in);
-      bson_append_document_end(&or, &b0);
-      bson_append_document_begin(&or, "1", 1, &b1);
-      bson_append_document_begin(&b1, "status", 6, &in);
-      bson_append_bool(&in, "$exists", 7, false);
-      bson_append_document_end(&b1, &in);
-      bson_append_document_end(&or, &b1);
-      bson_append_array_end(&clause, &or);
-      bson_append_document_end(&and, &clause);
+  /* statuses as one $in with null (a document a writer without the promoted
+   * fields left, harel's, has none: it matches and is checked by the caller
+   * against its data); roots_only as parent_id null or absent */
+  if (lua_istable(L, 5)) {
+    bson_t in, arr;
+    lua_Integer j, m = (lua_Integer)luaL_len(L, 5);
+    char ik[24];
+    const char *ikey;
+    size_t iklen;
+    bson_append_document_begin(&filter, "status", 6, &in);
+    bson_append_array_begin(&in, "$in", 3, &arr);
+    for (j = 1; j <= m; j++) {
+      size_t sl;
+      const char *st;
+      iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik);
+      lua_rawgeti(L, 5, j);
+      st = lua_tolstring(L, -1, &sl);
+      if (st) bson_append_utf8(&arr, ikey, (int)iklen, st, (int)sl);
+      lua_pop(L, 1);
     }
-    if (lua_toboolean(L, 6)) {
-      char kk[8];
-      snprintf(kk, sizeof kk, "%d", k++);
-      bson_append_document_begin(&and, kk, -1, &clause);
-      bson_append_null(&clause, "parent_id", 9);   /* null or absent */
-      bson_append_document_end(&and, &clause);
-    }
-    bson_append_array_end(&filter, &and);
+    iklen = bson_uint32_to_string((uint32_t)m, &ikey, ik, sizeof ik);
+    bson_append_null(&arr, ikey, (int)iklen);
+    bson_append_array_end(&in, &arr);
+    bson_append_document_end(&filter, &in);
   }
+  if (lua_toboolean(L, 6)) bson_append_null(&filter, "parent_id", 9);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "version", 7, 1);
   bson_append_int32(&proj, "data", 4, 1);
@@ -1590,13 +1654,24 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   snprintf(seqkey, sizeof seqkey, "%s.seq", field);
   snprintf(claim, sizeof claim, "%s_claim", field);
   bson_append_document_begin(&filter, seqkey, -1, &cond);   /* index-backed: field.seq */
-  bson_append_bool(&cond, "$exists", 7, true);
+  bson_append_int64(&cond, "$gte", 4, INT64_MIN);
   bson_append_document_end(&filter, &cond);
-  append_unclaimed(&filter, claim, now);
+  {
+    /* unclaimed, or the lease ran out: without an $or, so the seq index
+     * stays the plan and the claim is a filter on what it finds */
+    bson_t until, not_;
+    char key[48];
+    snprintf(key, sizeof key, "%s.until", claim);
+    bson_append_document_begin(&filter, key, -1, &until);
+    bson_append_document_begin(&until, "$not", 4, &not_);
+    bson_append_double(&not_, "$gt", 3, now);
+    bson_append_document_end(&until, &not_);
+    bson_append_document_end(&filter, &until);
+  }
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "_id", 3, 1);
   bson_append_document_end(&opts, &proj);
-  bson_append_int64(&opts, "limit", 5, (int64_t)limit);
+  bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
   bson_destroy(&filter);
   bson_destroy(&opts);
@@ -1692,8 +1767,8 @@ static int release_entry(lua_State *L, ms_store_t *s, const char *field, const c
   snprintf(what, sizeof what, "%s: token", doing);
   token = arg_string(L, 3, what, &toklen);
   if (!id) return ms_push_error(L, &e);
-  if (toklen == 0) {
-    ms_err_set(&e, "invalid", "%s: token is empty", doing);
+  if (ms_text_error(token, toklen)) {
+    ms_err_set(&e, "invalid", "%s: token %s", doing, ms_text_error(token, toklen));
     return ms_push_error(L, &e);
   }
   snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
@@ -1764,6 +1839,11 @@ static int ack(lua_State *L, const char *field, const char *doing) {
   if (!lua_isnoneornil(L, 3)) {
     snprintf(what, sizeof what, "%s: token", doing);
     token = arg_string(L, 3, what, &toklen);
+    if (ms_text_error(token, toklen)) {
+      ms_err_t e;
+      ms_err_set(&e, "invalid", "%s %s", what, ms_text_error(token, toklen));
+      return ms_push_error(L, &e);
+    }
   }
   snprintf(key, sizeof key, "%s.seq", field);
   bson_append_int64(&filter, key, -1, (int64_t)seq);
@@ -1789,7 +1869,6 @@ static int ack(lua_State *L, const char *field, const char *doing) {
 static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
 static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
 
-/* store:_due_timers(now) -> { {execution_id, path, fire_at}, ... } unsorted */
 /* Raises a document's next_fire_at to its true earliest timer, only while
  * the document is still at the version the sweep read. */
 static void raise_next_fire(ms_store_t *s, const char *id, uint32_t idlen, int64_t version, double at) {
@@ -1805,43 +1884,24 @@ static void raise_next_fire(ms_store_t *s, const char *id, uint32_t idlen, int64
   bson_destroy(&update);
 }
 
-/* store:_due_timers(now, limit) -> { {execution_id, path, fire_at}, ... } unsorted
- * Reads only documents whose next_fire_at is due (index-backed), plus those a
- * writer without next_fire_at (harel) left with timers. */
-static int l_due_timers(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "due_timers");
-  double now = arg_number(L, 2, "due_timers: now");
-  lua_Integer limit = lua_isnoneornil(L, 3) ? 0 : (lua_Integer)arg_integer(L, 3, "due_timers: limit");
-  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, or, b0, b1, cond, proj, empty;
+/* Appends to the list on top of the stack the due timers of the documents
+ * `filter` finds (at most limit documents when limit > 0), raising the mark
+ * of a document that turns out to have nothing due. Returns the documents
+ * read, or -1 with be set. */
+static lua_Integer sweep_find(lua_State *L, ms_store_t *s, const bson_t *filter, lua_Integer limit, double now,
+                              lua_Integer *n, bson_error_t *be) {
+  bson_t opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   const bson_t *doc;
-  bson_error_t be;
-  lua_Integer n = 0;
-  bson_append_array_begin(&filter, "$or", 3, &or);
-  bson_append_document_begin(&or, "0", 1, &b0);
-  bson_append_document_begin(&b0, "next_fire_at", 12, &cond);
-  bson_append_double(&cond, "$lte", 4, now);
-  bson_append_document_end(&b0, &cond);
-  bson_append_document_end(&or, &b0);
-  bson_append_document_begin(&or, "1", 1, &b1);
-  bson_append_null(&b1, "next_fire_at", 12);
-  bson_append_document_begin(&b1, "timers", 6, &cond);
-  bson_append_bool(&cond, "$exists", 7, true);
-  bson_append_document_begin(&cond, "$ne", 3, &empty);
-  bson_append_document_end(&cond, &empty);
-  bson_append_document_end(&b1, &cond);
-  bson_append_document_end(&or, &b1);
-  bson_append_array_end(&filter, &or);
+  lua_Integer read = 0;
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "timers", 6, 1);
   bson_append_int32(&proj, "version", 7, 1);
   bson_append_int32(&proj, "next_fire_at", 12, 1);
   bson_append_document_end(&opts, &proj);
   if (limit > 0) bson_append_int64(&opts, "limit", 5, (int64_t)limit);
-  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
-  bson_destroy(&filter);
+  cur = mongoc_collection_find_with_opts(s->exes, filter, &opts, NULL);
   bson_destroy(&opts);
-  lua_newtable(L);
   while (mongoc_cursor_next(cur, &doc)) {
     bson_iter_t it, t;
     uint32_t idlen;
@@ -1849,6 +1909,7 @@ static int l_due_timers(lua_State *L) {
     double earliest = MS_NO_TIMER, marked = -1;
     int due = 0, has_mark = 0;
     int64_t version = 0;
+    read++;
     if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
     id = bson_iter_utf8(&it, &idlen);
     if (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) version = bson_iter_as_int64(&it);
@@ -1871,17 +1932,47 @@ static int l_due_timers(lua_State *L) {
         lua_setfield(L, -2, "path");
         lua_pushnumber(L, at);
         lua_setfield(L, -2, "fire_at");
-        lua_rawseti(L, -2, ++n);
+        lua_rawseti(L, -2, ++*n);
       }
     }
     /* nothing due here: the mark was left low by a cancel or a fired timer */
     if (!due && version > 0 && (!has_mark || marked < earliest)) raise_next_fire(s, id, idlen, version, earliest);
   }
-  if (mongoc_cursor_error(cur, &be)) {
-    mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, "due_timers");
-  }
+  if (mongoc_cursor_error(cur, be)) read = -1;
   mongoc_cursor_destroy(cur);
+  return read;
+}
+
+/* store:_due_timers(now, limit) -> { {execution_id, path, fire_at}, ... } unsorted
+ * Two finds, each a plain index lookup on next_fire_at: what is due, then
+ * the documents a writer without next_fire_at (harel) left, whose timers
+ * are read here. One find with an $or of both would scan on servers that
+ * plan an $or as a whole. */
+static int l_due_timers(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "due_timers");
+  double now = arg_number(L, 2, "due_timers: now");
+  lua_Integer limit = lua_isnoneornil(L, 3) ? 0 : (lua_Integer)arg_integer(L, 3, "due_timers: limit");
+  lua_Integer n = 0, read;
+  bson_t due = BSON_INITIALIZER, unmarked = BSON_INITIALIZER, cond;
+  bson_error_t be;
+  if (!isfinite(now)) {
+    ms_err_t e;
+    ms_err_set(&e, "invalid", "due_timers: now must be a finite number (epoch seconds)");
+    return ms_push_error(L, &e);
+  }
+  bson_append_document_begin(&due, "next_fire_at", 12, &cond);
+  bson_append_double(&cond, "$lte", 4, now);
+  bson_append_document_end(&due, &cond);
+  bson_append_null(&unmarked, "next_fire_at", 12);
+  lua_newtable(L);
+  read = sweep_find(L, s, &due, limit, now, &n, &be);
+  if (read >= 0 && !(limit > 0 && read >= limit)) {
+    lua_Integer more = sweep_find(L, s, &unmarked, limit > 0 ? limit - read : 0, now, &n, &be);
+    read = more < 0 ? -1 : read + more;
+  }
+  bson_destroy(&due);
+  bson_destroy(&unmarked);
+  if (read < 0) return push_bson_err(L, s, &be, "due_timers");
   return 1;
 }
 
@@ -1934,7 +2025,7 @@ static int l_append_trace(lua_State *L) {
   int ok;
   arg_table(L, 3, "append_trace: entry");
   if (!id) return ms_push_error(L, &e);
-  if (ms_table_to_bson(L, 3, &step, "append_trace: entry", &e)) {
+  if (ms_table_to_bson(L, 3, &step, "append_trace: entry", &e) || check_step(&step, "append_trace: entry", &e)) {
     bson_destroy(&step);
     return ms_push_error(L, &e);
   }

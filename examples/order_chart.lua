@@ -28,6 +28,7 @@ end
 return chart.define{
   id = "order",
   initial = "Cart",
+  external = { "PlaceOrder", "Paid", "Declined", "Picked", "Packed", "Go" },
   states = {
     { "Cart" },
     { "AwaitingPayment", timeout = { context = "payment_timeout" }, on_enter = request_payment },

@@ -9,7 +9,8 @@ local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 
-local type, pairs, ipairs, error, tostring, setmetatable = type, pairs, ipairs, error, tostring, setmetatable
+local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
+  type, pairs, ipairs, error, tostring, setmetatable, getmetatable
 local text_error = core.text_error
 local format = string.format
 
@@ -25,9 +26,22 @@ end
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
 --             now = mongostore.now, max_conflicts = 50, max_attempts = 100, batch = 100, lease = 10,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
+local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
+                   max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
+                   log = true }
+local START_OPTS = { id = true, context = true, priority = true }
+local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
+
 function M.new(opts)
-  if type(opts) ~= "table" then error("engine.new: expected a table of options", 2) end
-  if type(opts.store) ~= "userdata" then error("engine.new: store must be a connected store", 2) end
+  if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
+  ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
+  local smt = type(opts.store) == "userdata" and getmetatable(opts.store)
+  if not (smt and smt.__index == ms.Store) then
+    error("engine.new: store must be a store from mongostore.connect, got " .. type(opts.store), 2)
+  end
+  if opts.trace ~= nil and type(opts.trace) ~= "boolean" then
+    error("engine.new: trace must be a boolean, got " .. type(opts.trace), 2)
+  end
   if opts.charts ~= nil and type(opts.charts) ~= "table" then
     error("engine.new: charts must be a list of charts, got " .. type(opts.charts), 2)
   end
@@ -47,8 +61,8 @@ function M.new(opts)
       error("engine.new: " .. name .. " must be an integer >= 1", 2)
     end
   end
-  if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0)) then
-    error("engine.new: lease must be a number of seconds > 0", 2)
+  if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0 and opts.lease <= 86400)) then
+    error("engine.new: lease must be a number of seconds > 0 (at most a day)", 2)
   end
   return setmetatable({
     store = opts.store,
@@ -175,10 +189,10 @@ local function send_checked(self, id, event, fn)
   local ok
   ok, err, code = self:deliver(id, ev)
   if not ok then return nil, err, code end
-  return true
+  return true, err
 end
 
--- engine:send(id, { kind, data, id }) -> true | nil, msg, code
+-- engine:send(id, { kind, data, id }) -> true, "applied" | "duplicate" | nil, msg, code
 -- Delivered once per event id: sending the same id again changes nothing.
 function Engine:send(id, event)
   return send_checked(self, id, event, "send")
@@ -200,12 +214,14 @@ function Engine:create(spec)
   return nil, err, code
 end
 
--- engine:start("order", { id = "o-1", context = {}, priority = 0 }) -> id | nil, msg, code
--- The same id again is the same execution: no second Start.
+-- engine:start("order", { id = "o-1", context = {}, priority = 0 }) -> id, created | nil, msg, code
+-- The same id again is the same execution: no second Start (created is
+-- false); an id that holds another chart's execution is a conflict.
 function Engine:start(chart_id, opts)
   if type(chart_id) ~= "string" then error("start: chart id must be a string, got " .. type(chart_id), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
+  ms.check_keys(opts, START_OPTS, "start", "option")
   if opts.id ~= nil and type(opts.id) ~= "string" then error("start: opts.id must be a string, got " .. type(opts.id), 2) end
   if opts.context ~= nil and type(opts.context) ~= "table" then
     error("start: opts.context must be a table, got " .. type(opts.context), 2)
@@ -237,7 +253,16 @@ function Engine:start(chart_id, opts)
   local ok, err, code = self:create{ definition_id = chart_id, id = id, context = opts.context or {},
                                      priority = opts.priority }
   if ok == nil then return nil, err, code end
-  return id
+  if ok == false then
+    -- the id exists: the same execution only when it runs the same chart
+    local exe, lerr, lcode = self.store:load(id)
+    if exe == nil and lerr then return nil, lerr, lcode end
+    if exe and exe.definition_id ~= chart_id then
+      return nil, format("start %s: the id holds an execution of chart '%s', not '%s'", id, exe.definition_id, chart_id),
+        "conflict"
+    end
+  end
+  return id, ok
 end
 
 ------------------------------------------------------------------------
@@ -385,6 +410,9 @@ end
 
 -- Drains what a crash left in the spawns and the outbox (and due timers).
 function Engine:recover(max_passes)
+  if max_passes ~= nil and (type(max_passes) ~= "number" or max_passes < 1) then
+    error("recover: max_passes must be a number >= 1, got " .. tostring(max_passes), 2)
+  end
   local total = 0
   for _ = 1, max_passes or 100 do
     local n = self:step()
@@ -398,7 +426,18 @@ end
 -- The worker loop: relays as long as there is work, sleeps when there is
 -- none, and sweeps timers at least every sweep_interval even under load.
 function Engine:run(opts)
+  if opts ~= nil and type(opts) ~= "table" then error("run: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
+  ms.check_keys(opts, RUN_OPTS, "run", "option")
+  if opts.stop ~= nil and type(opts.stop) ~= "function" then
+    error("run: opts.stop must be a function, got " .. type(opts.stop), 2)
+  end
+  for _, name in ipairs { "idle_sleep", "sweep_interval" } do
+    local v = opts[name]
+    if v ~= nil and (type(v) ~= "number" or not (v >= 0)) then
+      error("run: opts." .. name .. " must be a number of seconds >= 0, got " .. tostring(v), 2)
+    end
+  end
   local stop, idle = opts.stop, opts.idle_sleep or 0.05
   local interval = opts.sweep_interval or 1
   local last_sweep = -math.huge

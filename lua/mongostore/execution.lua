@@ -28,7 +28,7 @@ local FIELDS = {
   { "root_path", "string" }, { "status", "status" }, { "outcome", "string?" },
   { "error", "string?" }, { "active_path", "string?" }, { "history", "map" },
   { "context", "map" }, { "processed_events", "count" }, { "version", "count" },
-  { "priority", "priority" }, { "parent_id", "string?" }, { "child_id", "string?" },
+  { "priority", "priority" }, { "parent_id", "id?" }, { "child_id", "id?" },
   { "deferred", "events" }, { "children", "children" }, { "invoke_seq", "map" },
   { "created_at", "time?" }, { "updated_at", "time?" }, { "finished_at", "time?" },
   { "expires_at", "time?" },
@@ -45,6 +45,12 @@ local function check(field, kind, v)
   if kind == "string?" then
     if is_null(v) then return nil end
     if type(v) ~= "string" then return nil, field .. " must be a string or nil, got " .. type(v) end
+    return v
+  elseif kind == "id?" then
+    if is_null(v) then return nil end
+    if type(v) ~= "string" then return nil, field .. " must be a string or nil, got " .. type(v) end
+    local why = core.text_error(v)
+    if why then return nil, field .. " " .. why end
     return v
   elseif kind == "string" then
     if type(v) ~= "string" then return nil, field .. " must be a string, got " .. type(v) end
@@ -137,6 +143,7 @@ function M.new(t)
   for k, v in pairs(t) do
     local kind = KIND[k]
     if not kind then error(format("execution: no field '%s'", tostring(k)), 2) end
+    if k == "version" then error("execution: version is read-only (a new execution starts at 0)", 2) end
     if not (k == "id" and is_null(v)) then
       local val, err = check(k, kind, v)
       if err then error("execution: " .. err, 2) end
@@ -188,9 +195,13 @@ end
 -- caller learns the id its event was stored under.
 local function event_json(ev, what)
   if type(ev) ~= "table" then error(what .. " must be a table, got " .. type(ev), 0) end
-  if type(ev.kind) ~= "string" or ev.kind == "" then error(what .. ".kind must be a non-empty string", 0) end
+  if type(ev.kind) ~= "string" then error(what .. ".kind must be a string, got " .. type(ev.kind), 0) end
+  local why = core.text_error(ev.kind)
+  if why then error(what .. ".kind " .. why, 0) end
   if is_null(ev.id) then ev.id = core.uuid() end
-  if type(ev.id) ~= "string" or ev.id == "" then error(what .. ".id must be a non-empty string", 0) end
+  if type(ev.id) ~= "string" then error(what .. ".id must be a string, got " .. type(ev.id), 0) end
+  why = core.text_error(ev.id)
+  if why then error(what .. ".id " .. why, 0) end
   local data = ev.data
   if is_null(data) then data = {} end
   if type(data) ~= "table" or core.is_array(data) then error(what .. ".data must be a table with string keys", 0) end

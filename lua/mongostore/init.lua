@@ -35,9 +35,21 @@ local M = {
 local Store = core.Store
 
 -- connect(uri, { db = "harel", prefix = nil, trace_max = 200, wait = 30 })
+-- An option table's keys, checked against the names a function takes: a
+-- misspelt option is a programming mistake, and raises.
+local function check_keys(t, known, fn, what)
+  for k in pairs(t) do
+    if not known[k] then error(format("%s: unknown %s %s", fn, what, tostring(k)), 3) end
+  end
+end
+M.check_keys = check_keys
+
+local CONNECT_OPTS = { db = true, prefix = true, trace_max = true, wait = true, dedupe_window = true }
+
 function M.connect(uri, opts)
   if type(uri) ~= "string" then error("connect: uri must be a string, got " .. type(uri), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("connect: opts must be a table", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("connect: opts must be a table, got " .. type(opts), 2) end
+  if opts then check_keys(opts, CONNECT_OPTS, "connect", "option") end
   return core.connect(uri, opts)
 end
 
@@ -68,13 +80,16 @@ local function prepare_emits(emits, doing)
   return out
 end
 
+local COMMIT_OPTS = { emits = true, processed_event_id = true, timers = true, spawns = true, trace = true }
+
 -- store:commit(exe, { emits, processed_event_id, timers, spawns, trace })
 -- -> true | nil, msg, code[, found]. On success exe.version is one higher;
 -- on any failure it stays where it was and nothing is written.
 function Store:commit(exe, opts)
   check_exe(exe, "commit")
-  if opts ~= nil and type(opts) ~= "table" then error("commit: the second argument must be a table or nil", 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("commit: opts must be a table or nil, got " .. type(opts), 2) end
   opts = opts or {}
+  check_keys(opts, COMMIT_OPTS, "commit", "option")
   local doing = "commit " .. exe.id
   local emits, err = prepare_emits(opts.emits, doing)
   if err then return invalid(err) end
@@ -199,11 +214,14 @@ local function decode_cursor(key, binding, c)
   return id
 end
 
+local LIST_OPTS = { status = true, definition_id = true, roots_only = true, limit = true, cursor = true }
+
 -- store:list_executions{ status, definition_id, roots_only, limit, cursor }
 -- -> { items = { summary, ... }, next_cursor = string|nil }
 function Store:list_executions(q)
   if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil, got " .. type(q), 2) end
   q = q or {}
+  check_keys(q, LIST_OPTS, "list_executions", "filter")
   local statuses
   local status_list
   if q.status ~= nil then
@@ -212,6 +230,9 @@ function Store:list_executions(q)
     end
     statuses = {}
     status_list = type(q.status) == "table" and q.status or { q.status }
+    local n = 0
+    for _ in pairs(status_list) do n = n + 1 end
+    if n ~= #status_list then error("list_executions: status must be a list (keys 1..n) of strings", 2) end
     for i, st in ipairs(status_list) do
       if type(st) ~= "string" then error(format("list_executions: status[%d] must be a string, got %s", i, type(st)), 2) end
       if not STATUS_OK[st] then
@@ -273,9 +294,16 @@ function Store:list_executions(q)
   end
 end
 
+-- A wrong type raises; a number out of range is a bad value (nil, msg, code).
 local function check_claim(fn, limit, lease)
-  if math_type(limit) ~= "integer" or limit < 1 then error(fn .. ": limit must be an integer >= 1", 3) end
-  if lease ~= nil and (type(lease) ~= "number" or not (lease > 0)) then error(fn .. ": lease must be seconds > 0", 3) end
+  if type(limit) ~= "number" then error(fn .. ": limit must be a number, got " .. type(limit), 3) end
+  if lease ~= nil and type(lease) ~= "number" then error(fn .. ": lease must be a number, got " .. type(lease), 3) end
+  if math_type(limit) ~= "integer" or limit < 1 then return fn .. ": limit must be an integer >= 1" end
+  if lease ~= nil and not (lease > 0 and lease <= 86400) then return fn .. ": lease must be seconds, > 0 and at most a day" end
+end
+
+local function no_lease_without_limit(fn, limit, lease)
+  if limit == nil and lease ~= nil then error(fn .. ": a lease needs a limit (pending_x(limit, lease))", 3) end
 end
 
 -- store:pending_outbox() -> { { seq, target_id, event }, ... } oldest first:
@@ -285,9 +313,11 @@ end
 -- lease runs out, and ack_outbox(seq, token) removes it only while the claim
 -- is still this caller's.
 function Store:pending_outbox(limit, lease)
+  no_lease_without_limit("pending_outbox", limit, lease)
   local rows, err, code
   if limit ~= nil then
-    check_claim("pending_outbox", limit, lease)
+    local bad = check_claim("pending_outbox", limit, lease)
+    if bad then return invalid(bad) end
     rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid())
   else
     rows, err, code = self:_pending_outbox()
@@ -306,9 +336,11 @@ end
 -- store:pending_spawns([limit[, lease]]) -> { { seq, parent_id, child_id, root_path, context }, ... }
 -- claimed like pending_outbox when a limit is given.
 function Store:pending_spawns(limit, lease)
+  no_lease_without_limit("pending_spawns", limit, lease)
   local rows, err, code
   if limit ~= nil then
-    check_claim("pending_spawns", limit, lease)
+    local bad = check_claim("pending_spawns", limit, lease)
+    if bad then return invalid(bad) end
     rows, err, code = self:_claim_spawns(limit, lease or 30, core.uuid())
   else
     rows, err, code = self:_pending_spawns()
@@ -321,9 +353,10 @@ end
 -- store:due_timers(now[, limit]) -> { { execution_id, path, fire_at }, ... } by fire_at
 -- limit bounds the documents read (each may hold several due timers).
 function Store:due_timers(now, limit)
-  if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds)", 2) end
+  if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds), got " .. type(now), 2) end
+  if limit ~= nil and type(limit) ~= "number" then error("due_timers: limit must be a number, got " .. type(limit), 2) end
   if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
-    error("due_timers: limit must be an integer >= 1", 2)
+    return invalid("due_timers: limit must be an integer >= 1")
   end
   local rows, err, code = self:_due_timers(now, limit)
   if not rows then return nil, err, code end

@@ -243,10 +243,14 @@ function TestOutbox:test_dedupe_window_keeps_the_last_ids()
   lu.assertTrue(seen)
   lu.assertEquals(self.store:info().dedupe_window, 1000)
   store:close()
-  for _, bad in ipairs { 0, -1, 1000001, 2.5, "10" } do
-    lu.assertErrorMsgContains("dedupe_window must be an integer from 1 to 1000000", helper.connect,
-      { db = self.db, dedupe_window = bad })
+  for _, bad in ipairs { 0, -1, 1000001, 2.5 } do
+    local none, err, code = ms.connect(helper.uri(), { db = self.db, dedupe_window = bad, wait = 10 })
+    lu.assertNil(none)
+    lu.assertEquals(code, "invalid")
+    lu.assertStrContains(err, "dedupe_window must be an integer from 1 to 1000000")
   end
+  lu.assertErrorMsgContains("dedupe_window must be a number, got string", ms.connect, helper.uri(),
+    { db = self.db, dedupe_window = "10" })
   local widest = helper.connect{ db = self.db, dedupe_window = 1000000 }
   lu.assertEquals(widest:info().dedupe_window, 1000000)
   widest:close()
