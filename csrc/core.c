@@ -97,6 +97,7 @@ static int l_hmac_sha256(lua_State *L) {
  * point applies to the strings it is given. */
 const char *ms_text_error(const char *s, size_t len) {
   if (len == 0) return "is empty";
+  if (len > MS_MAX_TEXT) return "is longer than " MS_STR(MS_MAX_TEXT) " bytes";
   if (!bson_utf8_validate(s, len, false)) return "is not valid UTF-8 or contains NUL";
   return NULL;
 }

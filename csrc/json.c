@@ -608,8 +608,12 @@ static int parse_object(jp_t *p) {
   for (;;) {
     if (p->pos >= p->len || p->s[p->pos] != '"') return jp_expected(p, "a string key");
     {
-      size_t at = p->pos;
+      size_t at = p->pos, klen;
+      const char *k;
       if (parse_string(p)) return -1;
+      /* a key with \u0000 in it could be neither encoded again nor stored */
+      k = lua_tolstring(p->L, -1, &klen);
+      if (memchr(k, '\0', klen)) return jp_error(p, at, "key contains a NUL byte");
       if (p->exact) {
         /* the last would win and the first vanish without a word */
         lua_pushvalue(p->L, -1);

@@ -20,6 +20,15 @@
 #define MS_MAX_DEPTH 100
 #endif
 
+/* The longest id, kind, path or filter string taken: ids nest (a region's
+ * child id holds its parent's, a forwarded event's id its target's), so
+ * the bound is generous, yet a call never ships megabytes for one key. */
+#if !defined(MS_MAX_TEXT)
+#define MS_MAX_TEXT 16384
+#endif
+#define MS_STR_(x) #x
+#define MS_STR(x) MS_STR_(x)
+
 /* Metatable that marks a Lua table as an array (mongostore.array). */
 #define MS_ARRAY_MT "mongostore.array"
 /* Metatable of a boxed 64-bit integer (LuaJIT / Lua 5.1: beyond 2^53). */

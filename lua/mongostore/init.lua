@@ -232,7 +232,7 @@ function Store:list_executions(q)
     status_list = type(q.status) == "table" and q.status or { q.status }
     local n = 0
     for _ in pairs(status_list) do n = n + 1 end
-    if n ~= #status_list then error("list_executions: status must be a list (keys 1..n) of strings", 2) end
+    if n ~= #status_list then return invalid("list_executions: status must be a list (keys 1..n) of strings") end
     for i, st in ipairs(status_list) do
       if type(st) ~= "string" then error(format("list_executions: status[%d] must be a string, got %s", i, type(st)), 2) end
       if not STATUS_OK[st] then

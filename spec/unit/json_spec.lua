@@ -689,3 +689,13 @@ for line in open(sys.argv[1]):
     lu.assertEquals(got[i], core.json_encode({t = core.time_to_iso(t)}), input[i])
   end
 end
+
+-- A key holding \u0000 could be decoded but neither encoded again nor
+-- stored: it is refused where it is read.
+function TestJsonDecode.test_a_nul_in_a_key_is_refused()
+  local v, err, code = core.json_decode('{"a\\u0000b":1}')
+  lu.assertNil(v)
+  lu.assertEquals(code, "invalid")
+  lu.assertStrContains(err, "key contains a NUL byte")
+  lu.assertEquals(core.json_decode('{"a":"x\\u0000y"}').a, "x\0y", "a NUL in a string value is fine")
+end
