@@ -49,7 +49,8 @@ deps:
 	@tools/deps.sh
 
 # The README's test command: the whole suite, then the whole suite again under
-# AddressSanitizer + UBSan, against one server.
+# AddressSanitizer + UBSan on mongo-java-server, then the store and engine specs
+# and spec/secantus on SecantusDB (tools/run-suites, flavour secantus).
 test: deps
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites plain asan secantus
