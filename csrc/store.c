@@ -91,11 +91,27 @@ static void on_succeeded(const mongoc_apm_command_succeeded_t *ev) {
  * expired socket timeout alike, and a call's own duration includes the
  * driver's retry and its wait for the monitor; the attempt's duration, from
  * command monitoring, tells a reset (milliseconds) from a timeout. */
-static __thread int64_t failed_attempt_us = -1;
+/* Kept as a thread-specific value (the duration + 1, 0 for none) rather
+ * than in __thread storage, whose dynamic TLS in a dlopen'ed module the
+ * sanitizers' thread scanner does not always survive. */
+static pthread_key_t failed_key;
+static pthread_once_t failed_once = PTHREAD_ONCE_INIT;
+
+static void failed_key_make(void) { (void)pthread_key_create(&failed_key, NULL); }
+
+static void failed_reset(void) {
+  pthread_once(&failed_once, failed_key_make);
+  pthread_setspecific(failed_key, NULL);
+}
+
+static int64_t failed_attempt_us(void) {
+  pthread_once(&failed_once, failed_key_make);
+  return (int64_t)(intptr_t)pthread_getspecific(failed_key) - 1;
+}
 
 static void on_failed(const mongoc_apm_command_failed_t *ev) {
   int64_t d = mongoc_apm_command_failed_get_duration(ev);
-  if (d > failed_attempt_us) failed_attempt_us = d;
+  if (d > failed_attempt_us()) pthread_setspecific(failed_key, (void *)(intptr_t)(d + 1));
 }
 
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -179,7 +195,7 @@ static ms_store_t *check_store(lua_State *L) {
   ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
   if (!s->client) return NULL;
   s->op_started = ms_now();
-  failed_attempt_us = -1;
+  failed_reset();
   return s;
 }
 
@@ -215,8 +231,8 @@ static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *
   /* libmongoc says "socket error or timeout" for both: the time the failed
    * attempt took tells them apart (the whole call's, when the failure came
    * before any command was sent, as in a handshake) */
-  double took_ms = failed_attempt_us >= 0 ? (double)failed_attempt_us / 1000.0
-                   : s ? (ms_now() - s->op_started) * 1000.0 : -1.0;
+  int64_t failed_us = failed_attempt_us();
+  double took_ms = failed_us >= 0 ? (double)failed_us / 1000.0 : s ? (ms_now() - s->op_started) * 1000.0 : -1.0;
   ms_err_from_bson_timed(&e, be, doing, took_ms, s ? s->socket_timeout_ms : 0);
   return push_err(L, s, &e);
 }

@@ -130,32 +130,24 @@ local function send_external(h, id, event)
 end
 
 -- engine:start for a request from outside, which may name its own id: the
--- same id again answers the same execution (and sends nothing), but one
--- that exists under another chart is a conflict, not that chart's
--- execution passed off as this one's. A start that raced ours is caught by
--- the check after it (skipped when the engine says this call created it).
+-- same id again answers the same execution from one read (no hook runs,
+-- nothing is written), and one that exists under another chart is a
+-- conflict, not that chart's execution passed off as this one's. A start
+-- that races ours is told apart by engine:start itself.
 local function start_external(h, chart_id, opts)
   local named = type(opts) == "table" and type(opts.id) == "string" and opts.id or nil
-  local function check(exe)
-    if exe.definition_id ~= chart_id then
-      return nil, "start_external: execution '" .. exe.id .. "' exists and runs chart '" ..
-        tostring(exe.definition_id) .. "'", "conflict"
-    end
-    return exe.id
-  end
   if named and not require("mongostore.core").text_error(named) then
     local exe, lerr, lcode = h.store:load(named)
-    if exe then return check(exe) end
+    if exe then
+      if exe.definition_id ~= chart_id then
+        return nil, "start_external: execution '" .. exe.id .. "' exists and runs chart '" ..
+          tostring(exe.definition_id) .. "'", "conflict"
+      end
+      return exe.id
+    end
     if type(lerr) == "string" then return nil, lerr, lcode end
   end
-  local id, created, code = h.engine:start(chart_id, opts)
-  if not id then return nil, created, code end
-  if named and created ~= true then
-    local exe, lerr, lcode = h.store:load(id)
-    if exe then return check(exe) end
-    if type(lerr) == "string" then return nil, lerr, lcode end
-  end
-  return id
+  return h.engine:start(chart_id, opts)
 end
 
 -- Runs call(decoded arguments...) and packs what it returns; a raise comes
