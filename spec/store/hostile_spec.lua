@@ -34,6 +34,8 @@ local function rejects(fn, arg) return { kind = "reject", fn = fn, arg = arg } e
 -- Refused somehow: a raise that names fn, or nil, msg, "invalid" (unknown
 -- option keys and the like, where the library may choose).
 local function refuses(fn) return { kind = "refuse", fn = fn } end
+-- Returns nil alone: nothing there, and no error (a load of an absent id).
+local function absent() return { kind = "absent" } end
 -- Does not raise; whatever it returns, nothing may change (forged tokens).
 local function harmless() return { kind = "harmless" } end
 -- Succeeds; check(results) returns nil or what is wrong (positive controls).
@@ -92,6 +94,9 @@ local function judge(e, res)
     if raised then return raise_ok(e.fn, nil) end
     local why = fail_ok({ "invalid" })
     if why then return "not refused (" .. why .. ")" end
+  elseif e.kind == "absent" then
+    if raised then return "raised" end
+    if res[2] ~= nil or res[3] ~= nil then return "expected nil alone" end
   elseif e.kind == "harmless" then
     if raised then return "raised" end
   elseif e.kind == "ok" then
@@ -443,6 +448,21 @@ slot("load", "load", "id", { skip = { table = true, number = true, ["nil"] = tru
   function(f, v) return f.store:load(v) end)
 case("load of a 20 MB id", fails({ "invalid", "too_large" }),
   function(f) return f.store:load(string.rep("x", 20 * 1024 * 1024)) end)
+-- the text rule's length bound (16 KiB): at the bound an id is an id
+local KIB16 = 16 * 1024
+case("load of a 16 KiB id (absent)", absent(), function(f) return f.store:load(string.rep("x", KIB16)) end)
+case("load of a 16 KiB + 1 id", fails("invalid"), function(f) return f.store:load(string.rep("x", KIB16 + 1)) end)
+case("load with a 16 KiB + 1 timer path", fails("invalid"),
+  function(f) return f.store:load("e1", string.rep("p", KIB16 + 1)) end)
+case("delete_timer with a 16 KiB + 1 path", fails("invalid"),
+  function(f) return f.store:delete_timer("e1", string.rep("p", KIB16 + 1), NOW) end)
+case("commit emit target_id of 16 KiB + 1", fails("invalid"),
+  function(f) return f.store:commit(new_exe(), { emits = { { target_id = string.rep("t", KIB16 + 1), event = good_event() } } }) end)
+case("commit processed_event_id of 16 KiB + 1", fails("invalid"),
+  function(f) return f.store:commit(new_exe(), { processed_event_id = string.rep("e", KIB16 + 1) }) end)
+case("execution with a definition_id of 16 KiB + 1: refused by the constructor or the save",
+  rejects("execution", "definition_id"),
+  function(f) return f.store:save(ms.execution { definition_id = string.rep("d", KIB16 + 1) }) end)
 slot("load", "load", "timer_path", { optional = true }, function(f, v) return f.store:load("e1", v) end)
 case("load with timer_path '$x'", fails("invalid"), function(f) return f.store:load("e1", "$x") end)
 slot("load_for_event", "load_for_event", "id", { skip = { table = true } },
@@ -529,6 +549,8 @@ case("list_executions status list with a table", raises("list_executions", "stat
   list(Q { status = { "RUNNING", {} } }))
 case("list_executions status list with '\\xff'", fails("invalid"), list(Q { status = { "RUNNING", "\xff" } }))
 case("list_executions status with a NUL byte", fails("invalid"), list(Q { status = { "RUN\0NING" } }))
+case("list_executions definition_id of 16 KiB + 1", fails("invalid"),
+  list(Q { definition_id = string.rep("d", KIB16 + 1) }))
 case("list_executions definition_id of 20 MB", fails({ "invalid", "too_large" }),
   list(Q { definition_id = string.rep("d", 20 * 1024 * 1024) }))
 case("list_executions status 'BOGUS'", fails("invalid"), list(Q { status = { "BOGUS" } }))
@@ -902,9 +924,9 @@ case("engine:send created_time 'yesterday'", rejects("send", "created_time"),
   function(f) return f.engine:send("f1", { kind = "Begin", id = "b-1", created_time = "yesterday" }) end)
 case("engine:send created_time NaN", fails("invalid"),
   function(f) return f.engine:send("f1", { kind = "Begin", id = "b-1", created_time = 0 / 0 }) end)
-case("engine:send an event id of 2 MB", fails("too_large"),
+case("engine:send an event id of 2 MB", fails({ "invalid", "too_large" }),
   function(f) return f.engine:send("f1", { kind = "Begin", id = string.rep("i", 2 * 1024 * 1024) }) end)
-case("engine:send a kind of 2 MB", fails("too_large"),
+case("engine:send a kind of 2 MB", fails({ "invalid", "too_large" }),
   function(f) return f.engine:send("f1", { kind = string.rep("K", 2 * 1024 * 1024), id = "b-1" }) end)
 case("engine:send to an execution whose chart is not registered", fails("invalid"),
   function(f) return f.engine:send("e1", { kind = "Begin", id = "b-1" }) end)
