@@ -967,8 +967,8 @@ case("engine:run{ sweep_interval = 'x' }, stopping at once", raises("run", "swee
 
 -- The same calls with good arguments do write, and the snapshot sees it: the
 -- "nothing written" of every case above is not a blind spot.
-local function writes(name, call)
-  CASES[#CASES + 1] = { name = name, expect = succeeds(), call = call, writes = true }
+local function writes(name, call, check)
+  CASES[#CASES + 1] = { name = name, expect = succeeds(check), call = call, writes = true }
 end
 writes("control: ack_outbox(seq, its token) removes the entry",
   function(f) return f.store:ack_outbox(f.outbox_seq, f.outbox_token) end)
@@ -981,6 +981,20 @@ writes("control: delete_timer(e1, '5', t) removes the timer at path '5'",
 writes("control: engine:send(f1, Begin) commits", function(f) return f.engine:send("f1", { kind = "Begin", id = "b-ok" }) end)
 writes("control: engine:cancel(f1) commits", function(f) return f.engine:cancel("f1") end)
 writes("control: append_trace(e1, entry) appends", function(f) return f.store:append_trace("e1", { event = "x" }) end)
+-- two long ids that share their first 400 bytes: each trace counts its own steps
+writes("two executions whose long ids share a prefix keep their own trace indexes", function(f)
+  local prefix = string.rep("x", 400)
+  local a = ms.execution { definition_id = "order", id = prefix .. "A" }
+  local b = ms.execution { definition_id = "order", id = prefix .. "B" }
+  assert(f.store:commit(a, { trace = { event = "a1" } }))
+  assert(f.store:commit(b, { trace = { event = "b1" } }))
+  assert(f.store:append_trace(a.id, { event = "a2" }))
+  return f.store:read_trace(a.id)
+end, function(res)
+  local got = {}
+  for i, st in ipairs(res[2]) do got[i] = st.event .. "=" .. tostring(st.index) end
+  if table.concat(got, " ") ~= "a1=0 a2=1" then return "the trace of the first reads " .. table.concat(got, " ") end
+end)
 
 ------------------------------------------------------------------------
 -- One test per case
