@@ -1666,26 +1666,19 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   ms_err_t e;
   double now = ms_now();
   lua_Integer n = 0;
-  char seqkey[32], claim[32];
+  char seqkey[32], claim[32], untilkey[48];
   snprintf(seqkey, sizeof seqkey, "%s.seq", field);
   snprintf(claim, sizeof claim, "%s_claim", field);
   bson_append_document_begin(&filter, seqkey, -1, &cond);   /* index-backed: field.seq */
   bson_append_int64(&cond, "$gte", 4, INT64_MIN);
   bson_append_document_end(&filter, &cond);
-  {
-    /* unclaimed, or the lease ran out: without an $or, so the seq index
-     * stays the plan and the claim is a filter on what it finds */
-    bson_t until, not_;
-    char key[48];
-    snprintf(key, sizeof key, "%s.until", claim);
-    bson_append_document_begin(&filter, key, -1, &until);
-    bson_append_document_begin(&until, "$not", 4, &not_);
-    bson_append_double(&not_, "$gt", 3, now);
-    bson_append_document_end(&until, &not_);
-    bson_append_document_end(&filter, &until);
-  }
+  /* The find is the seq index alone (a server may plan any other condition
+   * as a scan); a document still claimed by someone else is skipped here,
+   * from its claim's `until`, without a round trip of its own. */
+  snprintf(untilkey, sizeof untilkey, "%s.until", claim);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "_id", 3, 1);
+  bson_append_int32(&proj, untilkey, -1, 1);
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -1698,6 +1691,13 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
     mongoc_find_and_modify_opts_t *fam;
     int ok;
     if (!bson_iter_init_find(&id_it, doc, "_id")) continue;
+    if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, untilkey, &it) && BSON_ITER_HOLDS_NUMBER(&it) &&
+        bson_iter_as_double(&it) > now) {
+      bson_destroy(&q);
+      bson_destroy(&u);
+      bson_destroy(&fields);
+      continue;
+    }
     bson_append_value(&q, "_id", 3, bson_iter_value(&id_it));
     append_unclaimed(&q, claim, now);
     bson_append_document_begin(&u, "$set", 4, &set);
