@@ -59,11 +59,11 @@ test-only: mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites plain secantus
 
 asan-test: deps
-	@$(MAKE) --no-print-directory build/asan/mongostore/core.so build/asan/lua
+	@$(MAKE) --no-print-directory build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites asan
 
 valgrind-test: deps
-	@$(MAKE) --no-print-directory mongostore/core.so
+	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites valgrind
 
 # Issue 5's benchmarks (bench/RESULTS.md); BENCH_ARGS=--quick for a ~3-minute

@@ -365,6 +365,18 @@ static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t cou
   return ok;
 }
 
+/* The next 0-based trace index of an execution, from counter trace:<id>
+ * (the whole id: two ids that share a long prefix are two counters). */
+static int next_trace_index(ms_store_t *s, const char *id, size_t idlen, int64_t *index, bson_error_t *be) {
+  bson_string_t *name = bson_string_new("trace:");
+  int ok;
+  bson_string_append_printf(name, "%.*s", (int)idlen, id);
+  ok = next_seq(s, name->str, name->len, 1, index, be);
+  bson_string_free(name, true);
+  if (ok) *index -= 1;
+  return ok;
+}
+
 /* ---- connect ---- */
 
 static int opt_field(lua_State *L, int opts, const char *name) {
@@ -1227,14 +1239,10 @@ static int l_commit(lua_State *L) {
     if (given >= 0) {
       q.trace = given;
     } else {
-      char name[300];
-      int n = snprintf(name, sizeof name, "trace:%s", c.id);
-      if (n >= (int)sizeof name) n = (int)sizeof name - 1;
-      if (!next_seq(s, name, (size_t)n, 1, &q.trace, &be)) {
+      if (!next_trace_index(s, c.id, c.id_len, &q.trace, &be)) {
         commit_in_destroy(&c);
         return push_bson_err(L, s, &be, doing);
       }
-      q.trace -= 1;   /* 0-based */
     }
   }
 
@@ -2047,14 +2055,10 @@ static int l_append_trace(lua_State *L) {
   }
   index = step_index(&step, -1);
   if (index < 0) {
-    char name[300];
-    int n = snprintf(name, sizeof name, "trace:%s", id);
-    if (n >= (int)sizeof name) n = (int)sizeof name - 1;
-    if (!next_seq(s, name, (size_t)n, 1, &index, &be)) {
+    if (!next_trace_index(s, id, idlen, &index, &be)) {
       bson_destroy(&step);
       return push_bson_err(L, s, &be, "append_trace");
     }
-    index -= 1;
   }
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_document_begin(&update, "$push", 5, &push);
