@@ -51,6 +51,7 @@ int  ms_push_error(lua_State *L, const ms_err_t *e);      /* pushes nil, msg, co
 void ms_push_null(lua_State *L);                          /* pushes mongostore.null */
 int  ms_is_null(lua_State *L, int idx);                   /* 1 if the value is mongostore.null */
 void ms_mark_array(lua_State *L, int idx);                /* sets the array metatable on the table */
+int  ms_is_marked_array(lua_State *L, int idx);           /* 1 if the value carries the array metatable */
 void ms_push_int64(lua_State *L, int64_t v);              /* an integer, boxed where numbers are doubles */
 int  ms_to_int64(lua_State *L, int idx, int64_t *v);      /* 1 for an integer or a box, *v set */
 /* Classifies the table at idx: MS_KIND_DOC, MS_KIND_ARRAY (n set to its length),

@@ -54,7 +54,7 @@ void ms_mark_array(lua_State *L, int idx) {
   lua_setmetatable(L, idx);
 }
 
-static int is_marked_array(lua_State *L, int idx) {
+int ms_is_marked_array(lua_State *L, int idx) {
   int r = 0;
   if (lua_getmetatable(L, idx)) {
     luaL_getmetatable(L, MS_ARRAY_MT);
@@ -164,7 +164,7 @@ int ms_check_number(lua_Number n, ms_path_t *p, ms_err_t *e) {
 int ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e) {
   size_t nstr = 0, nint = 0;
   lua_Integer maxk = 0;
-  int marked = is_marked_array(L, idx);
+  int marked = ms_is_marked_array(L, idx);
   idx = lua_absindex(L, idx);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
@@ -556,7 +556,7 @@ static int l_array(lua_State *L) {
 }
 
 static int l_is_array(lua_State *L) {
-  lua_pushboolean(L, lua_type(L, 1) == LUA_TTABLE && is_marked_array(L, 1));
+  lua_pushboolean(L, lua_type(L, 1) == LUA_TTABLE && ms_is_marked_array(L, 1));
   return 1;
 }
 

@@ -63,15 +63,6 @@ static void fuzz_fail(const char *what) {
   abort();
 }
 
-static int fuzz_is_array(lua_State *L, int idx) {
-  int r = 0;
-  if (lua_getmetatable(L, idx)) {
-    luaL_getmetatable(L, MS_ARRAY_MT);
-    r = lua_rawequal(L, -1, -2);
-    lua_pop(L, 2);
-  }
-  return r;
-}
 
 /* 1 when the values at a and b are the same value for the codecs: same type,
  * integer vs float subtype, the same bits of a float (-0.0 is not 0.0), the
@@ -98,7 +89,7 @@ static int fuzz_equal(lua_State *L, int a, int b, int depth) {
   case LUA_TTABLE: {
     size_t na = 0, nb = 0;
     if (depth > 2 * MS_MAX_DEPTH) fuzz_fail("fuzz_equal: deeper than any value the codecs make");
-    if (fuzz_is_array(L, a) != fuzz_is_array(L, b)) return 0;
+    if (ms_is_marked_array(L, a) != ms_is_marked_array(L, b)) return 0;
     luaL_checkstack(L, 6, "fuzz_equal");
     lua_pushnil(L);
     while (lua_next(L, a)) {
