@@ -23,15 +23,17 @@ local function default_log(msg)
   io.stderr:write("mongostore.engine: ", msg, "\n")
 end
 
--- engine.new{ store = store, charts = { chart, ... }, trace = false,
---             now = mongostore.now, max_conflicts = 50, max_attempts = 100, batch = 100, lease = 10,
---             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
+-- The options each call takes: a misspelt one raises.
 local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
                    max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
                    log = true }
 local START_OPTS = { id = true, context = true, priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 
+-- engine.new{ store = store, charts = { chart, ... }, trace = false,
+--             now = mongostore.now, max_conflicts = 50, max_attempts = 100, max_event_bytes = 1048576,
+--             batch = 100, lease = 10,
+--             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
