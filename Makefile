@@ -7,7 +7,7 @@ LUA_PC     ?= lua5.4
 CC         ?= cc
 PKGS        = libmongoc-1.0 libbson-1.0 libcrypto
 CFLAGS_BASE = -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fPIC \
-              -Wall -Wextra -Werror -Wno-unused-parameter
+              -Wall -Wextra -Werror -Wno-unused-parameter -fvisibility=hidden
 OPT        ?= -O2 -g
 SRCS        = $(wildcard csrc/*.c)
 HDRS        = $(wildcard csrc/*.h)

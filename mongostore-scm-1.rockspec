@@ -31,7 +31,7 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/core.c", "csrc/errors.c", "csrc/json.c", "csrc/store.c", "csrc/value.c",
+            "csrc/core.c", "csrc/errors.c", "csrc/json.c", "csrc/pool.c", "csrc/store.c", "csrc/value.c",
          },
          defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
          -- crypto: SHA-256 for the dedupe digests (OpenSSL, which libmongoc links too)

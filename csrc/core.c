@@ -123,7 +123,9 @@ static const luaL_Reg core_funcs[] = {
   {NULL, NULL}
 };
 
-int luaopen_mongostore_core(lua_State *L) {
+/* The one symbol the module exports (the Makefile builds with
+ * -fvisibility=hidden; every ms_ function stays inside it). */
+__attribute__((visibility("default"))) int luaopen_mongostore_core(lua_State *L) {
   static int initialised = 0;
   if (!initialised) {
     mongoc_log_set_handler(ms_log_handler, NULL);
