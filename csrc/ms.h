@@ -1,6 +1,7 @@
 /*
  * ms.h - private header of mongostore.core: the types and functions the C
- * files share. Anything not listed here is static to its file.
+ * files share, listed under the file that defines them, and the tunables.
+ * Anything not listed here (or in store.h) is static to its file.
  */
 #ifndef MS_H
 #define MS_H
@@ -14,6 +15,8 @@
 
 #include "compat.h"
 
+/* ---- tunables: each may be set with -D at build time ---- */
+
 /* Deep enough for any real context, shallow enough that a cycle or a hostile
  * document cannot exhaust the C stack. */
 #if !defined(MS_MAX_DEPTH)
@@ -26,6 +29,76 @@
 #if !defined(MS_MAX_TEXT)
 #define MS_MAX_TEXT 16384
 #endif
+
+/* bson_string_t counts its length in 32 bits and doubles its buffer as it
+ * grows, so a JSON text must stay well below 2 GiB. */
+#if !defined(MS_JSON_MAX_TEXT)
+#define MS_JSON_MAX_TEXT ((size_t)1 << 30)
+#endif
+
+/* The server's own document limit is read at connect; this is the fallback
+ * when its hello reply does not say. */
+#if !defined(MS_DEFAULT_MAX_BSON)
+#define MS_DEFAULT_MAX_BSON (16 * 1024 * 1024)
+#endif
+
+/* connect's opts.wait default: a worker started beside its server waits
+ * this many seconds for it to answer before failing. */
+#if !defined(MS_CONNECT_WAIT)
+#define MS_CONNECT_WAIT 30
+#endif
+
+/* Each connection attempt may take this long (ms) before connect retries. */
+#if !defined(MS_CONNECT_ATTEMPT_MS)
+#define MS_CONNECT_ATTEMPT_MS 2000
+#endif
+
+/* How long a call waits for a reply when the URI does not say
+ * (socketTimeoutMS): libmongoc's own default of 5 minutes would hold a
+ * worker that long on a server that went silent. */
+#if !defined(MS_SOCKET_TIMEOUT_MS)
+#define MS_SOCKET_TIMEOUT_MS 30000
+#endif
+
+/* connect's opts.trace_max default: the trace steps a document keeps (0
+ * keeps all); bounded so a long-lived execution's document stays small. */
+#if !defined(MS_TRACE_MAX)
+#define MS_TRACE_MAX 200
+#endif
+
+/* How many handled event ids a document keeps for dedupe by default
+ * (opts.dedupe_window); the window a replayed delivery is caught in. */
+#if !defined(MS_DEDUPE_WINDOW)
+#define MS_DEDUPE_WINDOW 1000
+#endif
+
+/* The largest opts.dedupe_window: at most 8 MB of digests, so a document
+ * always has room for them under the server's 16 MB limit. */
+#if !defined(MS_DEDUPE_WINDOW_MAX)
+#define MS_DEDUPE_WINDOW_MAX 1000000
+#endif
+
+/* Bytes of SHA-256 kept per handled event id in `dedupe`: 8 make a chance
+ * collision negligible for any window. Stored documents carry digests of
+ * this size, so changing it forgets every mark already written. */
+#if !defined(MS_DIGEST)
+#define MS_DIGEST 8
+#endif
+
+/* How many handled event ids stay readable in the `processed` array (the
+ * part harel's own store reads and writes); the digests hold the rest. */
+#if !defined(MS_DEDUPE_TAIL)
+#define MS_DEDUPE_TAIL 16
+#endif
+
+/* Bytes of the secret that signs listing cursors (an HMAC-SHA-256 key). */
+#if !defined(MS_CURSOR_KEY_BYTES)
+#define MS_CURSOR_KEY_BYTES 32
+#endif
+
+/* ---- the rest ---- */
+
+/* MS_STR(MS_MAX_TEXT): a tunable's value spelled inside a message. */
 #define MS_STR_(x) #x
 #define MS_STR(x) MS_STR_(x)
 
@@ -44,10 +117,12 @@ typedef struct ms_err {
   char msg[512];
 } ms_err_t;
 
-/* value.c: shared value rules and the Lua <-> BSON codec */
+/* errors.c: building an error and handing it to Lua (no libmongoc) */
 void ms_err_set(ms_err_t *e, const char *code, const char *fmt, ...);  /* printf-style */
 void ms_err_prefix(ms_err_t *e, const char *prefix);      /* "prefix: " + msg */
 int  ms_push_error(lua_State *L, const ms_err_t *e);      /* pushes nil, msg, code; returns 3 */
+
+/* value.c: shared value rules and the Lua <-> BSON codec */
 void ms_push_null(lua_State *L);                          /* pushes mongostore.null */
 int  ms_is_null(lua_State *L, int idx);                   /* 1 if the value is mongostore.null */
 void ms_mark_array(lua_State *L, int idx);                /* sets the array metatable on the table */
@@ -97,18 +172,21 @@ void ms_open_value(lua_State *L);                         /* adds null, array, i
 /* json.c: Lua <-> JSON text, harel's serialisation of Execution and Event */
 int  ms_json_encode(lua_State *L, int idx, bson_string_t *out, ms_path_t *p, ms_err_t *e);
 int  ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e);  /* pushes the value */
+void ms_open_json(lua_State *L);                          /* json_encode, json_decode */
+
+/* isotime.c: the ISO-8601 date-times harel (pydantic) writes */
 size_t ms_iso8601_format(double t, char *out, size_t outlen);  /* UTC, microseconds, 'Z' */
 int  ms_iso8601_parse(const char *s, size_t len, double *t);   /* 0 on success */
-void ms_open_json(lua_State *L);                          /* json_encode/decode, iso8601 helpers */
+void ms_open_isotime(lua_State *L);                       /* time_to_iso, iso_to_time */
 
-/* errors.c: libmongoc failures -> codes */
+/* errors_mongoc.c: libmongoc failures -> codes */
 void ms_err_from_bson(ms_err_t *e, const bson_error_t *be, const char *doing);
 /* The same, knowing how long the failed call took and the socket timeout
  * it ran under, which tells a reset connection from an unanswered one. */
 void ms_err_from_bson_timed(ms_err_t *e, const bson_error_t *be, const char *doing, double elapsed_ms,
                             int32_t timeout_ms);
 
-/* store.c: the Store userdata */
+/* store.c: the Store userdata (its own files share store.h) */
 void ms_open_store(lua_State *L);                         /* connect and the Store metatable */
 
 /* core.c: process-wide helpers */

@@ -8,37 +8,8 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-void ms_err_set(ms_err_t *e, const char *code, const char *fmt, ...) {
-  va_list ap;
-  e->code = code;
-  va_start(ap, fmt);
-  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-  va_end(ap);
-}
-
-void ms_err_prefix(ms_err_t *e, const char *prefix) {
-  char tmp[sizeof e->msg];
-  size_t pl = strlen(prefix), ml = strlen(e->msg);
-  if (pl > sizeof tmp - 3) pl = sizeof tmp - 3;
-  memcpy(tmp, prefix, pl);
-  tmp[pl] = ':';
-  tmp[pl + 1] = ' ';
-  if (ml > sizeof tmp - pl - 3) ml = sizeof tmp - pl - 3;
-  memcpy(tmp + pl + 2, e->msg, ml);
-  tmp[pl + 2 + ml] = '\0';
-  memcpy(e->msg, tmp, sizeof tmp);
-}
-
-int ms_push_error(lua_State *L, const ms_err_t *e) {
-  lua_pushnil(L);
-  lua_pushstring(L, e->msg);
-  lua_pushstring(L, e->code ? e->code : "invalid");
-  return 3;
-}
 
 /* mongostore.null is the NULL light userdata, as in lua-cjson: it survives
  * every copy, compares equal to itself and needs no registry lookup. */
