@@ -42,7 +42,7 @@ build/asan/lua: tools/sanitized-lua.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -Wall -Wextra -Werror -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS) -lm -ldl
 
-.PHONY: all jit bench deps test test-only asan-test valgrind-test clean demo
+.PHONY: all jit bench deps test test-only unit lint asan-test valgrind-test clean demo
 all: mongostore/core.so
 
 deps:
@@ -50,10 +50,14 @@ deps:
 
 # The README's test command: the whole suite, then the whole suite again under
 # AddressSanitizer + UBSan on mongo-java-server, then the store and engine specs
-# and spec/secantus on SecantusDB (tools/run-suites, flavour secantus).
+# and spec/05-secantus on SecantusDB (tools/run-suites, flavour secantus).
 test: deps
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites plain asan secantus
+
+# The unit specs (spec/01-unit): no server, no installs, a few seconds.
+unit: mongostore/core.so
+	@MONGOSTORE_PYTHON= SPECS="$(sort $(wildcard spec/01-unit/*_spec.lua))" tools/run-suites plain
 
 test-only: mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites plain secantus

@@ -1,9 +1,10 @@
 -- spec/run.lua - runs one spec file with luaunit and prints its counts on a
 -- last line `SPEC-RESULT passed=N failed=N skipped=N` for tools/run-suites.
--- Usage: lua5.4 spec/run.lua spec/store/commit_spec.lua [luaunit options]
+-- Usage: lua5.4 spec/run.lua spec/02-store/commit_spec.lua [luaunit options]
 local file = assert(arg[1], "usage: run.lua <spec file> [luaunit options]")
 local root = file:match("^(.*)/spec/") or "."
-package.path = root .. "/spec/?.lua;" .. root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+package.path = root .. "/spec/?.lua;" .. root .. "/spec/?/init.lua;" .. root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;"
+  .. package.path
 
 local lu = require "luaunit"
 local ok, err = pcall(dofile, file)

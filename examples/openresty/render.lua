@@ -6,7 +6,7 @@
 -- writes <prefix>/conf/nginx.conf, creates <prefix>/logs and <prefix>/temp,
 -- and prints the command that runs nginx there in the foreground. As a
 -- module (dofile), it returns { render = fn(opts) -> conf path, command =
--- fn(prefix, conf) -> argv string }; spec/ngx/ renders its servers this way.
+-- fn(prefix, conf) -> argv string }; spec/04-ngx/ renders its servers this way.
 local M = {}
 
 local function here()

@@ -1,0 +1,240 @@
+-- spec/02-store/timers_spec.lua - durable timers: schedule / cancel / re-schedule
+-- through commits, the due sweep, the guarded delete_timer, the reversible
+-- path encoding of the timers keys and paths that must never become keys.
+local lu = require "luaunit"
+local ms = require "mongostore"
+local helper = require "helpers"
+local raw = require "helpers.rawdb"
+
+local FULLSTOP = "\u{ff0e}"
+
+local function new_exe(id)
+  return ms.execution { definition_id = "order", id = id, context = {} }
+end
+
+local function schedule(path, fire_at) return { action = "schedule", path = path, fire_at = fire_at } end
+local function cancel(path) return { action = "cancel", path = path } end
+
+local function summary(due)
+  local out = {}
+  for i, t in ipairs(due) do out[i] = t.execution_id .. "|" .. t.path .. "|" .. string.format("%.3f", t.fire_at) end
+  return out
+end
+
+TestTimers = {}
+
+function TestTimers:setUp()
+  self.store, self.db = helper.connect()
+end
+
+function TestTimers:tearDown()
+  if self.store then self.store:close() end
+end
+
+function TestTimers:test_schedule_on_a_dotted_path_and_due()
+  local exe = new_exe()
+  lu.assertTrue(self.store:save(exe))
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A.B", 1000.5) } }))
+  local due = self.store:due_timers(2000)
+  lu.assertEquals(#due, 1)
+  lu.assertEquals(due[1].execution_id, exe.id)
+  lu.assertEquals(due[1].path, "Fork.A.B")
+  lu.assertEquals(due[1].fire_at, 1000.5)
+  -- due means fire_at <= now
+  lu.assertEquals(#self.store:due_timers(1000.5), 1, "a timer firing exactly now is due")
+  lu.assertEquals(#self.store:due_timers(1000.4), 0, "a future timer is not due")
+  lu.assertEquals(#self.store:due_timers(0), 0)
+  -- the sweep does not remove anything
+  lu.assertEquals(#self.store:due_timers(2000), 1)
+end
+
+function TestTimers:test_raw_key_uses_the_fullwidth_full_stop()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A.B", 1000.5), schedule("Plain", 7.25) } }))
+  local doc = raw.doc(self.db, exe.id)
+  lu.assertEquals(raw.keys(doc.timers), { "Fork" .. FULLSTOP .. "A" .. FULLSTOP .. "B", "Plain" })
+  lu.assertEquals(doc.timers["Fork" .. FULLSTOP .. "A" .. FULLSTOP .. "B"], 1000.5)
+  lu.assertEquals(math.type(doc.timers.Plain), "float")
+  lu.assertNil(doc.timers.Fork, "a dotted path became a nested document")
+  for k in pairs(doc.timers) do
+    lu.assertNil(k:find(".", 1, true), "a raw timers key holds a dot: " .. k)
+  end
+end
+
+function TestTimers:test_cancel_removes_the_timer()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A.B", 100), schedule("Other", 150) } }))
+  lu.assertEquals(#self.store:due_timers(1e12), 2)
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("Fork.A.B") } }))
+  local due = self.store:due_timers(1e12)
+  lu.assertEquals(#due, 1)
+  lu.assertEquals(due[1].path, "Other")
+  lu.assertEquals(raw.keys(raw.doc(self.db, exe.id).timers), { "Other" })
+  -- cancelling what is not scheduled is fine
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("Never.Scheduled") } }))
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("Other") } }))
+  lu.assertEquals(#self.store:due_timers(1e12), 0)
+  lu.assertEquals(raw.keys(raw.doc(self.db, exe.id).timers), {})
+  lu.assertEquals(exe.version, 4)
+end
+
+function TestTimers:test_reschedule_replaces()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A", 100) } }))
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A", 200.5) } }))
+  local due = self.store:due_timers(1e12)
+  lu.assertEquals(#due, 1)
+  lu.assertEquals(due[1].path, "Fork.A")
+  lu.assertEquals(due[1].fire_at, 200.5)
+  lu.assertEquals(#self.store:due_timers(150), 0, "the replaced time still fires")
+end
+
+function TestTimers:test_schedule_and_cancel_in_one_commit()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("A.X", 10), schedule("A.Y", 20) } }))
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("A.X"), schedule("A.Z", 30) } }))
+  lu.assertEquals(summary(self.store:due_timers(1e12)),
+    { exe.id .. "|A.Y|20.000", exe.id .. "|A.Z|30.000" })
+end
+
+function TestTimers:test_due_timers_are_ordered_by_fire_at_across_executions()
+  local e1 = new_exe("aaa-" .. ms.uuid())
+  local e2 = new_exe("zzz-" .. ms.uuid())
+  lu.assertTrue(self.store:commit(e1, { timers = { schedule("X", 300), schedule("Z.W", 200) } }))
+  lu.assertTrue(self.store:commit(e2, { timers = { schedule("Y", 100), schedule("Late.One", 5000) } }))
+  lu.assertEquals(summary(self.store:due_timers(250)),
+    { e2.id .. "|Y|100.000", e1.id .. "|Z.W|200.000" })
+  lu.assertEquals(summary(self.store:due_timers(1e12)), {
+    e2.id .. "|Y|100.000", e1.id .. "|Z.W|200.000", e1.id .. "|X|300.000", e2.id .. "|Late.One|5000.000",
+  })
+end
+
+function TestTimers:test_timers_carried_on_first_insert_and_real_clock_values()
+  local exe = new_exe()
+  local soon = ms.now() + 0.001
+  local later = ms.now() + 3600
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Soon", soon), schedule("Later", later) } }))
+  local due = self.store:due_timers(soon + 1)
+  lu.assertEquals(#due, 1)
+  lu.assertEquals(due[1].path, "Soon")
+  lu.assertEquals(due[1].fire_at, soon, "fire_at is not kept exactly")
+  lu.assertEquals(#self.store:due_timers(later), 2)
+end
+
+function TestTimers:test_delete_timer_removes_the_timer_it_knows()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A.B", 100.25), schedule("Keep", 50) } }))
+  local due = self.store:due_timers(1000)
+  lu.assertEquals(#due, 2)
+  self.store:delete_timer(exe.id, "Fork.A.B", 100.25)
+  due = self.store:due_timers(1000)
+  lu.assertEquals(#due, 1)
+  lu.assertEquals(due[1].path, "Keep")
+  lu.assertEquals(raw.keys(raw.doc(self.db, exe.id).timers), { "Keep" })
+  -- a delete does not bump the version
+  lu.assertEquals(raw.doc(self.db, exe.id).version, 1)
+  lu.assertEquals(self.store:load(exe.id).version, 1)
+end
+
+function TestTimers:test_delete_timer_is_a_noop_when_fire_at_moved_on()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A", 100) } }))
+  local stale = self.store:due_timers(1000)[1]
+  lu.assertEquals(stale.fire_at, 100)
+  -- the model re-arms the same node before the sweep deletes the old one
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Fork.A", 500) } }))
+  self.store:delete_timer(stale.execution_id, stale.path, stale.fire_at)
+  local due = self.store:due_timers(1e12)
+  lu.assertEquals(#due, 1, "a stale delete removed the re-armed timer")
+  lu.assertEquals(due[1].path, "Fork.A")
+  lu.assertEquals(due[1].fire_at, 500)
+  -- with the right time it goes
+  self.store:delete_timer(exe.id, "Fork.A", 500)
+  lu.assertEquals(#self.store:due_timers(1e12), 0)
+end
+
+function TestTimers:test_delete_timer_on_unknown_things_is_harmless()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("T", 10) } }))
+  self.store:delete_timer("no-such-execution", "T", 10)
+  self.store:delete_timer(exe.id, "No.Such.Path", 10)
+  lu.assertEquals(#self.store:due_timers(1e12), 1)
+  lu.assertNil(raw.doc(self.db, "no-such-execution"), "delete_timer created a document")
+end
+
+-- A path that is empty, starts with '$' or holds NUL must never reach the
+-- server as a key: the commit is refused as `invalid` with nothing written,
+-- or the path is encoded reversibly and comes back unchanged.
+local BAD_PATHS = { "", "$where", "$", "A.$b", "a\0b", "Fork.A\0" }
+
+local function check_key_is_safe(k)
+  lu.assertTrue(#k > 0, "an empty key reached the server")
+  lu.assertNotEquals(k:sub(1, 1), "$", "a key starting with $ reached the server: " .. k)
+  lu.assertNil(k:find("\0", 1, true), "a key with NUL reached the server")
+  lu.assertNil(k:find(".", 1, true), "a key with a dot reached the server: " .. k)
+end
+
+function TestTimers:test_bad_paths_are_refused_or_encoded_reversibly()
+  for _, path in ipairs(BAD_PATHS) do
+    local exe = new_exe()
+    lu.assertTrue(self.store:save(exe))
+    local ok, msg, code = self.store:commit(exe, {
+      timers = { schedule(path, 42.5) },
+      emits = { { target_id = "t", event = { id = "bad-path-evt", kind = "K" } } },
+    })
+    local shown = string.format("%q", path)
+    local doc = raw.doc(self.db, exe.id)
+    for k in pairs(doc.timers) do check_key_is_safe(k) end
+    if ok then
+      lu.assertEquals(exe.version, 2)
+      local due = self.store:due_timers(1e12)
+      local mine = {}
+      for _, t in ipairs(due) do if t.execution_id == exe.id then mine[#mine + 1] = t end end
+      lu.assertEquals(#mine, 1, "path " .. shown)
+      lu.assertEquals(mine[1].path, path, "path " .. shown .. " did not round-trip")
+      lu.assertEquals(mine[1].fire_at, 42.5)
+      -- and it can be cancelled and deleted by the same path
+      lu.assertTrue(self.store:commit(exe, { timers = { cancel(path) } }))
+      lu.assertEquals(raw.keys(raw.doc(self.db, exe.id).timers), {}, "cancel of " .. shown)
+      self.store:ack_outbox(self.store:pending_outbox()[1].seq)
+    else
+      lu.assertEquals(code, "invalid", "path " .. shown .. ": " .. tostring(msg))
+      lu.assertIsString(msg)
+      lu.assertEquals(exe.version, 1, "a refused commit bumped the version, path " .. shown)
+      lu.assertEquals(doc.version, 1, "a refused commit was written, path " .. shown)
+      lu.assertEquals(raw.keys(doc.timers), {})
+      lu.assertEquals(#doc.outbox, 0, "a refused commit wrote its emits, path " .. shown)
+    end
+  end
+end
+
+function TestTimers:test_bad_paths_in_cancel_and_delete_never_reach_the_server()
+  local exe = new_exe()
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("Good", 1) } }))
+  for _, path in ipairs(BAD_PATHS) do
+    local shown = string.format("%q", path)
+    local ok, msg, code = self.store:commit(exe, { timers = { cancel(path) } })
+    if not ok then
+      lu.assertEquals(code, "invalid", "cancel " .. shown .. ": " .. tostring(msg))
+    end
+    local dok, dres, dmsg, dcode = pcall(self.store.delete_timer, self.store, exe.id, path, 1)
+    lu.assertTrue(dok, "delete_timer raised for " .. shown .. ": " .. tostring(dres))
+    if dres == nil and dcode ~= nil then
+      lu.assertEquals(dcode, "invalid", "delete_timer " .. shown .. ": " .. tostring(dmsg))
+    end
+  end
+  local doc = raw.doc(self.db, exe.id)
+  lu.assertEquals(doc.timers, { Good = 1 }, "a bad path changed the timers")
+  lu.assertEquals(#self.store:due_timers(1e12), 1)
+end
+
+function TestTimers:test_unicode_path_round_trips()
+  local exe = new_exe()
+  local path = "R\u{e9}gion.\u{65e5}\u{672c}.\u{1f680}"
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule(path, 9) } }))
+  local due = self.store:due_timers(10)
+  lu.assertEquals(#due, 1)
+  lu.assertEquals(due[1].path, path)
+  self.store:delete_timer(exe.id, path, 9)
+  lu.assertEquals(#self.store:due_timers(10), 0)
+end
