@@ -9,6 +9,10 @@ PKGS        = libmongoc-1.0 libbson-1.0 libcrypto
 CFLAGS_BASE = -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fPIC \
               -Wall -Wextra -Werror -Wno-unused-parameter -fvisibility=hidden
 OPT        ?= -O2 -g
+# The one version string is the rockspec's ("0.1.0-1" -> core.version "0.1.0").
+ROCKSPEC    = $(wildcard mongostore-*.rockspec)
+VERSION     = $(shell sed -n 's/^version = "\(.*\)-[0-9]*"$$/\1/p' $(ROCKSPEC))
+CFLAGS_BASE += -DMS_VERSION='"$(VERSION)"'
 SRCS        = $(wildcard csrc/*.c)
 HDRS        = $(wildcard csrc/*.h)
 
@@ -17,21 +21,21 @@ MONGO_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LUA_CFLAGS   = $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null)
 
 # Lua itself is never linked into the module: the host process provides it.
-mongostore/core.so: $(SRCS) $(HDRS)
+mongostore/core.so: $(SRCS) $(HDRS) $(ROCKSPEC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(OPT) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
 
 # The same sources for LuaJIT (OpenResty): LuaJIT's headers first, then
 # lua-compat53's compat-5.3.h from /usr/include/lua5.1 for the 5.3 C API.
 JIT_CFLAGS = $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1) -idirafter /usr/include/lua5.1
-build/jit/mongostore/core.so: $(SRCS) $(HDRS)
+build/jit/mongostore/core.so: $(SRCS) $(HDRS) $(ROCKSPEC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(OPT) $(JIT_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
 
 jit: build/jit/mongostore/core.so
 
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-build/asan/mongostore/core.so: $(SRCS) $(HDRS)
+build/asan/mongostore/core.so: $(SRCS) $(HDRS) $(ROCKSPEC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
 

@@ -3,6 +3,7 @@
 -- knows only that tree loads it and commits to the server.
 local lu = require "luaunit"
 local helper = require "helpers"
+local rockspec = require "helpers.rockspec"
 
 TestRock = {}
 
@@ -22,7 +23,7 @@ local function source_copy()
   local root = helper.root()
   local ok, out = run(string.format("mkdir -p %s && cp -r %s %s %s %s/", helper.shell_quote(dir),
     helper.shell_quote(root .. "/csrc"), helper.shell_quote(root .. "/lua"),
-    helper.shell_quote(root .. "/mongostore-scm-1.rockspec"), helper.shell_quote(dir)))
+    helper.shell_quote(rockspec.path()), helper.shell_quote(dir)))
   assert(ok, out)
   return dir
 end
@@ -33,11 +34,11 @@ function TestRock:test_luarocks_make_installs_a_working_rock()
   os.remove(tree)
   local build = string.format(
     "cd %s && LD_PRELOAD= luarocks --lua-version 5.4 make --tree %s --deps-mode none " ..
-    "MONGOC_INCDIR=/usr/include/libmongoc-1.0 BSON_INCDIR=/usr/include/libbson-1.0 mongostore-scm-1.rockspec",
-    helper.shell_quote(root), helper.shell_quote(tree))
+    "MONGOC_INCDIR=/usr/include/libmongoc-1.0 BSON_INCDIR=/usr/include/libbson-1.0 %s",
+    helper.shell_quote(root), helper.shell_quote(tree), rockspec.file_name())
   local ok, out = run(build)
   lu.assertTrue(ok, out)
-  lu.assertStrContains(out, "mongostore scm-1 is now installed")
+  lu.assertStrContains(out, "mongostore " .. rockspec.load().version .. " is now installed")
 
   -- Only the scratch tree on the paths: nothing from the checkout.
   local code = [[
@@ -71,8 +72,8 @@ function TestRock:test_luarocks_make_for_luajit()
   local ok, out = run(string.format(
     "cd %s && LD_PRELOAD= luarocks --lua-version 5.1 make --tree %s --deps-mode none " ..
     "LUA_INCDIR=/usr/include/luajit-2.1 MONGOC_INCDIR=/usr/include/libmongoc-1.0 " ..
-    "BSON_INCDIR=/usr/include/libbson-1.0 mongostore-scm-1.rockspec",
-    helper.shell_quote(root), helper.shell_quote(tree)))
+    "BSON_INCDIR=/usr/include/libbson-1.0 %s",
+    helper.shell_quote(root), helper.shell_quote(tree), rockspec.file_name()))
   lu.assertTrue(ok, out)
   local code = string.format([[
     package.path = %q; package.cpath = %q

@@ -4,7 +4,9 @@
 -- and for LuaJIT (OpenResty) add --lua-version 5.1 LUA_INCDIR=/usr/include/luajit-2.1
 rockspec_format = "3.0"
 package = "mongostore"
-version = "scm-1"
+-- The one version string: core.version is this without the "-1" revision
+-- (the defines below; the Makefile reads it from here too).
+version = "0.1.0-1"
 source = {
    url = "git+file:///dev/null",
 }
@@ -31,9 +33,13 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/core.c", "csrc/errors.c", "csrc/json.c", "csrc/pool.c", "csrc/store.c", "csrc/value.c",
+            "csrc/core.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/isotime.c", "csrc/json.c",
+            "csrc/pool.c", "csrc/store.c", "csrc/value.c",
          },
-         defines = { "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE" },
+         defines = {
+            "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE",
+            'MS_VERSION="' .. version:match("^(.-)%-%d+$") .. '"',
+         },
          -- crypto: SHA-256 for the dedupe digests (OpenSSL, which libmongoc links too)
          libraries = { "mongoc-1.0", "bson-1.0", "crypto" },
          -- last: lua-compat53-dev's compat-5.3.h, which the Lua 5.1 / LuaJIT
@@ -43,11 +49,13 @@ build = {
       },
       ["mongostore"] = "lua/mongostore/init.lua",
       ["mongostore.execution"] = "lua/mongostore/execution.lua",
+      ["mongostore.store"] = "lua/mongostore/store.lua",
       ["mongostore.chart"] = "lua/mongostore/chart.lua",
       ["mongostore.runtime"] = "lua/mongostore/runtime.lua",
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
+      ["mongostore.values"] = "lua/mongostore/values.lua",
    },
 }
 test = {
