@@ -1,15 +1,17 @@
 -- mongostore.execution - the Execution and Event values: construction, field
--- rules, and their JSON form, which is harel's (field names, order, ISO-8601
--- times) so harel's own stores read what we write and we read theirs.
+-- rules, the dedupe digests an Execution carries, its plain form for thread
+-- boundaries, and the JSON form, which is harel's (field names, order,
+-- ISO-8601 times) so harel's own stores read what we write and we read theirs.
 local core = require "mongostore.core"
 
 local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
-local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
+local setmetatable, getmetatable = setmetatable, getmetatable
 local concat, format = table.concat, string.format
 -- LuaJIT has no math.type: an integral number (or a boxed int64) is an integer there.
 local math_type = math.type or function(v)
   if type(v) == "number" then return (v % 1 == 0 and v > -2^63 and v < 2^63) and "integer" or "float" end
-  if type(v) == "userdata" and getmetatable(v) and getmetatable(v).__name == "mongostore.int64" then return "integer" end
+  local mt = type(v) == "userdata" and getmetatable(v)
+  if mt and mt.__name == "mongostore.int64" then return "integer" end
   return nil
 end
 local json_encode, json_decode = core.json_encode, core.json_decode
@@ -63,7 +65,9 @@ local function check(field, kind, v)
     if why then return nil, field .. " " .. why end
     return v
   elseif kind == "status" then
-    if not STATUS[v] then return nil, "status must be one of " .. concat(M.STATUSES, ", ") .. ", got " .. tostring(v) end
+    if not STATUS[v] then
+      return nil, "status must be one of " .. concat(M.STATUSES, ", ") .. ", got " .. tostring(v)
+    end
     return v
   elseif kind == "count" then
     if math_type(v) ~= "integer" or v < 0 then return nil, field .. " must be an integer >= 0" end
@@ -88,7 +92,20 @@ local function check(field, kind, v)
 end
 
 -- The private fields of each Execution, keyed by the proxy the caller holds.
+-- Besides harel's fields the record holds, under the private key DIGESTS,
+-- the execution's dedupe digests: the `dedupe` bytes of its document at its
+-- version (csrc/store.c), which its next commit checks the event against
+-- and stores one longer; nil while unknown. They are not a harel field:
+-- pairs and the JSON form leave them out.
 local state = setmetatable({}, { __mode = "k" })
+local DIGESTS = {}
+
+-- next over a record, skipping the digests.
+local function next_field(f, k)
+  local nk, v = next(f, k)
+  if nk == DIGESTS then nk, v = next(f, nk) end
+  return nk, v
+end
 
 local Execution = {}
 Execution.__name = "mongostore.Execution"
@@ -104,7 +121,7 @@ Execution.__newindex = function(exe, k, v)
   state[exe][k] = val
 end
 Execution.__pairs = function(exe)
-  return next, state[exe], nil
+  return next_field, state[exe], nil
 end
 Execution.__tostring = function(exe)
   local s = state[exe]
@@ -135,37 +152,117 @@ function M.is_execution(v)
   return getmetatable(v) == Execution
 end
 
+-- The checked fields of t (all but `skip`), defaults filled in, or nil and
+-- what is wrong.
+local function checked_fields(t, skip)
+  local f = {}
+  for k, v in pairs(t) do
+    if not skip[k] then
+      local kind = KIND[k]
+      if not kind then return nil, format("no field '%s'", tostring(k)) end
+      if k == "version" then return nil, "version is read-only (a new execution starts at 0)" end
+      if not (k == "id" and is_null(v)) then
+        local val, err = check(k, kind, v)
+        if err then return nil, err end
+        f[k] = val
+      end
+    end
+  end
+  if f.definition_id == nil then return nil, "definition_id is required" end
+  f.id = f.id or core.uuid()
+  return defaults(f)
+end
+
+local NOTHING = {}
+
 -- mongostore.execution{ definition_id = ..., id = nil, context = {}, ... }
 -- Raises on a wrong field: it is a programming error, caught at once.
 function M.new(t)
   if type(t) ~= "table" then error("execution: expected a table of fields, got " .. type(t), 2) end
-  local f = {}
-  for k, v in pairs(t) do
-    local kind = KIND[k]
-    if not kind then error(format("execution: no field '%s'", tostring(k)), 2) end
-    if k == "version" then error("execution: version is read-only (a new execution starts at 0)", 2) end
-    if not (k == "id" and is_null(v)) then
-      local val, err = check(k, kind, v)
-      if err then error("execution: " .. err, 2) end
-      f[k] = val
-    end
-  end
-  if f.definition_id == nil then error("execution: definition_id is required", 2) end
-  f.id = f.id or core.uuid()
-  return wrap(defaults(f))
+  local f, err = checked_fields(t, NOTHING)
+  if not f then error("execution: " .. err, 2) end
+  return wrap(f)
 end
 
--- A plain table of the execution's fields (a shallow copy), for callers that
--- cannot use pairs on it (LuaJIT has no __pairs) or must pass plain values.
+------------------------------------------------------------------------
+-- The plain form: a table of fields that crosses a thread boundary as JSON
+-- (mongostore.ngx). The dedupe digests travel in it as `dedupe`, the text
+-- "<version>:<hex>": the version they were read at, then the digests'
+-- bytes as lowercase hex (binary would not survive JSON). The version tag
+-- makes a stale copy harmless: a caller who moves `version` on by hand
+-- keeps digests of an older version, and those are dropped on the way back.
+
+-- gsub with a table runs in C: a long digest list costs no Lua call per byte.
+local HEX, UNHEX = {}, {}
+for b = 0, 255 do HEX[string.char(b)] = format("%02x", b) end
+for a in ("0123456789abcdefABCDEF"):gmatch(".") do
+  for b in ("0123456789abcdefABCDEF"):gmatch(".") do UNHEX[a .. b] = string.char(tonumber(a .. b, 16)) end
+end
+
+-- Hex text of a binary string, and back (nil when s is not hex of whole bytes).
+function M.to_hex(s)
+  return (s:gsub(".", HEX))
+end
+
+function M.from_hex(s)
+  if #s % 2 == 1 or s:find("%X") then return nil end
+  return (s:gsub("%x%x", UNHEX))
+end
+
+-- Bytes per digest (csrc/store.c MS_DIGEST): a list of another length is cut.
+local DIGEST_BYTES = 8
+
+-- A plain table of the execution's fields (a shallow copy) with its digests
+-- as `dedupe`, for callers that cannot use pairs on it (LuaJIT has no
+-- __pairs) or must pass plain values.
 function M.fields(exe)
+  local f = state[exe]
   local t = {}
-  for k, v in next, state[exe] do t[k] = v end
+  for k, v in next_field, f do t[k] = v end
+  if f[DIGESTS] ~= nil then t.dedupe = tostring(f.version) .. ":" .. M.to_hex(f[DIGESTS]) end
   return t
 end
 
--- Raw access for the store: the version is read-only to callers.
+local PLAIN_ONLY = { version = true, dedupe = true }
+
+-- The inverse of fields: an Execution at t.version (0 when absent) with the
+-- digests t.dedupe carries if they were read at that version (otherwise
+-- they are unknown, and a commit that marks an event fetches them first).
+-- Raises on a wrong field, as new does.
+function M.from_fields(t)
+  if type(t) ~= "table" then error("execution: expected a table of fields, got " .. type(t), 2) end
+  local f, err = checked_fields(t, PLAIN_ONLY)
+  if not f then error("execution: " .. err, 2) end
+  local version = t.version
+  if version == nil then version = 0 end
+  if type(version) == "number" and math.tointeger then version = math.tointeger(version) or version end
+  if math_type(version) ~= "integer" or version < 0 then error("execution: version must be an integer >= 0", 2) end
+  f.version = version
+  local dedupe = t.dedupe
+  if dedupe ~= nil then
+    if type(dedupe) ~= "string" then error("execution: dedupe must be a string, got " .. type(dedupe), 2) end
+    local at, hex = dedupe:match("^(%d+):(%x*)$")
+    local bytes = hex and M.from_hex(hex)
+    if not bytes or #bytes % DIGEST_BYTES ~= 0 then
+      error("execution: dedupe must be \"<version>:<hex digests>\" as fields() gives it", 2)
+    end
+    if at == tostring(version) then f[DIGESTS] = bytes end
+  end
+  return wrap(f)
+end
+
+-- Raw access for the store: the version is read-only to callers, and the
+-- digests are the store's to keep.
 function M.set_version(exe, v)
   state[exe].version = v
+end
+
+function M.digests(exe)
+  return state[exe][DIGESTS]
+end
+
+function M.set_digests(exe, d)
+  state[exe][DIGESTS] = d
 end
 
 ------------------------------------------------------------------------
@@ -307,7 +404,8 @@ end
 
 -- Builds an Execution from stored JSON text (ours or harel's), or nil and a
 -- message. Unknown fields are ignored, so newer writers do not break us.
-function M.from_json(s)
+-- digests: the document's dedupe digests, which the store read with it.
+function M.from_json(s, digests)
   local t, err = json_decode(s)
   if t == nil then return nil, err end
   if type(t) ~= "table" or type(t.id) ~= "string" or type(t.definition_id) ~= "string" then
@@ -341,6 +439,7 @@ function M.from_json(s)
       end
     end
   end
+  f[DIGESTS] = digests
   return wrap(defaults(f))
 end
 

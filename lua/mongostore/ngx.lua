@@ -12,11 +12,11 @@ local M = {}
 local THREAD_MODULE = "mongostore.ngx_thread"
 local config
 
-local STORE_CALLS = {
-  load = true, load_for_event = true, is_processed = true, list_executions = true, read_trace = true,
-  append_trace = true, pending_outbox = true, pending_spawns = true, due_timers = true, ack_outbox = true,
-  ack_spawn = true, delete_timer = true, commit = true, info = true,
-}
+-- The Store calls forwarded: every one mongostore.store lists as not local.
+local STORE_CALLS = {}
+for name, how in pairs(require("mongostore.store").CALLS) do
+  if how ~= "local" then STORE_CALLS[name] = true end
+end
 local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
                        terminate = true, suspend = true, resume = true }
 
@@ -141,7 +141,9 @@ local function run(kind, method, ...)
 end
 
 -- Store calls: msngx.load(id), msngx.list_executions{...}, msngx.read_trace(id), ...
--- An Execution comes back as a plain table of its fields.
+-- An Execution comes back as a plain table of its fields (execution.fields:
+-- its dedupe digests ride along as `dedupe`), and msngx.commit(fields, opts)
+-- and msngx.save(fields) take that table back, answering true, the new version.
 for name in pairs(STORE_CALLS) do
   M[name] = function(...) return run("store", name, ...) end
 end
@@ -219,11 +221,11 @@ function M.start_worker(opts)
       if sweep then state.last_sweep = now end
       if state.threads ~= false then
         -- the step runs in a worker thread: the timer yields meanwhile
-        local res, terr = thread_call(1, "worker_step", config, sweep)
+        local res = thread_call(1, "worker_step", config, sweep)
         if not res then return end -- every slot busy: the next tick tries again
-        local ok
-        if res[1] then ok, terr = res[2], res[3] else terr = res[2] end
-        if ok then
+        local stepped, terr
+        if res[1] then stepped, terr = res[2], res[3] else terr = res[2] end
+        if stepped then
           state.backoff, state.retry_at = nil, nil
           return
         end

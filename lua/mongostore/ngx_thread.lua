@@ -2,7 +2,7 @@
 -- nginx worker thread (its own Lua VM). It keeps one store and one engine per
 -- configuration for the life of the thread's VM; arguments arrive and
 -- results leave as JSON text, so boxed int64s and empty arrays survive.
-local type, pairs, ipairs, tostring, select, pcall = type, pairs, ipairs, tostring, select, pcall
+local type, ipairs, tostring, select, pcall = type, ipairs, tostring, select, pcall
 local unpack = unpack or table.unpack
 
 local M = {}
@@ -62,19 +62,15 @@ local function answer(ok, ...)
   return pack(...)
 end
 
--- A commit from a handler arrives as the execution's fields: rebuild it at
--- the version it was loaded at.
-local function commit(store, fields, opts)
-  local ms = require "mongostore"
+-- A commit or save from a handler arrives as the execution's fields
+-- (execution.fields): rebuild it at the version it was loaded at, with the
+-- dedupe digests the fields carry, so the commit needs no extra read.
+local function with_execution(store, method, fields, ...)
   local execution = require "mongostore.execution"
-  if type(fields) ~= "table" then return nil, "commit: expected the execution's fields", "invalid" end
-  local version = fields.version or 0
-  local spec = {}
-  for k, v in pairs(fields) do if k ~= "version" then spec[k] = v end end
-  local ok, exe = pcall(ms.execution, spec)
-  if not ok then return nil, "commit: " .. tostring(exe), "invalid" end
-  execution.set_version(exe, version)
-  local done, err, code, found = store:commit(exe, opts)
+  if type(fields) ~= "table" then return nil, method .. ": expected the execution's fields", "invalid" end
+  local ok, exe = pcall(execution.from_fields, fields)
+  if not ok then return nil, method .. ": " .. tostring(exe), "invalid" end
+  local done, err, code, found = store[method](store, exe, ...)
   if done then return true, exe.version end
   return nil, err, code, found
 end
@@ -106,8 +102,8 @@ local function send_external(h, id, event)
   if type(event.id) == "string" then
     exe, processed, code = h.store:load_for_event(id, event.id)
   else
+    -- without a timer path load has no second result but a failure's message
     exe, processed, code = h.store:load(id)
-    processed = nil
   end
   if exe == nil then
     if type(processed) == "string" then return nil, processed, code end
@@ -163,11 +159,11 @@ end
 function M.store(cfg, method, args)
   local h, err, code = handles(cfg)
   if not h then return pack(nil, err, code) end
+  local how = require("mongostore.store").CALLS[method]
   return with_args(method, args, function(...)
-    if method == "commit" then return commit(h.store, ...) end
-    local fn = h.store[method]
-    if type(fn) ~= "function" then return nil, "no store method " .. tostring(method), "invalid" end
-    return fn(h.store, ...)
+    if how == "execution" then return with_execution(h.store, method, ...) end
+    if how ~= "plain" then return nil, "no store method " .. tostring(method), "invalid" end
+    return h.store[method](h.store, ...)
   end)
 end
 

@@ -1,0 +1,373 @@
+-- mongostore.store - the Lua half of the Store: connect, and the methods
+-- that turn Executions and Events into their stored JSON form around the C
+-- core's operations (csrc/store*.c); CALLS, the one list of the Store's
+-- public methods, from which mongostore.ngx takes the calls it forwards.
+local core = require "mongostore.core"
+local execution = require "mongostore.execution"
+
+local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
+local math_type, sort, format, concat = execution.math_type, table.sort, string.format, table.concat
+local is_execution, set_version = execution.is_execution, execution.set_version
+local digests_of, set_digests = execution.digests, execution.set_digests
+
+local M = {}
+
+local Store = core.Store
+
+-- Every Store method a caller may use, and how mongostore.ngx treats it:
+--   "plain"      forwarded to a worker thread: plain values in and out (an
+--                Execution in a result comes back as its fields)
+--   "execution"  forwarded; the first argument is an Execution, which crosses
+--                as its fields (execution.fields / execution.from_fields)
+--   "local"      not forwarded: close would end the store a thread's VM keeps
+-- A method missing here fails spec/01-unit/store_calls_spec.lua; names that
+-- start with "_" are the C core's, for this file only.
+M.CALLS = {
+  commit = "execution", save = "execution",
+  load = "plain", load_for_event = "plain", is_processed = "plain", list_executions = "plain",
+  pending_outbox = "plain", pending_spawns = "plain", ack_outbox = "plain", ack_spawn = "plain",
+  release_outbox = "plain", release_spawn = "plain", due_timers = "plain", delete_timer = "plain",
+  append_trace = "plain", read_trace = "plain", info = "plain", stats = "plain",
+  close = "local",
+}
+
+-- An option table's keys, checked against the names a function takes: a
+-- misspelt option is a programming mistake, and raises.
+local function check_keys(t, known, fn, what)
+  for k in pairs(t) do
+    if not known[k] then error(format("%s: unknown %s %s", fn, what, tostring(k)), 3) end
+  end
+end
+M.check_keys = check_keys
+
+local CONNECT_OPTS = { db = true, prefix = true, trace_max = true, wait = true, dedupe_window = true }
+
+-- connect(uri, { db = "harel", prefix = nil, trace_max = 200, wait = 30, dedupe_window = 1000 })
+function M.connect(uri, opts)
+  if type(uri) ~= "string" then error("connect: uri must be a string, got " .. type(uri), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("connect: opts must be a table, got " .. type(opts), 2) end
+  if opts then check_keys(opts, CONNECT_OPTS, "connect", "option") end
+  return core.connect(uri, opts)
+end
+
+local function check_exe(exe, fn)
+  if not is_execution(exe) then
+    error(format("%s: expected an Execution (mongostore.execution{...}), got %s", fn, type(exe)), 3)
+  end
+end
+
+local function invalid(msg)
+  return nil, msg, "invalid"
+end
+
+-- Emits become { target_id, event = "<Event JSON>" } for the core.
+local function prepare_emits(emits, doing)
+  if emits == nil then return nil end
+  if type(emits) ~= "table" then return nil, doing .. ": emits must be a list of tables" end
+  local out = {}
+  for i, em in ipairs(emits) do
+    if type(em) ~= "table" then return nil, format("%s: emits[%d] must be a table", doing, i) end
+    local ev, err = execution.event_to_json(em.event, format("emits[%d].event", i))
+    if not ev then return nil, doing .. ": " .. err end
+    out[i] = { target_id = em.target_id, event = ev }
+  end
+  local n = 0
+  for _ in pairs(emits) do n = n + 1 end
+  if n ~= #out then return nil, doing .. ": emits must be a list (keys 1..n)" end
+  return out
+end
+
+local COMMIT_OPTS = { emits = true, processed_event_id = true, timers = true, spawns = true, trace = true }
+
+-- store:commit(exe, { emits, processed_event_id, timers, spawns, trace })
+-- -> true | nil, msg, code[, found]. On success exe.version is one higher;
+-- on any failure it stays where it was and nothing is written.
+function Store:commit(exe, opts)
+  check_exe(exe, "commit")
+  if opts ~= nil and type(opts) ~= "table" then error("commit: opts must be a table or nil, got " .. type(opts), 2) end
+  opts = opts or {}
+  check_keys(opts, COMMIT_OPTS, "commit", "option")
+  local doing = "commit " .. exe.id
+  local emits, err = prepare_emits(opts.emits, doing)
+  if err then return invalid(err) end
+  local old = exe.version
+  local data
+  data, err = execution.to_json(exe, old + 1)
+  if not data then return invalid(doing .. ": " .. err) end
+  local dd = digests_of(exe)
+  if dd == nil and old > 0 and opts.processed_event_id ~= nil then
+    -- digests unknown (fields of another version, or built by hand): fetch
+    -- them (the version check below makes sure they are the ones at `old`)
+    local got, _, fetched = self:_load(exe.id)
+    if got ~= nil then dd = fetched end
+  end
+  local ok, msg, code, found = self:_commit(exe.id, exe.definition_id, old, data, {
+    status = exe.status,
+    parent_id = exe.parent_id,
+    emits = emits,
+    processed_event_id = opts.processed_event_id,
+    dedupe = dd,
+    timers = opts.timers,
+    spawns = opts.spawns,
+    trace = opts.trace,
+  })
+  if ok then
+    set_version(exe, old + 1)
+    if msg ~= nil then set_digests(exe, msg) end
+    return true
+  end
+  return nil, msg, code, found
+end
+
+-- store:save(exe): a commit with nothing else.
+function Store:save(exe)
+  check_exe(exe, "save")
+  return self:commit(exe)
+end
+
+local function check_id(v, fn, name)
+  if type(v) ~= "string" then error(format("%s: %s must be a string, got %s", fn, name, type(v)), 3) end
+end
+
+-- store:load(id[, timer_path]) -> Execution[, armed] | nil (absent) | nil, msg, code
+-- One find by _id. Given a timer path, the second result is the fire_at
+-- armed for it now (nil when none).
+function Store:load(id, timer_path)
+  check_id(id, "load", "id")
+  if timer_path ~= nil then check_id(timer_path, "load", "timer_path") end
+  local data, armed, dd = self:_load(id, timer_path)
+  if data == nil then
+    if type(armed) == "string" then return nil, armed, dd end -- nil, msg, code
+    return nil
+  end
+  local exe, err = execution.from_json(data, dd)
+  if not exe then return nil, "load " .. id .. ": stored data is not readable: " .. err, "server" end
+  return exe, armed
+end
+
+-- store:load_for_event(id, event_id[, timer_path]) -> Execution|nil, processed[, armed]
+-- One round trip: the execution, whether event_id is already processed, and,
+-- given a timer path, the fire_at armed for it now (nil when none).
+function Store:load_for_event(id, event_id, timer_path)
+  check_id(id, "load_for_event", "id")
+  check_id(event_id, "load_for_event", "event_id")
+  if timer_path ~= nil then check_id(timer_path, "load_for_event", "timer_path") end
+  local data, hit, armed, dd = self:_load_for_event(id, event_id, timer_path)
+  if data == nil then
+    if type(hit) == "string" then return nil, hit, armed end
+    return nil, false
+  end
+  local exe, err = execution.from_json(data, dd)
+  if not exe then return nil, "load_for_event " .. id .. ": stored data is not readable: " .. err, "server" end
+  return exe, hit, armed
+end
+
+-- Keyset cursors: the last _id a page scanned, and a MAC over it and the
+-- filters of the query it belongs to, keyed by the database's cursor secret
+-- (csrc/store.c). A cursor is honoured only by the query it was issued for;
+-- anything else, forged, altered or another query's, is refused as invalid.
+local STATUS_OK = {}
+for _, s in ipairs(execution.STATUSES) do STATUS_OK[s] = true end
+local CURSOR_MAC = 16  -- bytes of the HMAC-SHA256 kept in the cursor
+
+local hex = execution.to_hex
+
+local function cursor_binding(q, status_list)
+  local statuses = {}
+  for i, st in ipairs(status_list or {}) do statuses[i] = st end
+  sort(statuses)
+  local def = q.definition_id
+  return format("list\0%s\0%s\0%s\0", def and (#def .. ":" .. def) or "-",
+                status_list and concat(statuses, ",") or "-", q.roots_only and "roots" or "all")
+end
+
+local function cursor_mac(key, binding, id)
+  return hex(core.hmac_sha256(key, binding .. id):sub(1, CURSOR_MAC))
+end
+
+local function encode_cursor(key, binding, id)
+  return "c2." .. hex(id) .. "." .. cursor_mac(key, binding, id)
+end
+
+-- Compares in time independent of where the strings differ.
+local function same_text(a, b)
+  if #a ~= #b then return false end
+  local diff = 0
+  for i = 1, #a do
+    if a:byte(i) ~= b:byte(i) then diff = diff + 1 end
+  end
+  return diff == 0
+end
+
+local function decode_cursor(key, binding, c)
+  local h, mac = c:match("^c2%.(%x+)%.(%x+)$")
+  if not h or #h % 2 == 1 then return nil end
+  local id = execution.from_hex(h)
+  if not same_text(mac, cursor_mac(key, binding, id)) then return nil end
+  return id
+end
+
+local LIST_OPTS = { status = true, definition_id = true, roots_only = true, limit = true, cursor = true }
+
+-- store:list_executions{ status, definition_id, roots_only, limit, cursor }
+-- -> { items = { summary, ... }, next_cursor = string|nil }
+function Store:list_executions(q)
+  if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil, got " .. type(q), 2) end
+  q = q or {}
+  check_keys(q, LIST_OPTS, "list_executions", "filter")
+  local statuses
+  local status_list
+  if q.status ~= nil then
+    if type(q.status) ~= "string" and type(q.status) ~= "table" then
+      error("list_executions: status must be a string or a list of strings, got " .. type(q.status), 2)
+    end
+    statuses = {}
+    status_list = type(q.status) == "table" and q.status or { q.status }
+    local n = 0
+    for _ in pairs(status_list) do n = n + 1 end
+    if n ~= #status_list then return invalid("list_executions: status must be a list (keys 1..n) of strings") end
+    for i, st in ipairs(status_list) do
+      if type(st) ~= "string" then
+        error(format("list_executions: status[%d] must be a string, got %s", i, type(st)), 2)
+      end
+      if not STATUS_OK[st] then
+        return invalid(format("list_executions: status %q is not one of %s", st, concat(execution.STATUSES, ", ")))
+      end
+      statuses[st] = true
+    end
+    if #status_list == 0 then return invalid("list_executions: status is an empty list") end
+  end
+  if q.definition_id ~= nil then
+    if type(q.definition_id) ~= "string" then
+      error("list_executions: definition_id must be a string, got " .. type(q.definition_id), 2)
+    end
+    local why = core.text_error(q.definition_id)
+    if why then return invalid("list_executions: definition_id " .. why) end
+  end
+  if q.roots_only ~= nil and type(q.roots_only) ~= "boolean" then
+    error("list_executions: roots_only must be a boolean, got " .. type(q.roots_only), 2)
+  end
+  local limit = q.limit == nil and 100 or q.limit
+  if type(limit) ~= "number" then error("list_executions: limit must be a number, got " .. type(limit), 2) end
+  if math_type(limit) ~= "integer" or limit < 1 or limit > 10000 then
+    return invalid("list_executions: limit must be an integer from 1 to 10000")
+  end
+  if q.cursor ~= nil and type(q.cursor) ~= "string" then
+    error("list_executions: cursor must be a string, got " .. type(q.cursor), 2)
+  end
+  local binding = cursor_binding(q, status_list)
+  local after
+  if q.cursor ~= nil then
+    local key, kerr, kcode = self:_cursor_key(false)
+    if kerr then return nil, kerr, kcode end
+    after = key and decode_cursor(key, binding, q.cursor)
+    if not after then return invalid("list_executions: cursor is not one this store issued for this query") end
+  end
+  local function full_page(items, id)
+    local key, kerr, kcode = self:_cursor_key(true)
+    if not key then return nil, kerr, kcode end
+    return { items = items, next_cursor = encode_cursor(key, binding, id) }
+  end
+  -- the filters run on the server: a batch of `limit` is the page, unless
+  -- documents without the promoted fields (harel's) had to be dropped here
+  local items, batch = {}, limit
+  while true do
+    local rows, err, code = self:_scan(q.definition_id, after, batch, statuses and status_list, q.roots_only)
+    if not rows then return nil, err, code end
+    for _, row in ipairs(rows) do
+      after = row.id
+      if row.data then
+        local s, serr = execution.summary_from_json(row.data, row.version)
+        if not s then
+          return nil, "list_executions: " .. row.id .. ": stored data is not readable: " .. serr, "server"
+        end
+        if (not statuses or statuses[s.status]) and (not q.roots_only or s.parent_id == nil) then
+          items[#items + 1] = s
+          if #items == limit then return full_page(items, after) end
+        end
+      end
+    end
+    if #rows < batch then return { items = items } end
+  end
+end
+
+-- A wrong type raises; a number out of range is a bad value (nil, msg, code).
+local function check_claim(fn, limit, lease)
+  if type(limit) ~= "number" then error(fn .. ": limit must be a number, got " .. type(limit), 3) end
+  if lease ~= nil and type(lease) ~= "number" then error(fn .. ": lease must be a number, got " .. type(lease), 3) end
+  if math_type(limit) ~= "integer" or limit < 1 then return fn .. ": limit must be an integer >= 1" end
+  if lease ~= nil and not (lease > 0 and lease <= 86400) then
+    return fn .. ": lease must be seconds, > 0 and at most a day"
+  end
+end
+
+local function no_lease_without_limit(fn, limit, lease)
+  if limit == nil and lease ~= nil then error(fn .. ": a lease needs a limit (pending_x(limit, lease))", 3) end
+end
+
+-- store:pending_outbox() -> { { seq, target_id, event }, ... } oldest first:
+-- every pending entry, claimed by nobody (for inspection and tools).
+-- store:pending_outbox(limit[, lease = 30]) claims up to limit entries for
+-- this caller: each comes with a token, no other relay gets it until the
+-- lease runs out, and ack_outbox(seq, token) removes it only while the claim
+-- is still this caller's.
+function Store:pending_outbox(limit, lease)
+  no_lease_without_limit("pending_outbox", limit, lease)
+  local rows, err, code
+  if limit ~= nil then
+    local bad = check_claim("pending_outbox", limit, lease)
+    if bad then return invalid(bad) end
+    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid())
+  else
+    rows, err, code = self:_pending_outbox()
+  end
+  if not rows then return nil, err, code end
+  for _, r in ipairs(rows) do
+    local ev, eerr = execution.event_from_json(r.event)
+    if not ev then return nil, format("pending_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
+    r.event = ev
+    if r.target_id == core.null then r.target_id = nil end
+  end
+  sort(rows, function(a, b) return a.seq < b.seq end)
+  return rows
+end
+
+-- store:pending_spawns([limit[, lease]]) -> { { seq, parent_id, child_id, root_path, context }, ... }
+-- claimed like pending_outbox when a limit is given.
+function Store:pending_spawns(limit, lease)
+  no_lease_without_limit("pending_spawns", limit, lease)
+  local rows, err, code
+  if limit ~= nil then
+    local bad = check_claim("pending_spawns", limit, lease)
+    if bad then return invalid(bad) end
+    rows, err, code = self:_claim_spawns(limit, lease or 30, core.uuid())
+  else
+    rows, err, code = self:_pending_spawns()
+  end
+  if not rows then return nil, err, code end
+  sort(rows, function(a, b) return a.seq < b.seq end)
+  return rows
+end
+
+-- store:due_timers(now[, limit]) -> { { execution_id, path, fire_at }, ... } by fire_at
+-- limit bounds the documents read (each may hold several due timers).
+function Store:due_timers(now, limit)
+  if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds), got " .. type(now), 2) end
+  if limit ~= nil and type(limit) ~= "number" then
+    error("due_timers: limit must be a number, got " .. type(limit), 2)
+  end
+  if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
+    return invalid("due_timers: limit must be an integer >= 1")
+  end
+  local rows, err, code = self:_due_timers(now, limit)
+  if not rows then return nil, err, code end
+  sort(rows, function(a, b)
+    if a.fire_at ~= b.fire_at then return a.fire_at < b.fire_at end
+    if a.execution_id ~= b.execution_id then return a.execution_id < b.execution_id end
+    return a.path < b.path
+  end)
+  return rows
+end
+
+M.Store = Store
+return M
