@@ -460,4 +460,62 @@ function M.summary_from_json(s, version)
   }
 end
 
+------------------------------------------------------------------------
+-- Timeout events (harel's id form)
+
+-- The Timeout event of a timer, with harel's id for it:
+-- "timeout:<execution id>:<path>:<fire_at>", fire_at written as Python's
+-- repr() writes a float (harel's f-string does): the fewest significant
+-- digits that read back to the same double, positional for decimal
+-- exponents -4..15 (".0" on an integral value), d.ddde+XX otherwise. Pure
+-- Lua, and the same text as the C core's JSON writer on Lua 5.4 and LuaJIT.
+function M.timeout_event(execution_id, path, fire_at)
+  local v = fire_at + 0.0
+  if v ~= v or v == math.huge or v == -math.huge then
+    error("timeout_event: fire_at must be a finite number, got " .. tostring(fire_at), 2)
+  end
+  -- digits and exponent only, so a locale's decimal comma never matters
+  local function split(text)
+    local m, e = text:match("^%-?([^eE]+)[eE]([-+]%d+)$")
+    return (m:gsub("%D", "")), tonumber(e)
+  end
+  -- v's first 100 digits: exact whenever v has fewer, as on a tie below
+  local exact, exact_exp = split(format("%.99e", v))
+  local magnitude = v < 0 and -v or v
+  -- 15 digits read back exactly for a normal double, so the search starts
+  -- there; a subnormal has fewer significant bits and starts from 1
+  local p = (v ~= 0 and v > -2.2250738585072014e-308 and v < 2.2250738585072014e-308) and 1 or 15
+  local digits, exp10
+  while true do
+    digits, exp10 = split(format("%." .. (p - 1) .. "e", v))
+    -- a tie rounds to even, as glibc's printf does (LuaJIT's formatter
+    -- takes it away from zero)
+    if exact:sub(p + 1, p + 1) == "5" and not exact:find("[1-9]", p + 2) and exact:sub(p, p):find("[02468]") then
+      digits, exp10 = exact:sub(1, p), exact_exp
+    end
+    if p == 17 or tonumber("0." .. digits .. "e" .. (exp10 + 1)) == magnitude then break end
+    p = p + 1
+  end
+  digits = digits:gsub("0+$", "")
+  if digits == "" then digits = "0" end
+  local nd, decpt = #digits, exp10 + 1 -- the value is 0.DIGITS x 10^decpt
+  local s
+  if exp10 < -4 or exp10 >= 16 then
+    s = digits:sub(1, 1) .. (nd > 1 and "." .. digits:sub(2) or "") ..
+        format("e%s%02d", exp10 < 0 and "-" or "+", exp10 < 0 and -exp10 or exp10)
+  elseif decpt <= 0 then
+    s = "0." .. ("0"):rep(-decpt) .. digits
+  elseif decpt < nd then
+    s = digits:sub(1, decpt) .. "." .. digits:sub(decpt + 1)
+  else
+    s = digits .. ("0"):rep(decpt - nd) .. ".0"
+  end
+  if v < 0 or (v == 0 and 1 / v < 0) then s = "-" .. s end
+  return {
+    id = format("timeout:%s:%s:%s", execution_id, path, s),
+    kind = "Timeout",
+    data = { path = path, fire_at = fire_at },
+  }
+end
+
 return M
