@@ -55,9 +55,14 @@ deps:
 # The README's test command: the whole suite, then the whole suite again under
 # AddressSanitizer + UBSan on mongo-java-server, then the store and engine specs
 # and spec/05-secantus on SecantusDB (tools/run-suites, flavour secantus).
-test: deps
+test: deps lint
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites plain asan secantus
+
+# luacheck (Debian lua-check) over every Lua file, with .luacheckrc.
+LUA_DIRS = lua spec tools bench examples fuzz docs
+lint:
+	@luacheck -q --no-color $(wildcard $(LUA_DIRS))
 
 # The unit specs (spec/01-unit): no server, no installs, a few seconds.
 unit: mongostore/core.so
@@ -70,7 +75,7 @@ asan-test: deps
 	@$(MAKE) --no-print-directory build/jit/mongostore/core.so build/asan/mongostore/core.so build/asan/lua
 	@tools/with-server tools/run-suites asan
 
-valgrind-test: deps
+valgrind-test: deps lint
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites valgrind
 

@@ -172,8 +172,9 @@ w("- command: `%s`", command)
 w("- date: %s", date)
 w("- machine: %s CPUs (`nproc`), kernel %s", sh("nproc"), sh("uname -srm"))
 w("- server: %s", server)
-w("- mongostore: commit %s%s", sh("git -C '" .. (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/..' rev-parse --short HEAD"),
-  sh("git -C '" .. (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/..' status --porcelain -- csrc lua | grep -q . && echo ' plus uncommitted changes in csrc/ or lua/'"))
+local git = "git -C '" .. (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/..' "
+w("- mongostore: commit %s%s", sh(git .. "rev-parse --short HEAD"),
+  sh(git .. "status --porcelain -- csrc lua | grep -q . && echo ' plus uncommitted changes in csrc/ or lua/'"))
 w("- load average (1, 5, 15 min) when the measured round started: %s; when it ended: %s (the machine may be shared)",
   R["meta.loadavg_start"] or "?", R["meta.loadavg_end"] or "?")
 w("- harel: 0.9.0, its `DurableRunner` (execution=\"%s\") over its own `MongoStore` (pymongo 4.10.1)", R["h1.mode"] or "?")

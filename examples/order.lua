@@ -42,14 +42,16 @@ assert(engine:start("order", { id = "o-3", context = { total = 5, payment_timeou
 assert(engine:send("o-3", { kind = "PlaceOrder" }))
 local deadline = ms.now() + 10
 repeat
-  engine:run{ idle_sleep = 0.05, sweep_interval = 0.1, stop = function() return ms.now() > deadline or store:load("o-3").status ~= "RUNNING" end }
+  engine:run{ idle_sleep = 0.05, sweep_interval = 0.1,
+              stop = function() return ms.now() > deadline or store:load("o-3").status ~= "RUNNING" end }
 until ms.now() > deadline or store:load("o-3").status ~= "RUNNING"
 
 for _, id in ipairs { "o-1", "o-2", "o-3" } do
   local exe = store:load(id)
   print(("%s: %s %s at %s (version %d)"):format(id, exe.status, tostring(exe.outcome), exe.active_path, exe.version))
   for _, step in ipairs(store:read_trace(id)) do
-    print(("  %2d  %-10s %-24s -> %-24s %s"):format(step.index, step.event, step.from or "-", step.to or "-", step.status))
+    print(("  %2d  %-10s %-24s -> %-24s %s"):format(step.index, step.event, step.from or "-", step.to or "-",
+                                                    step.status))
   end
 end
 print(("payment requests sent: %d"):format(charged))

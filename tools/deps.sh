@@ -8,7 +8,7 @@ die() { echo "deps.sh: $*" >&2; exit 1; }
 
 packages=(
     lua5.4 liblua5.4-dev libmongoc-dev libbson-dev libssl-dev pkg-config lua-unit
-    luarocks gcc make curl ca-certificates valgrind python3 python3-venv
+    luarocks gcc make curl ca-certificates valgrind python3 python3-venv lua-check
     # OpenResty side: LuaJIT as Debian's lua module links it, compat-5.3.h,
     # nginx with the lua module and resty.core
     luajit2 libluajit2-5.1-dev lua-compat53-dev nginx libnginx-mod-http-lua lua-resty-core

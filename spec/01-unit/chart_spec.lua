@@ -58,7 +58,7 @@ local function order_def()
     transitions = {
       { from = "Cart", to = "AwaitingPayment", on = "PlaceOrder" },
       { from = "AwaitingPayment", to = "Fulfilling", on = "Paid",
-        where = function(data, context) return data.amount > 0 end },
+        where = function(data) return data.amount > 0 end },
       { from = "AwaitingPayment", on = "Declined", select = retry_or_give_up,
         to = { retry = "AwaitingPayment", giveup = "Cancelled" } },
       { from = "AwaitingPayment", to = "Cancelled", on = "Timeout" },

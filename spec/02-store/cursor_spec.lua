@@ -101,10 +101,13 @@ function TestCursors:test_filter_strings_follow_the_value_rules()
   lu.assertEquals(code, "invalid", err)
   page, err, code = self.store:list_executions { definition_id = "" }
   lu.assertEquals(code, "invalid", err)
+  lu.assertNil(page)
   page, err, code = self.store:list_executions { status = "FINISHED" }
   lu.assertEquals(code, "invalid", err)
+  lu.assertNil(page)
   page, err, code = self.store:list_executions { status = {} }
   lu.assertEquals(code, "invalid", err)
+  lu.assertNil(page)
 end
 
 function TestCursors:test_another_store_on_the_same_database_honours_it()

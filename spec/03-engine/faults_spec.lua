@@ -76,10 +76,9 @@ function TestFaults:test_workers_survive_resets_delays_black_hole_refusals_and_a
   local busy_after = alive_count(workers)
   proxy.set(faults)
 
-  local outs, errors, logs, crashed, samples = {}, {}, 0, {}, {}
+  local errors, logs, crashed, samples = {}, 0, {}, {}
   for i, h in ipairs(workers) do
     local out, status = h.wait()
-    outs[i] = out
     local s = F.summary(out)
     if status ~= 0 or not out:find("IDLE", 1, true) or not s then
       crashed[#crashed + 1] = string.format("worker %d exited %s:\n%s", i - 1, tostring(status), out)

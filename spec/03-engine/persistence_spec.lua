@@ -49,9 +49,9 @@ function TestPersistence:test_flat_execution_resumes_after_restart_in_a_new_proc
   self.store:close()
 
   -- the second life: a new store and engine in this process
-  local store, engine = C.store(self.db), nil
+  local store = C.store(self.db)
   self.store = store
-  engine = C.engine(store)
+  local engine = C.engine(store)
   local exe = C.load(store, "f-1")
   lu.assertEquals(exe.status, "RUNNING")
   lu.assertEquals(exe.active_path, "Working")

@@ -150,6 +150,7 @@ function TestApiRules:test_reserved_and_control_kinds_never_pass_the_events_endp
   end
   -- the control kinds name the endpoint to use instead
   status, body = event("x-ctl", { kind = "Cancel" })
+  lu.assertEquals(status, 400, H.encode({ body }))
   lu.assertStrContains(body.error, "/executions/{id}/cancel")
   lu.assertNil(H.changes(before, H.snapshot(srv().db)))
   local exe = show("x-ctl")
