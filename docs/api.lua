@@ -1,0 +1,1221 @@
+-- docs/api.lua - the public API of mongostore, described once: tools/docgen.lua
+-- renders it into the pages docs/*.md and the LuaLS definitions types/, and
+-- spec/01-unit/docs_spec.lua holds it against the modules themselves.
+--
+-- Shape. `pages` is a list of pages in the order of the index; each page has
+-- sections, and each section a list of entries:
+--   { fn = "connect", module = "mongostore", params = {...}, returns = {...},
+--     fails = { codes... }, raises = "...", desc = "...", example = "..." }
+--   { method = "commit", of = "mongostore.Store", ... }  (called with `:`)
+--   { field = "null", module = "mongostore", type = "...", desc = "..." }
+--   { class = "mongostore.ConnectOptions", desc = "...", fields = {...} }
+--   { alias = "mongostore.Status", desc = "...", values = { { "\"PENDING\"", "..." } } }
+-- A param or field is { name, type, desc, default = "..." }; a type is a
+-- LuaLS type, and a trailing `?` makes the param optional. `returns` lists
+-- what a call gives back when it succeeds; `fails` the codes of the
+-- `nil, message, code` it gives back otherwise. Names starting with `_` are
+-- private and never documented; `internal` lists the public-looking names
+-- the modules have that are not part of the API, each with the reason.
+
+local api = {}
+
+-- The Lua name each module goes by in the pages (what the README calls it).
+api.modules = {
+  { name = "mongostore", as = "mongostore" },
+  { name = "mongostore.core", as = "mongostore.core" },
+  { name = "mongostore.engine", as = "engine" },
+  { name = "mongostore.chart", as = "chart" },
+  { name = "mongostore.ngx", as = "msngx" },
+}
+
+-- The receiver each class's methods are shown on (`store:commit(...)`).
+api.receivers = {
+  ["mongostore.Store"] = "store",
+  ["mongostore.Engine"] = "engine",
+  ["mongostore.Chart"] = "c",
+}
+
+-- Names the modules expose that are not the public API.
+api.internal = {
+  ["mongostore.chart.is_ancestor"] = "used by the interpreter: a path test on compiled charts",
+  ["mongostore.Chart.node"] = "used by the interpreter: the compiled node at a path",
+  ["mongostore.Engine.deliver"] = "the step under send and the relays: applies an event without checking it first",
+  ["mongostore.Engine.create"] = "the step under start: no argument checks of its own",
+  ["mongostore.Engine.definition_of"] = "the spawn relay's cache of a parent's chart id",
+  ["mongostore.Engine.dead_letter"] = "the outbox relay giving up on an entry (see on_dead_letter)",
+}
+
+-- The codes of `nil, message, code`, in mongostore.codes order.
+api.codes = {
+  { "conflict",
+    "The version check lost: someone else advanced the execution since it was loaded (or, for a first "
+    .. "commit, an execution with that id exists). Nothing of the call was written. `store:commit` gives "
+    .. "the version it found as a fourth value (nil: no document).",
+    "Reload and apply the event again (the engine does this by itself, up to `max_conflicts` times). "
+    .. "From `engine:start`: the id holds an execution of another chart." },
+  { "duplicate",
+    "A unique key exists already, or the commit's `processed_event_id` is marked on the execution: the "
+    .. "event was applied before. Nothing was written.",
+    "Treat it as done. `engine:send` answers `true, \"duplicate\"` rather than this code." },
+  { "network",
+    "The connection broke, was reset or was refused while the call was under way.",
+    "For a read, call again. For a write, it may or may not have been applied: repeat it with the same "
+    .. "event id, and dedupe refuses the copy if the first attempt landed." },
+  { "timeout",
+    "The server did not answer within `socketTimeoutMS` (from the URI; 30 s when the URI does not say).",
+    "As for `network`: the write may have been applied; repeat it with the same event id." },
+  { "server",
+    "The server refused the operation (its code is in the message), or a stored document could not be "
+    .. "read back.",
+    "Log it; retrying the same call gives the same answer until what the server objects to changes." },
+  { "invalid",
+    "A value that cannot be stored or used (an empty or non-UTF-8 id, data the value rules refuse, an "
+    .. "option out of range, a cursor this store did not issue for the query, a kind a chart does not "
+    .. "take). Checked before anything is sent: nothing was written.",
+    "Fix the input; the same call fails the same way every time." },
+  { "too_large",
+    "The document or event would exceed the server's maximum size (or the engine's `max_event_bytes`). "
+    .. "Nothing was written.",
+    "Send less: keep big payloads elsewhere and pass a reference." },
+  { "unavailable",
+    "No server could be selected (down, or still starting), or (OpenResty) no worker thread was free "
+    .. "to take the call.",
+    "Retry later; the client pool reconnects in the background, so the next call may succeed." },
+  { "closed",
+    "The store was closed with `store:close()`.",
+    "Connect again; a closed store stays closed." },
+  { "not_found",
+    "(engine, msngx) The execution an event was sent to does not exist.",
+    "Start it first, or check the id. The outbox relay retries such entries up to `max_attempts` "
+    .. "times, since a forked child may not be created yet." },
+}
+
+local WRITE_FAILS = { "network", "timeout", "unavailable", "server", "closed" }
+
+-- The failing codes of a call: its own, then the ones every server call has.
+local function fails(...)
+  local out = { ... }
+  for _, c in ipairs(WRITE_FAILS) do out[#out + 1] = c end
+  return out
+end
+
+api.pages = {}
+
+------------------------------------------------------------------------
+-- store
+
+api.pages[#api.pages + 1] = {
+  file = "store",
+  title = "The store",
+  module = "mongostore",
+  summary = "`mongostore.connect` and the Store: commits, loads, listing, the outbox and spawn relays' "
+    .. "claims, timers, the trace; Executions and Events.",
+  intro = [[
+`local mongostore = require "mongostore"`. A Store is one connection to one
+database: `mongostore.connect(uri, opts)` pings the server (retrying for up to
+`opts.wait` seconds) and makes the indexes. Every call that talks to the server
+returns `nil, message, code` when it fails ([errors](errors.md)) and raises only
+on a programming mistake: a wrong Lua type, an unknown option, naming the
+function and the argument (`delete_timer: path must be a string, got number`).
+A string of the right type that cannot serve as an id, a path or a filter
+(empty, not UTF-8, a NUL inside, longer than 16 KiB) is a bad value:
+`nil, msg, "invalid"`, and nothing is written.]],
+  sections = {
+    {
+      title = "Connecting",
+      entries = {
+        { fn = "connect", module = "mongostore",
+          params = {
+            { "uri", "string", "a MongoDB URI; `socketTimeoutMS`, `serverSelectionTimeoutMS` and `maxPoolSize` "
+              .. "in it are honoured" },
+            { "opts", "mongostore.ConnectOptions?", "the database, prefix and windows" },
+          },
+          returns = { { "store", "mongostore.Store", "connected, with its indexes made" } },
+          fails = { "invalid", "unavailable", "network", "timeout", "server" },
+          raises = "a wrong type for `uri` or `opts`, or an unknown option",
+          desc = [[
+Pings until the server answers or `opts.wait` seconds have passed, so a worker
+started beside its server waits for it. One libmongoc client pool is kept per
+process and URI and shared by every store on it; each store holds one client.
+A bad option value or a malformed URI is `invalid` (the message never quotes
+the URI's password).]],
+          example = [[
+local store = assert(mongostore.connect("mongodb://127.0.0.1:27017",
+                                        { db = "harel", trace_max = 200, wait = 30 }))]] },
+        { class = "mongostore.ConnectOptions",
+          desc = "The options of `mongostore.connect`; an unknown key raises.",
+          fields = {
+            { "db", "string?", "database name (letters, digits, `_` and `-`)", default = "\"harel\"" },
+            { "prefix", "string?", "collections are `<prefix>_executions` and `<prefix>_counters` "
+              .. "(`prefix = \"harel\"` is where harel's own MongoStore keeps them); without it, "
+              .. "`executions` and `counters`", default = "none" },
+            { "trace_max", "integer?", "the trace ring keeps the last N steps (0 keeps all)", default = "200" },
+            { "wait", "number?", "seconds to keep retrying the first ping (0 to 86400)", default = "30" },
+            { "dedupe_window", "integer?", "how many handled event ids each execution keeps for dedupe "
+              .. "(1 to 1,000,000)", default = "1000" },
+          } },
+      },
+    },
+    {
+      title = "Executions and events",
+      entries = {
+        { fn = "execution", module = "mongostore",
+          params = { { "t", "mongostore.ExecutionFields", "harel's Execution fields; `definition_id` is required" } },
+          returns = { { "exe", "mongostore.Execution", "at version 0, not stored yet" } },
+          raises = "a field that does not exist, a wrong type or value for one, or no `definition_id`",
+          desc = [[
+Builds an Execution. `id` defaults to a fresh `mongostore.uuid()`, `status` to
+`PENDING`, `root_path` to `""`, `priority` to 0 and the tables to empty ones.
+The stored data is harel's JSON, so harel's MongoStore reads what mongostore
+writes and the other way round.]],
+          example = [[
+local exe = mongostore.execution{ definition_id = "order", context = { total = 42 } }
+assert(store:save(exe))   -- inserts; exe.version 0 -> 1]] },
+        { fn = "is_execution", module = "mongostore",
+          params = { { "v", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `v` is an Execution" } } },
+        { class = "mongostore.ExecutionFields",
+          desc = "What `mongostore.execution{...}` takes: harel's Execution fields, every one optional but "
+            .. "`definition_id`.",
+          fields = {
+            { "id", "string?", "the execution's id", default = "`mongostore.uuid()`" },
+            { "definition_id", "string", "the chart's id" },
+            { "definition_fqn", "string?", "harel's fully qualified chart name" },
+            { "root_path", "string?", "the region a forked child runs (`\"\"` for a root)", default = "\"\"" },
+            { "status", "mongostore.Status?", "the life-cycle status", default = "\"PENDING\"" },
+            { "outcome", "string?", "the final state's outcome once finished" },
+            { "error", "string?", "`\"<type>: <message>\"` of the action that failed it" },
+            { "active_path", "string?", "the dotted path of the active leaf" },
+            { "history", "table<string, string>?", "remembered children of composites (deep history)" },
+            { "context", "table<string, any>?", "the execution's data, under the value rules", default = "{}" },
+            { "processed_events", "integer?", "how many events it has handled", default = "0" },
+            { "priority", "integer?", "0 to 4", default = "0" },
+            { "parent_id", "string?", "the parent of a forked child" },
+            { "child_id", "string?", "a forked child's own id in its parent" },
+            { "deferred", "mongostore.Event[]?", "events held by `defer` or while suspended",
+              default = "an empty array" },
+            { "children", "table<string, table>?", "the forked children by region" },
+            { "invoke_seq", "table<string, integer>?", "harel's invoke counters" },
+            { "created_at", "number?", "epoch seconds" },
+            { "updated_at", "number?", "epoch seconds" },
+            { "finished_at", "number?", "epoch seconds" },
+            { "expires_at", "number?", "epoch seconds" },
+          } },
+        { class = "mongostore.Execution", parent = "mongostore.ExecutionFields",
+          desc = [[
+An execution: its fields read and write like a table's, but `id`,
+`definition_id` and `version` are read-only, and assigning a wrong type or an
+unknown field raises. `pairs` lists its fields on Lua 5.4 (LuaJIT has no
+`__pairs`).]],
+          fields = {
+            { "id", "string", "the execution's id (read-only)" },
+            { "version", "integer", "0 until stored; each commit adds one (read-only)" },
+            { "status", "mongostore.Status", "the life-cycle status" },
+          } },
+        { alias = "mongostore.Status",
+          desc = "An execution's status.",
+          values = {
+            { "\"PENDING\"", "created, Start not applied yet" },
+            { "\"RUNNING\"", "running" },
+            { "\"DONE\"", "finished in a final state (see `outcome`)" },
+            { "\"CANCELLED\"", "cancelled" },
+            { "\"SUSPENDED\"", "suspended: events that arrive are held in order until resumed" },
+            { "\"CANCELLING\"", "a cooperative cancel is under way" },
+            { "\"FAILED\"", "an action raised (see `error`)" },
+          } },
+        { class = "mongostore.Event",
+          desc = [[
+An event. A missing `id` is filled in (in the caller's table) with
+`mongostore.uuid()`; times are epoch seconds in Lua and ISO-8601 strings in
+the stored JSON.]],
+          fields = {
+            { "id", "string?", "the event id that dedupe keys on", default = "`mongostore.uuid()`" },
+            { "kind", "string", "the event kind (`PlaceOrder`, `Timeout`, ...)" },
+            { "data", "table<string, any>?", "the payload, under the value rules", default = "{}" },
+            { "created_time", "number?", "epoch seconds", default = "now" },
+            { "received_time", "number?", "epoch seconds, set when the engine takes it" },
+          } },
+      },
+    },
+    {
+      title = "Committing",
+      entries = {
+        { method = "commit", of = "mongostore.Store",
+          params = {
+            { "exe", "mongostore.Execution", "the execution at the version it was loaded (or created) at" },
+            { "opts", "mongostore.CommitOptions?", "what else the commit carries" },
+          },
+          returns = { { "ok", "true", "committed: `exe.version` is one higher" } },
+          fails = fails("conflict", "duplicate", "invalid", "too_large"),
+          fails_extra = { { "found", "integer?", "with `conflict`: the version found (nil: no document)" } },
+          raises = "an `exe` that is not an Execution, an `opts` that is not a table, or an unknown option",
+          desc = [[
+One atomic single-document write guarded by the version check: the new state,
+the emitted events (the outbox), the forked children (spawns), the timer
+changes, the event's dedupe mark and a trace step, all or nothing. On any
+failure `exe.version` stays where it was and nothing is written (an outbox,
+spawn or trace seq may be skipped: seqs are unique, not gapless). The event is
+checked against the dedupe marks that came with the load, so a redelivered
+event is refused with `duplicate` before anything is sent.]],
+          example = [[
+local ok, err, code, found = store:commit(exe, {
+  emits = { { target_id = "payments", event = { kind = "Charge", data = { amount = 42 } } } },
+  processed_event_id = "evt-1",
+  timers = { { action = "schedule", path = "AwaitingPayment", fire_at = mongostore.now() + 900 } },
+})
+if not ok and code == "conflict" then --[=[ reload and apply the event again ]=] end]] },
+        { method = "save", of = "mongostore.Store",
+          params = { { "exe", "mongostore.Execution", "the execution" } },
+          returns = { { "ok", "true", "stored: `exe.version` is one higher" } },
+          fails = fails("conflict", "invalid", "too_large"),
+          fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
+          raises = "an `exe` that is not an Execution",
+          desc = "A commit with nothing else: inserts a new execution (version 0 -> 1) or writes its fields." },
+        { class = "mongostore.CommitOptions",
+          desc = "What a commit carries besides the execution; an unknown key raises.",
+          fields = {
+            { "emits", "mongostore.Emit[]?", "events queued in this commit's outbox" },
+            { "processed_event_id", "string?", "the event this commit applies: marked handled, and the commit "
+              .. "is refused with `duplicate` when it is marked already" },
+            { "timers", "mongostore.TimerChange[]?", "durable timers armed or cancelled" },
+            { "spawns", "mongostore.Spawn[]?", "children to fork (created by the spawn relay)" },
+            { "trace", "mongostore.TraceStep?", "a step for the trace ring" },
+          } },
+        { class = "mongostore.Emit",
+          desc = "An event queued in the outbox.",
+          fields = {
+            { "target_id", "string?", "the execution it goes to; nil: an external event (the engine's `on_external`)" },
+            { "event", "mongostore.Event", "the event" },
+          } },
+        { class = "mongostore.TimerChange",
+          desc = "A durable timer armed or cancelled by a commit; a path may not be both in one commit.",
+          fields = {
+            { "action", "\"schedule\"|\"cancel\"", "arm (or re-arm) it, or disarm it" },
+            { "path", "string", "the state path the timer belongs to" },
+            { "fire_at", "number?", "epoch seconds (finite); required to schedule" },
+          } },
+        { class = "mongostore.Spawn",
+          desc = "A child execution to fork.",
+          fields = {
+            { "child_id", "string", "the child's id" },
+            { "root_path", "string", "the region it runs" },
+            { "context", "table<string, any>?", "its starting context" },
+          } },
+        { class = "mongostore.TraceStep",
+          desc = "One step of the trace ring (the engine writes these with `trace = true`); any other "
+            .. "storable keys are kept too.",
+          fields = {
+            { "event", "string?", "the event kind" },
+            { "event_id", "string?", "the event id" },
+            { "from", "string?", "the active path before" },
+            { "to", "string?", "the active path after" },
+            { "status", "mongostore.Status?", "the status after" },
+            { "at", "number?", "epoch seconds" },
+            { "actions", "string[]?", "the hooks that ran" },
+            { "error", "string?", "the failure, if an action raised" },
+            { "index", "integer?", "the step's index (0 to 2^53); given by the store when absent" },
+          } },
+      },
+    },
+    {
+      title = "Loading",
+      entries = {
+        { method = "load", of = "mongostore.Store",
+          params = {
+            { "id", "string", "the execution id" },
+            { "timer_path", "string?", "a state path whose armed timer to report" },
+          },
+          returns = {
+            { "exe", "mongostore.Execution?", "the execution; nil (and nothing else) when there is none" },
+            { "armed", "number?", "with `timer_path`: the fire_at armed for it now (nil when none)" },
+          },
+          fails = fails("invalid"),
+          raises = "an `id` or `timer_path` that is not a string",
+          desc = "One find by `_id`. The execution comes with its dedupe marks, which its next commit checks." },
+        { method = "load_for_event", of = "mongostore.Store",
+          params = {
+            { "id", "string", "the execution id" },
+            { "event_id", "string", "the event about to be applied" },
+            { "timer_path", "string?", "a state path whose armed timer to report" },
+          },
+          returns = {
+            { "exe", "mongostore.Execution?", "the execution; nil when there is none (then `processed` is false)" },
+            { "processed", "boolean", "whether `event_id` is handled already" },
+            { "armed", "number?", "with `timer_path`: the fire_at armed for it now" },
+          },
+          fails = fails("invalid"),
+          raises = "an argument that is not a string",
+          desc = "One round trip: the execution, whether the event is handled already, and the armed timer." },
+        { method = "is_processed", of = "mongostore.Store",
+          params = {
+            { "id", "string", "the execution id" },
+            { "event_id", "string", "the event id" },
+          },
+          returns = { { "processed", "boolean",
+                        "whether the execution has handled `event_id` (within the dedupe window)" } },
+          fails = fails("invalid"),
+          raises = "an argument that is not a string",
+          desc = "Looks among the digests, then in `processed` (harel's marks, or ours before the digests)." },
+      },
+    },
+    {
+      title = "Listing",
+      entries = {
+        { method = "list_executions", of = "mongostore.Store",
+          params = { { "q", "mongostore.ListQuery?", "the filters and the page" } },
+          returns = { { "page", "mongostore.Page", "one page of summaries" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for a filter, or an unknown filter",
+          desc = [[
+Pages through executions by `_id`, filtered on the server (the index on
+`definition_id, status, _id`). Pass `page.next_cursor` back, with the same
+filters, until it is nil. A cursor is signed (HMAC-SHA256) with a secret kept
+once per database, over the last `_id` and the filters: any store on the same
+database honours it, and one that was altered, forged, or issued for other
+filters is refused with `invalid`. A `status` that is not one of the seven is
+`invalid` too.]],
+          example = [[
+local page = store:list_executions{ definition_id = "order", status = { "RUNNING" }, limit = 50 }
+while page do
+  for _, s in ipairs(page.items) do print(s.id, s.status) end
+  page = page.next_cursor and store:list_executions{ definition_id = "order", status = { "RUNNING" },
+                                                     limit = 50, cursor = page.next_cursor }
+end]] },
+        { class = "mongostore.ListQuery",
+          desc = "The filters of `store:list_executions`; an unknown key raises.",
+          fields = {
+            { "status", "mongostore.Status|mongostore.Status[]?", "one status or a list of them" },
+            { "definition_id", "string?", "only this chart's executions" },
+            { "roots_only", "boolean?", "leave out forked children" },
+            { "limit", "integer?", "page size, 1 to 10000 (may change between pages)", default = "100" },
+            { "cursor", "string?", "`next_cursor` of the page before" },
+          } },
+        { class = "mongostore.Page",
+          desc = "A page of the listing.",
+          fields = {
+            { "items", "mongostore.Summary[]", "the executions of this page, by `_id`" },
+            { "next_cursor", "string?", "where the next page starts; nil on the last page" },
+          } },
+        { class = "mongostore.Summary",
+          desc = "An execution as the listing shows it: no context, history or children.",
+          fields = {
+            { "id", "string", "" },
+            { "definition_id", "string", "" },
+            { "status", "mongostore.Status", "" },
+            { "outcome", "string?", "" },
+            { "active_path", "string?", "" },
+            { "version", "integer", "" },
+            { "parent_id", "string?", "" },
+            { "finished_at", "number?", "epoch seconds" },
+          } },
+      },
+    },
+    {
+      title = "Outbox and spawns",
+      intro = [[
+Without a limit, `pending_outbox()` and `pending_spawns()` list every pending
+entry (inspection). With a limit they claim entries a source document at a
+time (so one relay delivers one execution's entries, in order) until the
+caller holds at least `limit`: each entry carries a `token` and its
+`source_id`, no other relay gets them until the lease runs out, `ack_*(seq,
+token)` removes an entry only while the claim is still the caller's, and
+`release_*(source_id, token)` gives the rest back early. Dedupe stays the
+safety net.]],
+      entries = {
+        { method = "pending_outbox", of = "mongostore.Store",
+          params = {
+            { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
+            { "lease", "number?", "seconds the claim holds (> 0, at most a day); needs a limit", default = "30" },
+          },
+          returns = { { "entries", "mongostore.OutboxEntry[]", "oldest first (by seq)" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for `limit` or `lease`, or a lease without a limit" },
+        { method = "ack_outbox", of = "mongostore.Store",
+          params = {
+            { "seq", "integer", "the entry's seq" },
+            { "token", "string?", "the claim's token: remove the entry only while the claim is still the caller's" },
+          },
+          returns = { { "ok", "true", "the entry is gone (or was gone already)" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for `seq` or `token`" },
+        { method = "release_outbox", of = "mongostore.Store",
+          params = {
+            { "source_id", "string", "the document the entries were claimed from" },
+            { "token", "string", "the claim's token" },
+          },
+          returns = { { "ok", "true", "the rest of the claim is given back" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = "Ends a claim before its lease (a relay done with it, or unable to deliver yet)." },
+        { method = "pending_spawns", of = "mongostore.Store",
+          params = {
+            { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
+            { "lease", "number?", "seconds the claim holds; needs a limit", default = "30" },
+          },
+          returns = { { "entries", "mongostore.SpawnEntry[]", "oldest first (by seq)" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for `limit` or `lease`, or a lease without a limit" },
+        { method = "ack_spawn", of = "mongostore.Store",
+          params = {
+            { "seq", "integer", "the entry's seq" },
+            { "token", "string?", "the claim's token" },
+          },
+          returns = { { "ok", "true", "the entry is gone" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for `seq` or `token`" },
+        { method = "release_spawn", of = "mongostore.Store",
+          params = {
+            { "source_id", "string", "the parent the entries were claimed from" },
+            { "token", "string", "the claim's token" },
+          },
+          returns = { { "ok", "true", "the rest of the claim is given back" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument" },
+        { class = "mongostore.OutboxEntry",
+          desc = "A pending outbox entry.",
+          fields = {
+            { "seq", "integer", "unique, increasing" },
+            { "target_id", "string?", "the execution it goes to; nil: an external event" },
+            { "event", "mongostore.Event", "the event" },
+            { "source_id", "string?", "(claimed) the execution that emitted it" },
+            { "token", "string?", "(claimed) the claim's token" },
+            { "lease_until", "number?", "(claimed) epoch seconds the claim holds until" },
+          } },
+        { class = "mongostore.SpawnEntry",
+          desc = "A pending spawn entry.",
+          fields = {
+            { "seq", "integer", "unique, increasing" },
+            { "parent_id", "string", "the parent execution" },
+            { "child_id", "string", "the child to create" },
+            { "root_path", "string", "the region it runs" },
+            { "context", "table<string, any>?", "its starting context" },
+            { "source_id", "string?", "(claimed) the parent" },
+            { "token", "string?", "(claimed) the claim's token" },
+            { "lease_until", "number?", "(claimed) epoch seconds the claim holds until" },
+          } },
+      },
+    },
+    {
+      title = "Timers",
+      entries = {
+        { method = "due_timers", of = "mongostore.Store",
+          params = {
+            { "now", "number", "epoch seconds" },
+            { "limit", "integer?", "bounds the documents read (each may hold several due timers)" },
+          },
+          returns = { { "timers", "mongostore.DueTimer[]", "by fire_at, then execution id, then path" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for `now` or `limit`",
+          desc = [[
+Reads only documents with something due, by the index on `next_fire_at`;
+documents harel's own store wrote, which lack the field, are found too.]] },
+        { method = "delete_timer", of = "mongostore.Store",
+          params = {
+            { "execution_id", "string", "the execution" },
+            { "path", "string", "the timer's state path" },
+            { "fire_at", "number", "the fire_at it was due at" },
+          },
+          returns = { { "ok", "true", "disarmed, or re-armed since (then left alone)" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = "Unsets the timer only while it still holds exactly this fire_at, so a stale sweep cannot "
+            .. "remove a re-armed timer." },
+        { class = "mongostore.DueTimer",
+          desc = "A timer that is due.",
+          fields = {
+            { "execution_id", "string", "" },
+            { "path", "string", "the state path" },
+            { "fire_at", "number", "epoch seconds" },
+          } },
+      },
+    },
+    {
+      title = "Trace",
+      entries = {
+        { method = "append_trace", of = "mongostore.Store",
+          params = {
+            { "execution_id", "string", "the execution" },
+            { "entry", "mongostore.TraceStep", "the step" },
+          },
+          returns = { { "ok", "true", "appended" } },
+          fails = fails("invalid", "too_large"),
+          raises = "a wrong type for an argument",
+          desc = "The standalone trace writer (a commit's `trace` option is the usual way); upserts, and "
+            .. "keeps the last `trace_max` steps." },
+        { method = "read_trace", of = "mongostore.Store",
+          params = { { "execution_id", "string", "the execution" } },
+          returns = { { "steps", "mongostore.TraceStep[]", "oldest first; empty when there is none" } },
+          fails = fails("invalid") },
+      },
+    },
+    {
+      title = "The store itself",
+      entries = {
+        { method = "stats", of = "mongostore.Store",
+          params = {},
+          returns = { { "counts", "table<string, integer>", "commands started through the store's pool, by name "
+            .. "(`find`, `update`, ...), plus `total` and `reply_bytes`" } },
+          fails = { "closed" },
+          desc = "From libmongoc's command monitoring; the pool is shared by every store of the process on the "
+            .. "same URI." },
+        { method = "info", of = "mongostore.Store",
+          params = {},
+          returns = { { "info", "mongostore.StoreInfo", "where it stores and its settings" } },
+          fails = { "closed" } },
+        { class = "mongostore.StoreInfo",
+          desc = "What `store:info()` returns.",
+          fields = {
+            { "db", "string", "database name" },
+            { "executions", "string", "the executions collection" },
+            { "counters", "string", "the counters collection" },
+            { "trace_max", "integer", "" },
+            { "max_bson", "integer", "the server's maximum document size, in bytes" },
+            { "dedupe_window", "integer", "" },
+          } },
+        { method = "close", of = "mongostore.Store",
+          params = {},
+          returns = {},
+          desc = "Gives the client back to the pool. Idempotent; a later call returns `nil, msg, \"closed\"`. "
+            .. "Garbage collection and `<close>` close a store too." },
+      },
+    },
+    {
+      title = "Utilities",
+      entries = {
+        { fn = "now", module = "mongostore", params = {},
+          returns = { { "t", "number", "epoch seconds, with sub-second precision" } } },
+        { fn = "sleep", module = "mongostore",
+          params = { { "s", "number", "seconds" } },
+          returns = {},
+          desc = "Blocks the calling thread (not for OpenResty request handlers)." },
+        { fn = "uuid", module = "mongostore", params = {},
+          returns = { { "id", "string", "16 random bytes as 32 hex digits (harel's `uuid4().hex`)" } } },
+        { fn = "check_keys", module = "mongostore",
+          params = {
+            { "t", "table", "an option table" },
+            { "known", "table<string, true>", "the names it may hold" },
+            { "fn", "string", "the function, for the message" },
+            { "what", "string", "what a key is (`option`, `filter`)" },
+          },
+          returns = {},
+          raises = "a key not in `known` (`<fn>: unknown <what> <key>`, blamed on the caller's caller)",
+          desc = "The check every call of the library makes of its option tables: a misspelt option is a "
+            .. "programming mistake." },
+        { field = "_VERSION", module = "mongostore", type = "string",
+          desc = "The library's version (the rockspec's, also `mongostore.core.version`)." },
+        { class = "mongostore.Store", exposed_as = "mongostore.Store",
+          desc = "A connection to one database, from `mongostore.connect` (`tostring` names the database "
+            .. "and collection)." },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
+-- values
+
+api.pages[#api.pages + 1] = {
+  file = "values",
+  title = "Values",
+  module = "mongostore",
+  summary = "What can be stored: documents, arrays, null, exact integers; the JSON and BSON codecs.",
+  intro = [[
+The value rules, the same for every write, the JSON codec and the BSON codec:
+
+- A table with string keys becomes a document; a table whose keys are exactly
+  `1..n`, or one marked with `mongostore.array(t)`, becomes an array, and
+  arrays come back marked, so an empty array stays an array.
+- `mongostore.null` stands for null.
+- Integers are 64-bit and exact; floats are doubles and must be finite
+  (NaN and the infinities are refused); `-0.0` keeps its sign.
+- Strings must be UTF-8.
+- Anything else is refused before anything is written: functions, userdata
+  (but `mongostore.null` and int64 boxes), cycles, mixed or sparse keys,
+  nesting deeper than 100.
+
+LuaJIT's numbers are doubles: an integer beyond 2^53 read there comes back as
+a boxed `mongostore.int64`, and a box is written back as the exact integer.]],
+  sections = {
+    {
+      title = "Marks",
+      entries = {
+        { field = "null", module = "mongostore", type = "mongostore.Null",
+          desc = "The value that stands for null (a unique light value; compare with `==`)." },
+        { class = "mongostore.Null", desc = "The type of `mongostore.null`." },
+        { fn = "array", module = "mongostore",
+          params = { { "t", "table?", "a list (or nothing, for a new empty one)" } },
+          returns = { { "t", "table", "the same table, marked as an array" } },
+          raises = "a `t` that is neither a table nor nil",
+          desc = "Marks a table as an array, so it is stored as one even when empty.",
+          example = [[
+exe.context.items = mongostore.array()   -- stored as [], read back as a marked empty table]] },
+        { fn = "is_array", module = "mongostore",
+          params = { { "t", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `t` is a table marked as an array" } },
+          desc = "Arrays read from the store or decoded from JSON come back marked." },
+      },
+    },
+    {
+      title = "Integers",
+      entries = {
+        { fn = "int64", module = "mongostore",
+          params = { { "v", "string|number|mongostore.Int64", "a decimal string, a number or a box" } },
+          returns = { { "n", "integer|mongostore.Int64", "on Lua 5.4 a plain integer; on LuaJIT a box beyond 2^53" } },
+          raises = "a `v` that is not an integer within int64",
+          example = [[
+local big = mongostore.int64("9007199254740993")]] },
+        { class = "mongostore.Int64",
+          desc = "(LuaJIT) A boxed 64-bit integer: `tostring`, `==`, `<` and `<=` between boxes, and "
+            .. "`:tonumber()` (the nearest double)." },
+      },
+    },
+    {
+      title = "JSON",
+      entries = {
+        { fn = "json.encode", module = "mongostore",
+          params = {
+            { "v", "any", "a value under the value rules" },
+            { "what", "string?", "what the value is, for messages", default = "\"value\"" },
+          },
+          returns = { { "text", "string", "its JSON" } },
+          fails = { "invalid" },
+          desc = "The core's codec: arrays stay arrays, `mongostore.null` is null, integers are exact." },
+        { fn = "json.decode", module = "mongostore",
+          params = {
+            { "text", "string", "JSON text" },
+            { "opts", "mongostore.JsonDecodeOptions?", "`exact`" },
+          },
+          returns = { { "v", "any", "the value: arrays marked, null as `mongostore.null`" } },
+          fails = { "invalid" },
+          raises = "a `text` that is not a string, or an `opts` that is not a table" },
+        { class = "mongostore.JsonDecodeOptions",
+          desc = "The options of `json.decode`.",
+          fields = {
+            { "exact", "boolean?", "refuse, rather than change silently: integers outside int64, nonzero "
+              .. "numbers that would read as 0, and keys repeated in one object", default = "false" },
+          } },
+        { field = "json", module = "mongostore", type = "mongostore.JsonCodec", desc = "The JSON codec." },
+        { class = "mongostore.JsonCodec", desc = "The type of `mongostore.json`: `encode` and `decode`." },
+      },
+    },
+    {
+      title = "BSON and the text rule",
+      entries = {
+        { fn = "bson_encode", module = "mongostore.core",
+          params = { { "doc", "table", "a table with string keys" } },
+          returns = { { "bytes", "string", "its BSON" } },
+          fails = { "invalid", "too_large" },
+          desc = "The encoder every store write uses, for callers that keep documents of their own." },
+        { fn = "bson_decode", module = "mongostore.core",
+          params = { { "bytes", "string", "BSON bytes" } },
+          returns = { { "doc", "table", "the document under the value rules" } },
+          fails = { "invalid" },
+          desc = "Refuses bytes that are not exactly one well-formed document." },
+        { fn = "text_error", module = "mongostore.core",
+          params = { { "s", "any", "a candidate id, kind, path or filter value" } },
+          returns = { { "why", "string?", "why it cannot serve (empty, not UTF-8, a NUL, longer than 16 KiB, "
+            .. "not a string); nil when it can" } },
+          desc = "The one text rule every call applies to ids, kinds, paths and filters." },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
+-- errors
+
+api.pages[#api.pages + 1] = {
+  file = "errors",
+  title = "Errors",
+  module = "mongostore",
+  summary = "`nil, message, code`: what each code means and what a caller does about it.",
+  intro = [[
+An operation that fails at run time returns `nil, message, code` and never
+raises; the message says what was being done (`commit <id>: ...`) and never
+contains the URI's password. A wrong argument type, an unknown option or a
+wrong chart is a programming mistake and raises, naming the function and the
+argument.
+
+`network` and `timeout` on a write mean the same thing to the caller: the write
+may or may not have been applied, and the library never retries a write by
+itself. Every write the engine makes can be repeated: a commit carries its
+event's dedupe mark, so if the first attempt landed the retry is refused with
+`duplicate`, and `engine:send` then returns `true`. So a caller that gets
+`network` or `timeout` from `send` sends the same event again, with the same
+`id`. `DURABILITY.md` states the guarantees.]],
+  codes = true,  -- the table of api.codes, with the calls that return each
+  sections = {
+    {
+      title = "The list",
+      entries = {
+        { field = "codes", module = "mongostore", type = "mongostore.ErrorCode[]",
+          desc = "Every code, in the order of the table above." },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
+-- chart
+
+api.pages[#api.pages + 1] = {
+  file = "chart",
+  title = "Charts",
+  module = "mongostore.chart",
+  summary = "`chart.define` and the chart definition format: states, transitions, timers, hooks, external kinds.",
+  intro = [[
+`local chart = require "mongostore.chart"`. A chart is a Lua table checked
+once by `chart.define`, which raises an error naming the state path when
+something is wrong (unknown target, missing initial, unreachable state,
+duplicate name, selector without targets, ...). The result is immutable.
+
+A state is `{ "Name", ... }`; names may not contain `.`, and a state's path
+joins the names with dots (`Fulfilling.Picking`). Transitions live in the
+`transitions` list of the state that encloses them; `from` and `to` name
+states seen from there (a child, a dotted path below it, or a state further
+out). The innermost enabled transition wins, then the first declared. A leaf
+with no transition of its own is a sink: it finishes its parent with its
+outcome. Hooks are called as `fn(context, event, act)`; an action that raises
+leaves the execution `FAILED` (README.md, "Statecharts and the engine").]],
+  sections = {
+    {
+      title = "Functions",
+      entries = {
+        { fn = "define", module = "mongostore.chart",
+          params = { { "def", "mongostore.ChartDef", "the chart" } },
+          returns = { { "c", "mongostore.Chart", "the compiled, immutable chart" } },
+          raises = "anything wrong with the chart, naming the state path (`chart order: state Fork.A: ...`)",
+          example = [[
+local order = chart.define{
+  id = "order", initial = "Cart", external = { "PlaceOrder", "Paid" },
+  states = { { "Cart" }, { "AwaitingPayment", timeout = 900 }, { "Done", final = "success" } },
+  transitions = {
+    { from = "Cart", to = "AwaitingPayment", on = "PlaceOrder" },
+    { from = "AwaitingPayment", to = "Done", on = "Paid" },
+    { from = "AwaitingPayment", to = "Done", on = "Timeout" },
+  },
+}]] },
+        { fn = "is_chart", module = "mongostore.chart",
+          params = { { "v", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `v` came from `chart.define`" } } },
+        { fn = "is_external", module = "mongostore.chart",
+          params = {
+            { "c", "mongostore.Chart", "a chart" },
+            { "kind", "string", "an event kind" },
+          },
+          returns = { { "yes", "boolean", "whether an event of this kind may come from outside" } },
+          raises = "a `c` that is not a chart, or a `kind` that is not a string",
+          desc = "A chart that declares `external` answers from its list; one that does not takes every kind "
+            .. "but the reserved ones." },
+        { fn = "external_kinds", module = "mongostore.chart",
+          params = { { "c", "mongostore.Chart", "a chart" } },
+          returns = { { "kinds", "string[]?", "the declared external kinds, sorted (a fresh list); nil when the "
+            .. "chart declares none" } },
+          raises = "a `c` that is not a chart" },
+        { field = "RESERVED", module = "mongostore.chart", type = "table<string, true>",
+          desc = "The kinds the engine gives meaning to: `Start`, `Finished`, `Timeout`, `Cancel`, `Reset`, "
+            .. "`SetState`, `Terminate`, `Suspend`, `Resume`. A chart may handle `Cancel`, `Timeout` and "
+            .. "`Finished` with transitions; none may be declared external." },
+        { class = "mongostore.Chart",
+          desc = "A compiled chart; assigning to it raises.",
+          fields = { { "id", "string", "the chart's id (what executions name as `definition_id`)" } } },
+      },
+    },
+    {
+      title = "The definition format",
+      entries = {
+        { class = "mongostore.ChartDef",
+          desc = "What `chart.define` takes; an unknown key raises.",
+          fields = {
+            { "id", "string", "the chart's id" },
+            { "initial", "string", "the first state" },
+            { "states", "mongostore.StateDef[]", "the top-level states" },
+            { "transitions", "mongostore.TransitionDef[]?", "transitions between top-level states" },
+            { "history", "boolean?", "false: the top level has no history", default = "true" },
+            { "external", "string[]?", "the kinds that may come from outside; each must be handled by some "
+              .. "transition, and none may be reserved" },
+          } },
+        { class = "mongostore.StateDef",
+          desc = "A state: `{ \"Name\", ... }`; an unknown key raises.",
+          fields = {
+            { "[1]", "string", "the name (no `.`)" },
+            { "states", "mongostore.StateDef[]?", "children: a composite (or, with `orthogonal`, regions)" },
+            { "initial", "string?", "the first child of a composite" },
+            { "transitions", "mongostore.TransitionDef[]?", "transitions among the children" },
+            { "orthogonal", "boolean?", "its states are regions that run at once, each a forked child execution" },
+            { "final", "string|true?", "a final state, with its outcome" },
+            { "timeout", "number|{ context: string }?", "seconds (or the context key holding them) before a "
+              .. "`Timeout` event; a durable timer armed on entry, cancelled on exit" },
+            { "on_enter", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?", "hook run on entry" },
+            { "on_exit", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?", "hook run on exit" },
+            { "on_activity", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?",
+              "hook run after entry, once the state settles" },
+            { "defer", "string[]?", "kinds held while nothing handles them, until a state that does is entered" },
+            { "history", "boolean?", "false: enter at the initial state, not the remembered one", default = "true" },
+          } },
+        { class = "mongostore.TransitionDef",
+          desc = "A transition; an unknown key raises.",
+          fields = {
+            { "from", "string", "the source state" },
+            { "to", "string|table<string, string>?", "the target, or (with `select`) targets by key" },
+            { "on", "string|string[]?", "the event kind(s); none: an automatic transition" },
+            { "where", "fun(data: table, context: table, event: mongostore.Event): boolean?", "the guard" },
+            { "select", "fun(context: table, event: mongostore.Event): string?", "picks a key of `to`" },
+            { "action", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?",
+              "runs between the exits and the entries" },
+            { "join", "\"all\"|\"any\"?", "out of an orthogonal state: when every region (or the first) has "
+              .. "finished", default = "\"all\"" },
+            { "else_to", "string?", "the join's target when a finished region's outcome is neither "
+              .. "`success` nor nil" },
+          } },
+        { class = "mongostore.Act",
+          desc = "What a hook gets as its third argument.",
+          fields = {
+            { "emit", "fun(target_id: string?, kind: string, data: table?)", "queues an event in this commit's "
+              .. "outbox; `target_id` nil: an external event" },
+            { "idempotency_key", "string", "`<id>:<version>:<n>`, the same when the step is applied again" },
+            { "execution_id", "string", "" },
+            { "parent_id", "string?", "" },
+            { "now", "number", "epoch seconds of this step" },
+          } },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
+-- engine
+
+api.pages[#api.pages + 1] = {
+  file = "engine",
+  title = "The engine",
+  module = "mongostore.engine",
+  summary = "`engine.new`: start, send, the relays, the timer sweep, the worker loop and the control calls.",
+  intro = [[
+`local engine = require("mongostore.engine").new{ store = store, charts = { order } }`.
+Every delivered event is one `load` by `_id`, the interpreter and one
+`commit` that carries the emits, the dedupe mark, the timer changes, the
+spawns and (with `trace = true`) a trace step. A conflict reloads and retries;
+a redelivered event is refused by dedupe and changes nothing. The relays and
+the sweep only repeat work that is idempotent, so several worker processes can
+share a database, and what a killed worker left is finished by the others or
+by itself on restart (`engine:recover()`).
+
+What the engine takes from a caller is checked whole before anything is sent:
+a wrong Lua type raises (`send: event.kind must be a string, got number`); a
+bad value (an empty or non-UTF-8 id or kind, data the value rules cannot
+store, an unknown chart, a priority outside 0..4) is `nil, msg, "invalid"`,
+and an event larger than `max_event_bytes` is `"too_large"`. Then nothing is
+written and no hook has run.]],
+  sections = {
+    {
+      title = "Making one",
+      entries = {
+        { fn = "new", module = "mongostore.engine",
+          params = { { "opts", "mongostore.EngineOptions", "the store, the charts and the settings" } },
+          returns = { { "engine", "mongostore.Engine", "" } },
+          raises = "a missing store, a chart that did not come from `chart.define`, an option of the wrong "
+            .. "type or out of range, or an unknown option" },
+        { class = "mongostore.EngineOptions",
+          desc = "The options of `engine.new`; an unknown key raises.",
+          fields = {
+            { "store", "mongostore.Store", "from `mongostore.connect`" },
+            { "charts", "mongostore.Chart[]?", "the charts it runs (more with `engine:register`)" },
+            { "trace", "boolean?", "write a trace step with every commit", default = "false" },
+            { "now", "fun(): number?", "the clock", default = "`mongostore.now`" },
+            { "max_conflicts", "integer?", "reloads of one event before giving up with `conflict`", default = "50" },
+            { "max_attempts", "integer?", "deliveries of an outbox entry to a target that does not exist "
+              .. "before it goes to `on_dead_letter`", default = "100" },
+            { "max_event_bytes", "integer?", "the largest event (its JSON) `send` takes", default = "1048576" },
+            { "batch", "integer?", "entries a relay pass claims", default = "100" },
+            { "lease", "number?", "seconds a claimed entry is this worker's", default = "10" },
+            { "on_external", "fun(entry: mongostore.OutboxEntry)?", "receives emitted events with no target; "
+              .. "a raise counts as a failed delivery" },
+            { "on_dead_letter", "fun(entry: mongostore.OutboxEntry, err: string)?", "receives entries given up "
+              .. "on", default = "log them" },
+            { "log", "fun(msg: string)?", "where the engine reports what it carries on through",
+              default = "stderr" },
+          } },
+        { method = "register", of = "mongostore.Engine",
+          params = { { "c", "mongostore.Chart", "a chart" } },
+          returns = {},
+          raises = "a `c` that is not a chart",
+          desc = "Adds a chart after construction." },
+        { class = "mongostore.Engine", desc = "An engine, from `engine.new`." },
+      },
+    },
+    {
+      title = "Starting and sending",
+      entries = {
+        { method = "start", of = "mongostore.Engine",
+          params = {
+            { "chart_id", "string", "the chart to run" },
+            { "opts", "mongostore.StartOptions?", "the id, context and priority" },
+          },
+          returns = {
+            { "id", "string", "the execution's id" },
+            { "created", "boolean", "true when this call created it; false when it existed (no second Start)" },
+          },
+          fails = fails("conflict", "invalid", "too_large"),
+          raises = "a wrong type for an argument or an option, or an unknown option",
+          desc = [[
+Creates the execution and applies `Start` in the same first commit. The same
+id again is the same execution; an id that holds another chart's execution is
+a `conflict`.]],
+          example = [[
+local id = engine:start("order", { id = "o-1", context = { total = 30 } })]] },
+        { class = "mongostore.StartOptions",
+          desc = "The options of `engine:start`; an unknown key raises.",
+          fields = {
+            { "id", "string?", "the execution's id", default = "`mongostore.uuid()`" },
+            { "context", "table<string, any>?", "the starting context", default = "{}" },
+            { "priority", "integer?", "0 to 4", default = "0" },
+          } },
+        { method = "send", of = "mongostore.Engine",
+          params = {
+            { "id", "string", "the execution" },
+            { "event", "mongostore.Event", "the event; a missing `id` is filled into this table" },
+          },
+          returns = {
+            { "ok", "true", "" },
+            { "how", "\"applied\"|\"duplicate\"", "applied now, or handled before (nothing changed)" },
+          },
+          fails = fails("not_found", "conflict", "invalid", "too_large"),
+          raises = "a wrong type for `id`, the event or one of its fields",
+          desc = [[
+Applies the event once per event id: sending the same id again changes
+nothing. After `network` or `timeout`, send the same event again (same `id`).]],
+          example = [[
+engine:send("o-1", { kind = "PlaceOrder", data = {}, id = "evt-1" })]] },
+      },
+    },
+    {
+      title = "Relays, sweep and the worker loop",
+      entries = {
+        { method = "step", of = "mongostore.Engine", params = {},
+          returns = { { "n", "integer", "items handled" } },
+          desc = "One pass: the spawn relay, the outbox relay, then the due timers." },
+        { method = "run", of = "mongostore.Engine",
+          params = { { "opts", "mongostore.RunOptions?", "when to stop and how long to idle" } },
+          returns = {},
+          raises = "a wrong type for an option, or an unknown option",
+          desc = [[
+The worker loop: relays as long as there is work, sleeps when there is none,
+and sweeps timers at least every `sweep_interval` even under load. The client
+pool reconnects in the background, so it goes on through resets and restarts
+of the server.]],
+          example = [[
+engine:run{ stop = function() return stopping end, idle_sleep = 0.05, sweep_interval = 1 }]] },
+        { class = "mongostore.RunOptions",
+          desc = "The options of `engine:run`; an unknown key raises.",
+          fields = {
+            { "stop", "fun(): boolean?", "asked before each pass; true ends the loop", default = "never" },
+            { "idle_sleep", "number?", "seconds to sleep when a pass found nothing", default = "0.05" },
+            { "sweep_interval", "number?", "seconds between timer sweeps", default = "1" },
+          } },
+        { method = "recover", of = "mongostore.Engine",
+          params = { { "max_passes", "integer?", "at most this many passes (>= 1)", default = "100" } },
+          returns = { { "n", "integer", "items handled" } },
+          raises = "a `max_passes` that is not a number >= 1",
+          desc = "Steps until a pass finds nothing: drains what a crash left in the spawns, the outbox and "
+            .. "the timers." },
+        { method = "relay_spawns", of = "mongostore.Engine", params = {},
+          returns = { { "n", "integer", "entries handled" } },
+          desc = "Claims pending spawns and creates each child (an existing child is left as it is)." },
+        { method = "relay_outbox", of = "mongostore.Engine", params = {},
+          returns = { { "n", "integer", "entries handled" } },
+          desc = [[
+Claims pending outbox entries and delivers each, in order per target; a target
+that does not exist yet is retried on later passes and given up after
+`max_attempts`. Events without a target go to `on_external`.]] },
+        { method = "sweep", of = "mongostore.Engine",
+          params = { { "now", "number?", "epoch seconds", default = "the engine's clock" } },
+          returns = { { "n", "integer", "timers handled" } },
+          desc = [[
+Fires each due timer as `{ kind = "Timeout", id = "timeout:<id>:<path>:<fire_at>" }`;
+the commit that applies it also disarms it. A Timeout for a state left or
+re-armed since changes nothing.]] },
+      },
+    },
+    {
+      title = "Control",
+      intro = "Control events reach the children too. Each returns what `send` returns.",
+      entries = {
+        { method = "cancel", of = "mongostore.Engine",
+          params = { { "id", "string", "the execution" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          fails = fails("not_found", "conflict", "invalid"),
+          raises = "an `id` that is not a string",
+          desc = "Cooperative when the active configuration has a `Cancel` transition, which is taken; "
+            .. "otherwise the execution ends `CANCELLED` at once." },
+        { method = "terminate", of = "mongostore.Engine",
+          params = { { "id", "string", "the execution" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          fails = fails("not_found", "conflict", "invalid"),
+          raises = "an `id` that is not a string",
+          desc = "Ends the execution at once, running no hooks." },
+        { method = "suspend", of = "mongostore.Engine",
+          params = { { "id", "string", "the execution" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          fails = fails("not_found", "conflict", "invalid"),
+          raises = "an `id` that is not a string",
+          desc = "Events that arrive are held, in order, until `resume`." },
+        { method = "resume", of = "mongostore.Engine",
+          params = { { "id", "string", "the execution" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          fails = fails("not_found", "conflict", "invalid"),
+          raises = "an `id` that is not a string",
+          desc = "Releases the held events." },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
+-- ngx
+
+api.pages[#api.pages + 1] = {
+  file = "ngx",
+  title = "OpenResty",
+  module = "mongostore.ngx",
+  summary = "`mongostore.ngx`: configure, the worker, and every store and engine call run in nginx worker threads.",
+  intro = [[
+`local msngx = require "mongostore.ngx"`. In request handlers (rewrite,
+access, content) every store and engine call runs in an nginx worker thread
+with `ngx.run_worker_thread`, so the handler yields and the event loop keeps
+serving other requests. Arguments and results cross the thread boundary as
+JSON text (the core's codec): boxed int64s and empty arrays survive both ways,
+an Execution comes back as a plain table of its fields, and an argument that
+JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
+runs. A call that finds no free thread slot within `call_timeout`, or whose
+thread fails, returns `nil, msg, "unavailable"`. Requests from outside should
+use `send_external` and `start_external`.]],
+  sections = {
+    {
+      title = "Setting up",
+      entries = {
+        { fn = "configure", module = "mongostore.ngx",
+          params = { { "cfg", "mongostore.NgxConfig", "where to connect and how to run" } },
+          returns = { { "ok", "true", "" } },
+          raises = "a missing `uri`, or a setting of the wrong type or out of range",
+          desc = [[
+Call it in `init_by_lua`: it only records the settings. Connections are made
+lazily in the processes and threads that use them, never in nginx's master.]],
+          example = [[
+require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "orders",
+                                     charts = "app.charts", thread_pool = "mongostore" }]] },
+        { class = "mongostore.NgxConfig",
+          desc = "The settings of `msngx.configure`.",
+          fields = {
+            { "uri", "string", "a MongoDB URI" },
+            { "db", "string?", "database name", default = "\"harel\"" },
+            { "prefix", "string?", "collection prefix (as `connect`)" },
+            { "trace_max", "integer?", "as `connect`" },
+            { "wait", "number?", "seconds a thread's first connect keeps retrying (0 to 86400)", default = "0" },
+            { "server_selection_timeout", "number?", "seconds any call waits for a server (0.1 to 3600); "
+              .. "written into the URI as `serverSelectionTimeoutMS` and `connectTimeoutMS` unless it sets "
+              .. "them", default = "2" },
+            { "thread_pool", "string?", "the nginx `thread_pool` to run calls in", default = "\"mongostore\"" },
+            { "charts", "string?", "the name of a module returning the list of charts" },
+            { "trace", "boolean?", "the engine writes trace steps", default = "false" },
+            { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
+              .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
+            { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },
+          } },
+        { fn = "config", module = "mongostore.ngx", params = {},
+          returns = { { "cfg", "table?", "the recorded settings (the URI with its timeouts); nil before "
+            .. "`configure`" } } },
+        { fn = "start_worker", module = "mongostore.ngx",
+          params = { { "opts", "mongostore.NgxWorkerOptions?", "how often to step" } },
+          returns = { { "ok", "true", "" } },
+          fails = { "unavailable" },
+          raises = "a call before `configure`, or a lock dict nginx does not declare",
+          desc = [[
+In `init_worker_by_lua`: runs the relays and the timer sweep on
+`ngx.timer.every` in each worker process, one nginx worker at a time (a
+`lua_shared_dict` lock). Each step runs in a worker thread; where the lua
+module cannot start threads from timers it falls back to direct calls. A
+premature timer (reload, shutdown) stops it.]] },
+        { class = "mongostore.NgxWorkerOptions",
+          desc = "The options of `msngx.start_worker`.",
+          fields = {
+            { "interval", "number?", "seconds between steps", default = "0.1" },
+            { "sweep_interval", "number?", "seconds between timer sweeps", default = "1" },
+            { "lock_dict", "string?", "the `lua_shared_dict` for the lock", default = "\"mongostore_locks\"" },
+            { "lock_ttl", "number?", "seconds the lock is held at most", default = "10" },
+          } },
+        { fn = "stop_worker", module = "mongostore.ngx", params = {}, returns = {},
+          desc = "Stops this process's worker at its next tick (it stops by itself on reload and shutdown)." },
+      },
+    },
+    {
+      title = "Store calls",
+      intro = [[
+`msngx.<name>(...)` runs `store:<name>(...)` in a worker thread and returns what
+it returns (an Execution as a plain table of its fields), or `nil, msg,
+"unavailable"` when no thread could run it.]],
+      forwards = "mongostore.Store",  -- one entry per forwarded Store method (the `ngx` list below)
+      entries = {
+        { fn = "commit", module = "mongostore.ngx",
+          params = {
+            { "fields", "table", "the execution's fields as `msngx.load` returned them, `version` included" },
+            { "opts", "mongostore.CommitOptions?", "as `store:commit`" },
+          },
+          returns = {
+            { "ok", "true", "" },
+            { "version", "integer", "the execution's new version" },
+          },
+          fails = fails("conflict", "duplicate", "invalid", "too_large"),
+          fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
+          desc = "`store:commit` of the execution rebuilt from its fields at the version it was loaded at." },
+      },
+    },
+    {
+      title = "Engine calls",
+      intro = [[
+`msngx.<name>(...)` runs `engine:<name>(...)` in a worker thread, with the
+charts of `cfg.charts`.]],
+      forwards = "mongostore.Engine",
+      entries = {
+        { fn = "send_external", module = "mongostore.ngx",
+          params = {
+            { "id", "string", "the execution" },
+            { "event", "mongostore.Event", "the event from outside" },
+          },
+          returns = {
+            { "ok", "true", "" },
+            { "how", "\"duplicate\"?", "`\"duplicate\"` for an event id already handled" },
+          },
+          fails = fails("not_found", "conflict", "invalid", "too_large"),
+          desc = [[
+The send for events from an HTTP client: a kind the execution's chart does not
+take from outside (`chart.is_external`) is refused with `invalid` before
+anything is written, so a client cannot send `SetState`, `Reset`, `Terminate`
+or a forged `Timeout`.]] },
+        { fn = "start_external", module = "mongostore.ngx",
+          params = {
+            { "chart_id", "string", "the chart" },
+            { "opts", "mongostore.StartOptions?", "as `engine:start`" },
+          },
+          returns = {
+            { "id", "string", "the execution's id" },
+            { "created", "boolean?", "true when this call created it" },
+          },
+          fails = fails("conflict", "invalid", "too_large"),
+          desc = "The start for requests from outside: an `opts.id` that holds another chart's execution is "
+            .. "`conflict`; the same id under the same chart answers that execution from one read." },
+      },
+    },
+  },
+}
+
+-- The Store and Engine calls mongostore.ngx forwards to a worker thread (its
+-- own entries above cover commit, send_external and start_external).
+api.ngx_forwards = {
+  ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
+                           "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
+                           "ack_spawn", "delete_timer", "info" },
+  ["mongostore.Engine"] = { "start", "send", "cancel", "terminate", "suspend", "resume" },
+}
+
+return api
