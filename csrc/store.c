@@ -14,60 +14,13 @@
 #include <unistd.h>
 
 #include <mongoc/mongoc.h>
-#include <openssl/sha.h>
-
-/* The server's own limit is read at connect; this is the fallback. */
-#if !defined(MS_DEFAULT_MAX_BSON)
-#define MS_DEFAULT_MAX_BSON (16 * 1024 * 1024)
-#endif
-
-/* Each connection attempt may take this long before connect retries. */
-#if !defined(MS_CONNECT_ATTEMPT_MS)
-#define MS_CONNECT_ATTEMPT_MS 2000
-#endif
-
-/* How long a call waits for a reply when the URI does not say
- * (socketTimeoutMS): libmongoc's own default of 5 minutes would hold a
- * worker that long on a server that went silent. */
-#if !defined(MS_SOCKET_TIMEOUT_MS)
-#define MS_SOCKET_TIMEOUT_MS 30000
-#endif
-
-/* How many handled event ids a document keeps for dedupe by default. */
-#if !defined(MS_DEDUPE_WINDOW)
-#define MS_DEDUPE_WINDOW 1000
-#endif
-
-/* next_fire_at of a document with no timer: later than any real time, so
- * $min with a real fire_at always lowers it, and no range scan reaches it. */
-#define MS_NO_TIMER 1e300
-
-/* U+FF0E FULLWIDTH FULL STOP: stands for '.' in timer keys (seed: _enc). */
-#define MS_DOT_ENC "\xef\xbc\x8e"
-
-
-typedef struct ms_store {
-  ms_pool_t *pool;
-  mongoc_client_t *client;
-  mongoc_collection_t *exes;
-  mongoc_collection_t *counters;
-  char *password;          /* scrubbed from every message */
-  char *db;
-  int64_t trace_max;       /* 0 keeps every step */
-  int64_t dedupe_window;   /* event ids kept in `processed` */
-  int32_t max_bson;
-  int32_t socket_timeout_ms; /* the URI's socketTimeoutMS (0: none) */
-  double op_started;         /* when the current call began: network vs timeout */
-  uint8_t cursor_key[32];    /* the listing's cursor secret, once read */
-  int has_cursor_key;
-} ms_store_t;
 
 /* ---- helpers ---- */
 
 /* The store argument, or NULL once it is closed: a call on a closed store is
  * an ordinary failure (nil, msg, "closed"), since a worker may close its store
  * while another coroutine still holds it. */
-static ms_store_t *check_store(lua_State *L) {
+ms_store_t *ms_store_check(lua_State *L) {
   ms_store_t *s = (ms_store_t *)luaL_checkudata(L, 1, MS_STORE_MT);
   if (!s->client) return NULL;
   s->op_started = ms_now();
@@ -75,15 +28,11 @@ static ms_store_t *check_store(lua_State *L) {
   return s;
 }
 
-static int push_closed(lua_State *L, const char *doing) {
+int ms_push_closed(lua_State *L, const char *doing) {
   ms_err_t e;
   ms_err_set(&e, "closed", "%s: the store is closed", doing);
   return ms_push_error(L, &e);
 }
-
-#define STORE_OR_CLOSED(L, s, doing) \
-  ms_store_t *s = check_store(L);    \
-  if (!s) return push_closed(L, doing)
 
 /* Removes the URI's password from a message wherever libmongoc echoed it. */
 static void scrub(const ms_store_t *s, ms_err_t *e) {
@@ -97,12 +46,12 @@ static void scrub(const ms_store_t *s, ms_err_t *e) {
   }
 }
 
-static int push_err(lua_State *L, const ms_store_t *s, ms_err_t *e) {
+int ms_store_push_err(lua_State *L, const ms_store_t *s, ms_err_t *e) {
   scrub(s, e);
   return ms_push_error(L, e);
 }
 
-static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *be, const char *doing) {
+int ms_store_push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *be, const char *doing) {
   ms_err_t e;
   /* libmongoc says "socket error or timeout" for both: the time the failed
    * attempt took tells them apart (the whole call's, when the failure came
@@ -110,12 +59,12 @@ static int push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *
   int64_t failed_us = ms_failed_attempt_us();
   double took_ms = failed_us >= 0 ? (double)failed_us / 1000.0 : s ? (ms_now() - s->op_started) * 1000.0 : -1.0;
   ms_err_from_bson_timed(&e, be, doing, took_ms, s ? s->socket_timeout_ms : 0);
-  return push_err(L, s, &e);
+  return ms_store_push_err(L, s, &e);
 }
 
 /* An execution id or event id: a non-empty UTF-8 string. Not a string is a
  * programming error and raises; a bad string is an invalid value. */
-static const char *check_id(lua_State *L, int idx, const char *name, size_t *len, ms_err_t *e) {
+const char *ms_check_id(lua_State *L, int idx, const char *name, size_t *len, ms_err_t *e) {
   size_t n;
   const char *s, *why;
   if (lua_type(L, idx) != LUA_TSTRING)
@@ -132,19 +81,19 @@ static const char *check_id(lua_State *L, int idx, const char *name, size_t *len
 /* Arguments of any other kind: the wrong Lua type is the caller's bug and
  * raises, naming the argument ("delete_timer: path must be a string, got
  * number"); nothing is coerced, so a number never passes for a path. */
-static const char *arg_string(lua_State *L, int idx, const char *name, size_t *len) {
+const char *ms_arg_string(lua_State *L, int idx, const char *name, size_t *len) {
   if (lua_type(L, idx) != LUA_TSTRING)
     luaL_error(L, "%s must be a string, got %s", name, luaL_typename(L, idx));
   return lua_tolstring(L, idx, len);
 }
 
-static double arg_number(lua_State *L, int idx, const char *name) {
+double ms_arg_number(lua_State *L, int idx, const char *name) {
   if (lua_type(L, idx) != LUA_TNUMBER)
     luaL_error(L, "%s must be a number, got %s", name, luaL_typename(L, idx));
   return lua_tonumber(L, idx);
 }
 
-static int64_t arg_integer(lua_State *L, int idx, const char *name) {
+int64_t ms_arg_integer(lua_State *L, int idx, const char *name) {
   int64_t v;
   if (!ms_to_int64(L, idx, &v))
     luaL_error(L, "%s must be an integer, got %s", name,
@@ -152,59 +101,15 @@ static int64_t arg_integer(lua_State *L, int idx, const char *name) {
   return v;
 }
 
-static void arg_table(lua_State *L, int idx, const char *name) {
+void ms_arg_table(lua_State *L, int idx, const char *name) {
   if (lua_type(L, idx) != LUA_TTABLE)
     luaL_error(L, "%s must be a table, got %s", name, luaL_typename(L, idx));
-}
-
-/* Timer paths become keys of the timers sub-document: '.' is encoded as
- * U+FF0E, and what cannot be a key at all is refused before any I/O. */
-static int encode_path(const char *path, size_t len, bson_string_t **out, ms_err_t *e) {
-  size_t i;
-  if (len == 0) {
-    ms_err_set(e, "invalid", "timer path is empty");
-    return -1;
-  }
-  if (path[0] == '$') {
-    ms_err_set(e, "invalid", "timer path '%s' starts with '$'", path);
-    return -1;
-  }
-  if (ms_text_error(path, len)) {
-    ms_err_set(e, "invalid", "timer path %s", ms_text_error(path, len));
-    return -1;
-  }
-  if (strstr(path, MS_DOT_ENC)) {
-    ms_err_set(e, "invalid", "timer path '%s' contains U+FF0E, which stands for '.' in stored keys", path);
-    return -1;
-  }
-  *out = bson_string_new("timers.");
-  for (i = 0; i < len; i++) {
-    if (path[i] == '.') bson_string_append(*out, MS_DOT_ENC);
-    else bson_string_append_c(*out, path[i]);
-  }
-  return 0;
-}
-
-static void push_decoded_path(lua_State *L, const char *key, size_t len) {
-  luaL_Buffer b;
-  size_t i = 0;
-  luaL_buffinit(L, &b);
-  while (i < len) {
-    if (i + 3 <= len && memcmp(key + i, MS_DOT_ENC, 3) == 0) {
-      luaL_addchar(&b, '.');
-      i += 3;
-    } else {
-      luaL_addchar(&b, key[i]);
-      i++;
-    }
-  }
-  luaL_pushresult(&b);
 }
 
 /* Reserves count seqs from the counters collection and returns the first of
  * the block (seed: _next_seq). A block burned by a lost CAS leaves a gap,
  * which is harmless: seqs are unique and increasing, never gapless. */
-static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count,
+int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count,
                     int64_t *first, bson_error_t *be) {
   bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, inc, reply;
   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new();
@@ -238,18 +143,6 @@ static int next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t cou
   bson_destroy(&query);
   bson_destroy(&update);
   mongoc_find_and_modify_opts_destroy(opts);
-  return ok;
-}
-
-/* The next 0-based trace index of an execution, from counter trace:<id>
- * (the whole id: two ids that share a long prefix are two counters). */
-static int next_trace_index(ms_store_t *s, const char *id, size_t idlen, int64_t *index, bson_error_t *be) {
-  bson_string_t *name = bson_string_new("trace:");
-  int ok;
-  bson_string_append_printf(name, "%.*s", (int)idlen, id);
-  ok = next_seq(s, name->str, name->len, 1, index, be);
-  bson_string_free(name, true);
-  if (ok) *index -= 1;
   return ok;
 }
 
@@ -356,7 +249,7 @@ static int l_connect(lua_State *L) {
   if (opts) luaL_checktype(L, 2, LUA_TTABLE);
   if (opt_field(L, opts, "db") != LUA_TNIL) {
     size_t n;
-    arg_string(L, -1, "connect: opts.db", NULL);
+    ms_arg_string(L, -1, "connect: opts.db", NULL);
     db = lua_tolstring(L, -1, &n);
     if (!valid_name(db, n, 1)) {
       ms_err_set(&e, "invalid", "connect: database name '%s' is not valid (letters, digits, _ and -)", db);
@@ -365,7 +258,7 @@ static int l_connect(lua_State *L) {
   }
   if (opt_field(L, opts, "prefix") != LUA_TNIL) {
     size_t n;
-    arg_string(L, -1, "connect: opts.prefix", NULL);
+    ms_arg_string(L, -1, "connect: opts.prefix", NULL);
     prefix = lua_tolstring(L, -1, &n);
     if (!valid_name(prefix, n, 0) || n > 30) {
       ms_err_set(&e, "invalid", "connect: prefix '%s' is not valid (letters, digits and _)", prefix);
@@ -374,7 +267,7 @@ static int l_connect(lua_State *L) {
   }
   /* a wrong type raises; a number out of range is an invalid value */
   if (opt_field(L, opts, "trace_max") != LUA_TNIL) {
-    arg_number(L, -1, "connect: opts.trace_max");
+    ms_arg_number(L, -1, "connect: opts.trace_max");
     if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0) {
       ms_err_set(&e, "invalid", "connect: opts.trace_max must be an integer >= 0");
       return ms_push_error(L, &e);
@@ -382,7 +275,7 @@ static int l_connect(lua_State *L) {
     trace_max = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "dedupe_window") != LUA_TNIL) {
-    arg_number(L, -1, "connect: opts.dedupe_window");
+    ms_arg_number(L, -1, "connect: opts.dedupe_window");
     /* at most 8 MB of digests, so a document always has room for them */
     if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 1000000) {
       ms_err_set(&e, "invalid", "connect: opts.dedupe_window must be an integer from 1 to 1000000");
@@ -391,7 +284,7 @@ static int l_connect(lua_State *L) {
     dedupe_window = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "wait") != LUA_TNIL) {
-    arg_number(L, -1, "connect: opts.wait");
+    ms_arg_number(L, -1, "connect: opts.wait");
     if (!(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400) {
       ms_err_set(&e, "invalid", "connect: opts.wait must be a number of seconds from 0 to 86400");
       return ms_push_error(L, &e);
@@ -432,7 +325,7 @@ static int l_connect(lua_State *L) {
   if (!s->pool) {
     mongoc_uri_destroy(uri);
     ms_err_set(&e, "invalid", "connect: %s", be.message);
-    return push_err(L, s, &e);
+    return ms_store_push_err(L, s, &e);
   }
   s->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
   s->client = ms_pool_pop(s->pool);
@@ -444,7 +337,7 @@ static int l_connect(lua_State *L) {
     if (be.domain == MONGOC_ERROR_SERVER || ms_now() + attempt_ms / 1000.0 > deadline + 0.05) {
       mongoc_uri_destroy(uri);
       ms_err_from_bson(&e, &be, "connect");
-      return push_err(L, s, &e);
+      return ms_store_push_err(L, s, &e);
     }
     {
       double left = deadline - ms_now();
@@ -462,65 +355,12 @@ static int l_connect(lua_State *L) {
   s->exes = mongoc_client_get_collection(s->client, s->db, coll);
   snprintf(coll, sizeof coll, "%s%scounters", prefix ? prefix : "", prefix ? "_" : "");
   s->counters = mongoc_client_get_collection(s->client, s->db, coll);
-  if (!ensure_indexes(s, &be)) return push_bson_err(L, s, &be, "connect: create indexes");
+  if (!ensure_indexes(s, &be)) return ms_store_push_bson_err(L, s, &be, "connect: create indexes");
   return 1;
 }
 
 /* ---- commit ---- */
 
-/* What a commit carries, converted and checked before any I/O so that bad
- * input writes nothing, not even a counter. */
-/* ---- dedupe ----
- * An execution remembers the events it handled in two places: `processed`,
- * the ids of the last few (at most MS_DEDUPE_TAIL; harel's own store reads
- * and writes this array, and the commit's filter refuses an id found in it),
- * and `dedupe`, a binary string of MS_DIGEST-byte digests of the last
- * dedupe_window ids, oldest first. The digest list is one BSON element
- * however long the window, so a long-lived execution's document stays small
- * and cheap to rewrite. It is loaded with the execution, checked here, and
- * replaced by the commit, all under the version check, so a check made at
- * the loaded version holds at the commit. The digest is the first bytes of
- * SHA-256: a caller cannot choose an id that passes for another one. */
-#define MS_DIGEST 8
-#define MS_DEDUPE_TAIL 16
-
-static void ev_digest(const char *ev, size_t len, uint8_t out[MS_DIGEST]) {
-  unsigned char full[SHA256_DIGEST_LENGTH];
-  SHA256((const unsigned char *)ev, len, full);
-  memcpy(out, full, MS_DIGEST);
-}
-
-static int digests_hold(const uint8_t *list, size_t len, const uint8_t d[MS_DIGEST]) {
-  size_t i;
-  for (i = 0; i + MS_DIGEST <= len; i += MS_DIGEST)
-    if (memcmp(list + i, d, MS_DIGEST) == 0) return 1;
-  return 0;
-}
-
-/* The `dedupe` digests of a fetched document (none: *len = 0). */
-static const uint8_t *doc_digests(const bson_t *doc, uint32_t *len) {
-  bson_iter_t it;
-  const uint8_t *p = NULL;
-  bson_subtype_t sub;
-  *len = 0;
-  if (doc && bson_iter_init_find(&it, doc, "dedupe") && BSON_ITER_HOLDS_BINARY(&it))
-    bson_iter_binary(&it, &sub, len, &p);
-  return p;
-}
-
-/* Whether a fetched document's digests hold event id ev. */
-static int doc_marks(const bson_t *doc, const char *ev, size_t evlen) {
-  uint8_t d[MS_DIGEST];
-  uint32_t len;
-  const uint8_t *list = doc_digests(doc, &len);
-  if (!list) return 0;
-  ev_digest(ev, evlen, d);
-  return digests_hold(list, len, d);
-}
-
-static int64_t dedupe_tail(const ms_store_t *s) {
-  return s->dedupe_window < MS_DEDUPE_TAIL ? s->dedupe_window : MS_DEDUPE_TAIL;
-}
 
 typedef struct commit_in {
   const char *id, *definition_id, *data, *processed, *status, *parent_id;
@@ -553,7 +393,7 @@ static void commit_in_destroy(commit_in_t *c) {
 
 /* What the server would refuse in a document only after the counters moved
  * (an empty key, at any depth) is refused here, before any write. */
-static int check_storable(const bson_t *doc, const char *what, ms_err_t *e) {
+int ms_check_storable(const bson_t *doc, const char *what, ms_err_t *e) {
   size_t offset = 0;
   if (!bson_validate(doc, BSON_VALIDATE_EMPTY_KEYS, &offset)) {
     ms_err_set(e, "invalid", "%s: an empty key (at byte %u)", what, (unsigned)offset);
@@ -692,7 +532,7 @@ static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   }
   c->n_spawns = (int)n;
   lua_pop(L, 1);
-  return check_storable(&c->spawns, "spawns", e);
+  return ms_check_storable(&c->spawns, "spawns", e);
 }
 
 static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
@@ -729,7 +569,7 @@ static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
       return -1;
     }
     path = lua_tolstring(L, -1, &plen);
-    if (encode_path(path, plen, &key, e)) {
+    if (ms_encode_path(path, plen, &key, e)) {
       ms_err_prefix(e, "timers");
       lua_pop(L, 3);
       return -1;
@@ -769,22 +609,9 @@ static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   return 0;
 }
 
-/* A trace step's own index, when it gives one, is a whole number >= 0 that
- * a double holds exactly (the trace is read back by harel too). */
-static int check_step(const bson_t *step, const char *what, ms_err_t *e) {
-  bson_iter_t it;
-  if (check_storable(step, what, e)) return -1;
-  if (!bson_iter_init_find(&it, step, "index")) return 0;
-  if ((BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)) && bson_iter_as_int64(&it) >= 0 &&
-      bson_iter_as_int64(&it) <= ((int64_t)1 << 53))
-    return 0;
-  ms_err_set(e, "invalid", "%s.index must be an integer from 0 to 2^53", what);
-  return -1;
-}
-
 static int read_trace_step(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   if (lua_getfield(L, ops, "trace") == LUA_TNIL) { lua_pop(L, 1); return 0; }
-  if (ms_table_to_bson(L, -1, &c->trace, "trace", e) || check_step(&c->trace, "trace", e)) {
+  if (ms_table_to_bson(L, -1, &c->trace, "trace", e) || ms_check_step(&c->trace, "trace", e)) {
     lua_pop(L, 1);
     return -1;
   }
@@ -818,32 +645,6 @@ static void append_with_seqs(bson_t *dst, const char *key, const bson_t *src, in
     }
   }
   bson_append_array_end(dst, &arr);
-}
-
-static void append_trace_step(bson_t *dst, const char *key, const bson_t *step, int64_t index) {
-  bson_t doc;
-  bson_iter_t it;
-  bson_append_document_begin(dst, key, -1, &doc);
-  bson_concat(&doc, step);
-  if (!bson_iter_init_find(&it, step, "index")) bson_append_int64(&doc, "index", 5, index);
-  bson_append_document_end(dst, &doc);
-}
-
-static int64_t step_index(const bson_t *step, int64_t fallback) {
-  bson_iter_t it;
-  if (bson_iter_init_find(&it, step, "index") && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
-  return fallback;
-}
-
-/* $push of one trace step, trimmed to the last trace_max in the same update. */
-static void append_trace_push(bson_t *push, const bson_t *step, int64_t index, int64_t trace_max) {
-  bson_t spec, each;
-  bson_append_document_begin(push, "trace", 5, &spec);
-  bson_append_array_begin(&spec, "$each", 5, &each);
-  append_trace_step(&each, "0", step, index);
-  bson_append_array_end(&spec, &each);
-  if (trace_max > 0) bson_append_int64(&spec, "$slice", 6, -trace_max);
-  bson_append_document_end(push, &spec);
 }
 
 typedef struct seqs {
@@ -887,7 +688,7 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
       append_with_seqs(&spec, "$each", &c->spawns, q->spawn);
       bson_append_document_end(&push, &spec);
     }
-    if (c->has_trace) append_trace_push(&push, &c->trace, q->trace, s->trace_max);
+    if (c->has_trace) ms_append_trace_push(&push, &c->trace, q->trace, s->trace_max);
     if (c->processed) {
       /* the readable tail of the dedupe marks; the filter made sure the id
        * is not in it yet */
@@ -895,7 +696,7 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
       bson_append_array_begin(&spec, "$each", 5, &each);
       bson_append_utf8(&each, "0", 1, c->processed, (int)c->processed_len);
       bson_append_array_end(&spec, &each);
-      bson_append_int64(&spec, "$slice", 6, -dedupe_tail(s));
+      bson_append_int64(&spec, "$slice", 6, -ms_dedupe_tail(s));
       bson_append_document_end(&push, &spec);
     }
     bson_append_document_end(u, &push);
@@ -928,7 +729,7 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   }
   bson_append_document_end(d, &timers);
   bson_append_array_begin(d, "trace", 5, &arr);
-  if (c->has_trace) append_trace_step(&arr, "0", &c->trace, q->trace);
+  if (c->has_trace) ms_append_trace_step(&arr, "0", &c->trace, q->trace);
   bson_append_array_end(d, &arr);
   (void)s;
 }
@@ -1048,11 +849,11 @@ static int l_commit(lua_State *L) {
   char doing[160];
 
   memset(&c, 0, sizeof c);
-  if (!(c.id = check_id(L, 2, "commit: execution id", &c.id_len, &e))) return ms_push_error(L, &e);
-  if (!(c.definition_id = check_id(L, 3, "commit: definition_id", &c.def_len, &e))) return ms_push_error(L, &e);
-  c.old = arg_integer(L, 4, "commit: version");
-  c.data = arg_string(L, 5, "commit: data", &c.data_len);
-  arg_table(L, 6, "commit: opts");
+  if (!(c.id = ms_check_id(L, 2, "commit: execution id", &c.id_len, &e))) return ms_push_error(L, &e);
+  if (!(c.definition_id = ms_check_id(L, 3, "commit: definition_id", &c.def_len, &e))) return ms_push_error(L, &e);
+  c.old = ms_arg_integer(L, 4, "commit: version");
+  c.data = ms_arg_string(L, 5, "commit: data", &c.data_len);
+  ms_arg_table(L, 6, "commit: opts");
   snprintf(doing, sizeof doing, "commit %.100s", c.id);
   if (c.old < 0) {
     ms_err_set(&e, "invalid", "%s: version %lld is negative", doing, (long long)c.old);
@@ -1066,7 +867,7 @@ static int l_commit(lua_State *L) {
   if (lua_getfield(L, 6, "parent_id") == LUA_TSTRING) c.parent_id = lua_tolstring(L, -1, &c.parent_len);
   lua_pop(L, 1);
   if (lua_getfield(L, 6, "processed_event_id") != LUA_TNIL) {
-    if (!(c.processed = check_id(L, -1, "commit: processed_event_id", &c.processed_len, &e)))
+    if (!(c.processed = ms_check_id(L, -1, "commit: processed_event_id", &c.processed_len, &e)))
       return ms_push_error(L, &e);
   }
   lua_pop(L, 1);
@@ -1075,14 +876,9 @@ static int l_commit(lua_State *L) {
   if (lua_getfield(L, 6, "dedupe") == LUA_TSTRING) c.dd_in = lua_tolstring(L, -1, &c.dd_in_len);
   lua_pop(L, 1);
   if (c.processed) {
-    size_t keep = c.dd_in_len / MS_DIGEST;
-    ev_digest(c.processed, c.processed_len, c.digest);
-    if (digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_duplicate(L, &c);
-    if ((int64_t)keep > s->dedupe_window - 1) keep = (size_t)(s->dedupe_window - 1);
-    c.dd_out_len = (keep + 1) * MS_DIGEST;
-    c.dd_out = bson_malloc(c.dd_out_len);
-    if (keep) memcpy(c.dd_out, c.dd_in + c.dd_in_len / MS_DIGEST * MS_DIGEST - keep * MS_DIGEST, keep * MS_DIGEST);
-    memcpy(c.dd_out + keep * MS_DIGEST, c.digest, MS_DIGEST);
+    ms_ev_digest(c.processed, c.processed_len, c.digest);
+    if (ms_digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_duplicate(L, &c);
+    c.dd_out = ms_digests_add(s, c.dd_in, c.dd_in_len, c.digest, &c.dd_out_len);
   }
   bson_init(&c.emits);
   bson_init(&c.spawns);
@@ -1105,19 +901,19 @@ static int l_commit(lua_State *L) {
     return ms_push_error(L, &e);
   }
 
-  if ((c.n_emits && !next_seq(s, "outbox", 6, c.n_emits, &q.outbox, &be)) ||
-      (c.n_spawns && !next_seq(s, "spawn", 5, c.n_spawns, &q.spawn, &be))) {
+  if ((c.n_emits && !ms_next_seq(s, "outbox", 6, c.n_emits, &q.outbox, &be)) ||
+      (c.n_spawns && !ms_next_seq(s, "spawn", 5, c.n_spawns, &q.spawn, &be))) {
     commit_in_destroy(&c);
-    return push_bson_err(L, s, &be, doing);
+    return ms_store_push_bson_err(L, s, &be, doing);
   }
   if (c.has_trace) {
-    int64_t given = step_index(&c.trace, -1);
+    int64_t given = ms_step_index(&c.trace, -1);
     if (given >= 0) {
       q.trace = given;
     } else {
-      if (!next_trace_index(s, c.id, c.id_len, &q.trace, &be)) {
+      if (!ms_next_trace_index(s, c.id, c.id_len, &q.trace, &be)) {
         commit_in_destroy(&c);
-        return push_bson_err(L, s, &be, doing);
+        return ms_store_push_bson_err(L, s, &be, doing);
       }
     }
   }
@@ -1133,7 +929,7 @@ static int l_commit(lua_State *L) {
     if (rc) return push_committed(L, &c);
     if (!(be.domain == MONGOC_ERROR_SERVER && be.code == MONGOC_ERROR_DUPLICATE_KEY)) {
       commit_in_destroy(&c);
-      return push_bson_err(L, s, &be, doing);
+      return ms_store_push_bson_err(L, s, &be, doing);
     }
   }
   build_update(s, &c, &q, &update);
@@ -1141,14 +937,14 @@ static int l_commit(lua_State *L) {
   bson_destroy(&update);
   if (!rc) {
     commit_in_destroy(&c);
-    return push_bson_err(L, s, &be, doing);
+    return ms_store_push_bson_err(L, s, &be, doing);
   }
   if (matched == 1) return push_committed(L, &c);
   /* No document at the loaded version: a stale write (or one that vanished). */
   have = find_version(s, c.id, c.id_len, &found, &be);
   if (have < 0) {
     commit_in_destroy(&c);
-    return push_bson_err(L, s, &be, doing);
+    return ms_store_push_bson_err(L, s, &be, doing);
   }
   rc = push_conflict(L, &c, have, found);
   commit_in_destroy(&c);
@@ -1160,7 +956,7 @@ static int l_commit(lua_State *L) {
 /* A find whose filter is {_id} alone: every server answers it from the _id
  * index (mongo-java-server uses an index only for a filter with exactly its
  * keys). Projects the fields named, up to the first NULL (at most three). */
-static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, const char *f1, const char *f2,
+mongoc_cursor_t *ms_find_one(ms_store_t *s, const char *id, size_t idlen, const char *f1, const char *f2,
                                  const char *f3) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
@@ -1179,7 +975,7 @@ static mongoc_cursor_t *find_one(ms_store_t *s, const char *id, size_t idlen, co
 
 /* Pushes doc.data (a string) or nil when the document has none (absent, or a
  * trace-only stub). */
-static void push_data(lua_State *L, const bson_t *doc) {
+void ms_push_data(lua_State *L, const bson_t *doc) {
   bson_iter_t it;
   if (doc && bson_iter_init_find(&it, doc, "data") && BSON_ITER_HOLDS_UTF8(&it)) {
     uint32_t len;
@@ -1200,18 +996,11 @@ static int opt_timer_key(lua_State *L, int idx, const char *fn, bson_string_t **
   if (lua_type(L, idx) != LUA_TSTRING)
     luaL_error(L, "%s: timer_path must be a string, got %s", fn, luaL_typename(L, idx));
   path = lua_tolstring(L, idx, &plen);
-  if (encode_path(path, plen, out, e)) {
+  if (ms_encode_path(path, plen, out, e)) {
     ms_err_prefix(e, fn);
     return -1;
   }
   return 0;
-}
-
-/* The dedupe digests of a fetched document as a string ("" when none). */
-static void push_digests(lua_State *L, const bson_t *doc) {
-  uint32_t len;
-  const uint8_t *p = doc_digests(doc, &len);
-  lua_pushlstring(L, p ? (const char *)p : "", p ? len : 0);
 }
 
 /* store:_load(id[, timer_path]) -> data_json, armed, digests | nil (absent) | nil, msg, code
@@ -1225,24 +1014,24 @@ static int l_load(lua_State *L) {
   bson_error_t be;
   bson_iter_t it;
   const bson_t *doc = NULL;
-  const char *id = check_id(L, 2, "load: id", &idlen, &e);
+  const char *id = ms_check_id(L, 2, "load: id", &idlen, &e);
   bson_string_t *tkey = NULL;
   mongoc_cursor_t *cur;
   if (!id) return ms_push_error(L, &e);
   if (opt_timer_key(L, 3, "load", &tkey, &e)) return ms_push_error(L, &e);
-  cur = find_one(s, id, idlen, "data", "dedupe", tkey ? tkey->str : NULL);
+  cur = ms_find_one(s, id, idlen, "data", "dedupe", tkey ? tkey->str : NULL);
   if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
     if (tkey) bson_string_free(tkey, true);
-    return push_bson_err(L, s, &be, "load");
+    return ms_store_push_bson_err(L, s, &be, "load");
   }
-  push_data(L, doc);
+  ms_push_data(L, doc);
   if (tkey && doc && bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, tkey->str, &it) &&
       BSON_ITER_HOLDS_NUMBER(&it))
     lua_pushnumber(L, bson_iter_as_double(&it));
   else
     lua_pushnil(L);
-  push_digests(L, doc);
+  ms_push_digests(L, doc);
   if (tkey) bson_string_free(tkey, true);
   mongoc_cursor_destroy(cur);
   return 3;
@@ -1255,13 +1044,13 @@ static int l_load_for_event(lua_State *L) {
   ms_err_t e;
   bson_error_t be;
   const bson_t *doc = NULL;
-  const char *id = check_id(L, 2, "load_for_event: id", &idlen, &e), *ev;
+  const char *id = ms_check_id(L, 2, "load_for_event: id", &idlen, &e), *ev;
   bson_t pipe = BSON_INITIALIZER, st, inner, proj, hit, in, arr, ifn, ifarr, empty;
   mongoc_cursor_t *cur;
   bson_iter_t it;
   if (!id) return ms_push_error(L, &e);
   bson_string_t *tkey = NULL;
-  if (!(ev = check_id(L, 3, "load_for_event: event_id", &evlen, &e))) return ms_push_error(L, &e);
+  if (!(ev = ms_check_id(L, 3, "load_for_event: event_id", &evlen, &e))) return ms_push_error(L, &e);
   /* a Timeout's path: also bring back the fire_at armed for it now */
   if (opt_timer_key(L, 4, "load_for_event", &tkey, &e)) return ms_push_error(L, &e);
   /* [{$match:{_id}}, {$project:{data:1, hit:{$in:[ev, {$ifNull:["$processed", []]}]}}}]:
@@ -1313,16 +1102,16 @@ static int l_load_for_event(lua_State *L) {
   bson_destroy(&pipe);
   if (!mongoc_cursor_next(cur, &doc) && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, "load_for_event");
+    return ms_store_push_bson_err(L, s, &be, "load_for_event");
   }
-  push_data(L, doc);
+  ms_push_data(L, doc);
   lua_pushboolean(L, (doc && bson_iter_init_find(&it, doc, "hit") && bson_iter_as_bool(&it)) ||
-                         doc_marks(doc, ev, evlen));
+                         ms_doc_marks(doc, ev, evlen));
   if (doc && bson_iter_init_find(&it, doc, "armed") && BSON_ITER_HOLDS_NUMBER(&it))
     lua_pushnumber(L, bson_iter_as_double(&it));
   else
     lua_pushnil(L);
-  push_digests(L, doc);
+  ms_push_digests(L, doc);
   mongoc_cursor_destroy(cur);
   return 4;
 }
@@ -1336,21 +1125,21 @@ static int l_is_processed(lua_State *L) {
   bson_error_t be;
   const bson_t *doc;
   ms_err_t e2;
-  const char *id = check_id(L, 2, "is_processed: id", &idlen, &e);
-  const char *ev = check_id(L, 3, "is_processed: event_id", &evlen, &e2);
+  const char *id = ms_check_id(L, 2, "is_processed: id", &idlen, &e);
+  const char *ev = ms_check_id(L, 3, "is_processed: event_id", &evlen, &e2);
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   int hit;
   if (!id) return ms_push_error(L, &e);
   if (!ev) return ms_push_error(L, &e2);
   /* first the digests, by _id; then the `processed` array */
-  cur = find_one(s, id, idlen, "dedupe", NULL, NULL);
+  cur = ms_find_one(s, id, idlen, "dedupe", NULL, NULL);
   hit = mongoc_cursor_next(cur, &doc);
   if (!hit && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, "is_processed");
+    return ms_store_push_bson_err(L, s, &be, "is_processed");
   }
-  hit = hit && doc_marks(doc, ev, evlen);
+  hit = hit && ms_doc_marks(doc, ev, evlen);
   mongoc_cursor_destroy(cur);
   if (hit) {
     lua_pushboolean(L, 1);
@@ -1368,7 +1157,7 @@ static int l_is_processed(lua_State *L) {
   hit = mongoc_cursor_next(cur, &doc);
   if (!hit && mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, "is_processed");
+    return ms_store_push_bson_err(L, s, &be, "is_processed");
   }
   mongoc_cursor_destroy(cur);
   lua_pushboolean(L, hit);
@@ -1383,11 +1172,11 @@ static int l_scan(lua_State *L) {
   mongoc_cursor_t *cur;
   const bson_t *doc;
   bson_error_t be;
-  lua_Integer n = (lua_Integer)arg_integer(L, 4, "list_executions: limit"), i = 0;
+  lua_Integer n = (lua_Integer)ms_arg_integer(L, 4, "list_executions: limit"), i = 0;
   ms_err_t e;
   if (!lua_isnil(L, 2)) {
     size_t len;
-    const char *d = check_id(L, 2, "list_executions: definition_id", &len, &e);
+    const char *d = ms_check_id(L, 2, "list_executions: definition_id", &len, &e);
     if (!d) {
       bson_destroy(&filter);
       return ms_push_error(L, &e);
@@ -1396,7 +1185,7 @@ static int l_scan(lua_State *L) {
   }
   if (!lua_isnil(L, 3)) {
     size_t len;
-    const char *a = check_id(L, 3, "list_executions: cursor position", &len, &e);
+    const char *a = ms_check_id(L, 3, "list_executions: cursor position", &len, &e);
     if (!a) {
       bson_destroy(&filter);
       return ms_push_error(L, &e);
@@ -1459,521 +1248,13 @@ static int l_scan(lua_State *L) {
       lua_pushinteger(L, (lua_Integer)bson_iter_as_int64(&it));
       lua_setfield(L, -2, "version");
     }
-    push_data(L, doc);
+    ms_push_data(L, doc);
     lua_setfield(L, -2, "data");
     lua_rawseti(L, -2, ++i);
   }
   if (mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, "list_executions");
-  }
-  mongoc_cursor_destroy(cur);
-  return 1;
-}
-
-/* Documents whose array `field` is non-empty, projecting only that array;
- * pushes every entry (a table) into the list on top of the stack. */
-static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
-  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
-  mongoc_cursor_t *cur;
-  const bson_t *doc;
-  bson_error_t be;
-  ms_err_t e;
-  lua_Integer n = (lua_Integer)luaL_len(L, -1);
-  bson_append_document_begin(&filter, field, -1, &cond);
-  bson_append_bool(&cond, "$exists", 7, true);
-  bson_append_array_begin(&cond, "$ne", 3, &empty);
-  bson_append_array_end(&cond, &empty);
-  bson_append_document_end(&filter, &cond);
-  bson_append_document_begin(&opts, "projection", 10, &proj);
-  bson_append_int32(&proj, field, -1, 1);
-  bson_append_document_end(&opts, &proj);
-  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
-  bson_destroy(&filter);
-  bson_destroy(&opts);
-  while (mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t it, arr;
-    if (!bson_iter_init_find(&it, doc, field) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
-      continue;
-    while (bson_iter_next(&arr)) {
-      if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
-      if (ms_push_bson_value(L, &arr, -1, &e)) {
-        mongoc_cursor_destroy(cur);
-        ms_err_prefix(&e, doing);
-        return push_err(L, s, &e);
-      }
-      lua_rawseti(L, -2, ++n);
-    }
-  }
-  if (mongoc_cursor_error(cur, &be)) {
-    mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, doing);
-  }
-  mongoc_cursor_destroy(cur);
-  return 0;
-}
-
-/* Appends { $or: [ { <claim>: { $exists: false } }, { <claim>.until: { $lte: now } } ] }
- * under key "$or" of d: the document is claimed by nobody, or the lease ran out. */
-static void append_unclaimed(bson_t *d, const char *claim, double now) {
-  bson_t or, b0, b1, c0, c1;
-  char until[48];
-  snprintf(until, sizeof until, "%s.until", claim);
-  bson_append_array_begin(d, "$or", 3, &or);
-  bson_append_document_begin(&or, "0", 1, &b0);
-  bson_append_document_begin(&b0, claim, -1, &c0);
-  bson_append_bool(&c0, "$exists", 7, false);
-  bson_append_document_end(&b0, &c0);
-  bson_append_document_end(&or, &b0);
-  bson_append_document_begin(&or, "1", 1, &b1);
-  bson_append_document_begin(&b1, until, -1, &c1);
-  bson_append_double(&c1, "$lte", 4, now);
-  bson_append_document_end(&b1, &c1);
-  bson_append_document_end(&or, &b1);
-  bson_append_array_end(d, &or);
-}
-
-/* Claims the pending entries of array `field` (outbox or spawns) a document
- * at a time, until at least `limit` are held: the document is stamped
- * <field>_claim = { until, token } by an update that matches only while it is
- * unclaimed (or its lease ran out), and returns the entries as they are then.
- * One relay therefore holds all of one source's entries and delivers them in
- * seq order; an ack or a release carrying the token does nothing once a later
- * relay has claimed the document. Pushes the entries, each with token,
- * lease_until and source_id (unsorted). */
-static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
-                         const char *token, size_t toklen, const char *doing) {
-  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj;
-  mongoc_cursor_t *cur;
-  const bson_t *doc;
-  bson_error_t be;
-  ms_err_t e;
-  double now = ms_now();
-  lua_Integer n = 0;
-  char seqkey[32], claim[32], untilkey[48];
-  snprintf(seqkey, sizeof seqkey, "%s.seq", field);
-  snprintf(claim, sizeof claim, "%s_claim", field);
-  bson_append_document_begin(&filter, seqkey, -1, &cond);   /* index-backed: field.seq */
-  bson_append_int64(&cond, "$gte", 4, INT64_MIN);
-  bson_append_document_end(&filter, &cond);
-  /* The find is the seq index alone (a server may plan any other condition
-   * as a scan); a document still claimed by someone else is skipped here,
-   * from its claim's `until`, without a round trip of its own. */
-  snprintf(untilkey, sizeof untilkey, "%s.until", claim);
-  bson_append_document_begin(&opts, "projection", 10, &proj);
-  bson_append_int32(&proj, "_id", 3, 1);
-  bson_append_int32(&proj, untilkey, -1, 1);
-  bson_append_document_end(&opts, &proj);
-  bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
-  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
-  bson_destroy(&filter);
-  bson_destroy(&opts);
-  lua_newtable(L);
-  while (n < limit && mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t id_it, it, arr;
-    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, stamp, fields = BSON_INITIALIZER, reply;
-    mongoc_find_and_modify_opts_t *fam;
-    int ok;
-    if (!bson_iter_init_find(&id_it, doc, "_id")) continue;
-    if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, untilkey, &it) && BSON_ITER_HOLDS_NUMBER(&it) &&
-        bson_iter_as_double(&it) > now) {
-      bson_destroy(&q);
-      bson_destroy(&u);
-      bson_destroy(&fields);
-      continue;
-    }
-    bson_append_value(&q, "_id", 3, bson_iter_value(&id_it));
-    append_unclaimed(&q, claim, now);
-    bson_append_document_begin(&u, "$set", 4, &set);
-    bson_append_document_begin(&set, claim, -1, &stamp);
-    bson_append_double(&stamp, "until", 5, now + lease);
-    bson_append_utf8(&stamp, "token", 5, token, (int)toklen);
-    bson_append_document_end(&set, &stamp);
-    bson_append_document_end(&u, &set);
-    bson_append_int32(&fields, field, -1, 1);
-    fam = mongoc_find_and_modify_opts_new();
-    mongoc_find_and_modify_opts_set_update(fam, &u);
-    mongoc_find_and_modify_opts_set_fields(fam, &fields);
-    mongoc_find_and_modify_opts_set_flags(fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-    ok = mongoc_collection_find_and_modify_with_opts(s->exes, &q, fam, &reply, &be);
-    mongoc_find_and_modify_opts_destroy(fam);
-    bson_destroy(&q);
-    bson_destroy(&u);
-    bson_destroy(&fields);
-    if (!ok) {
-      bson_destroy(&reply);
-      mongoc_cursor_destroy(cur);
-      return push_bson_err(L, s, &be, doing);
-    }
-    /* value is null when another relay claimed it first */
-    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "value", &it) &&
-        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &arr) && bson_iter_find(&arr, field) &&
-        BSON_ITER_HOLDS_ARRAY(&arr)) {
-      bson_iter_t entries;
-      bson_iter_recurse(&arr, &entries);
-      while (bson_iter_next(&entries)) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&entries)) continue;
-        if (ms_push_bson_value(L, &entries, -1, &e)) {
-          bson_destroy(&reply);
-          mongoc_cursor_destroy(cur);
-          return push_err(L, s, &e);
-        }
-        lua_pushlstring(L, token, toklen);
-        lua_setfield(L, -2, "token");
-        lua_pushnumber(L, now + lease);
-        lua_setfield(L, -2, "lease_until");
-        if (BSON_ITER_HOLDS_UTF8(&id_it)) {
-          uint32_t idl;
-          const char *idv = bson_iter_utf8(&id_it, &idl);
-          lua_pushlstring(L, idv, idl);
-          lua_setfield(L, -2, "source_id");
-        }
-        lua_rawseti(L, -2, ++n);
-      }
-    }
-    bson_destroy(&reply);
-  }
-  if (mongoc_cursor_error(cur, &be)) {
-    mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, doing);
-  }
-  mongoc_cursor_destroy(cur);
-  return 1;
-}
-
-static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
-  lua_Integer limit = (lua_Integer)arg_integer(L, 2, "claim: limit");
-  double lease = arg_number(L, 3, "claim: lease");
-  size_t toklen;
-  const char *token = arg_string(L, 4, "claim: token", &toklen);
-  if (limit < 1 || !(lease > 0) || toklen == 0) return luaL_error(L, "%s: limit >= 1, lease > 0 and a token", doing);
-  return claim_entries(L, s, field, limit, lease, token, toklen, doing);
-}
-
-/* Gives a claimed document's entries back before the lease ends (a relay
- * that is done with them, or could not deliver them yet), only while the
- * claim is still the caller's. */
-static int release_entry(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
-  size_t idlen, toklen;
-  ms_err_t e;
-  char what[48];
-  const char *id, *token;
-  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
-  bson_error_t be;
-  char tokkey[48], untilkey[48];
-  int ok;
-  snprintf(what, sizeof what, "%s: source_id", doing);
-  id = check_id(L, 2, what, &idlen, &e);
-  snprintf(what, sizeof what, "%s: token", doing);
-  token = arg_string(L, 3, what, &toklen);
-  if (!id) return ms_push_error(L, &e);
-  if (ms_text_error(token, toklen)) {
-    ms_err_set(&e, "invalid", "%s: token %s", doing, ms_text_error(token, toklen));
-    return ms_push_error(L, &e);
-  }
-  snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
-  snprintf(untilkey, sizeof untilkey, "%s_claim.until", field);
-  bson_append_utf8(&q, "_id", 3, id, (int)idlen);
-  bson_append_utf8(&q, tokkey, -1, token, (int)toklen);
-  bson_append_document_begin(&u, "$set", 4, &set);
-  bson_append_double(&set, untilkey, -1, 0.0);
-  bson_append_document_end(&u, &set);
-  ok = mongoc_collection_update_one(s->exes, &q, &u, NULL, NULL, &be);
-  bson_destroy(&q);
-  bson_destroy(&u);
-  if (!ok) return push_bson_err(L, s, &be, doing);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int l_release_outbox(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "release_outbox");
-  return release_entry(L, s, "outbox", "release_outbox");
-}
-
-static int l_release_spawn(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "release_spawn");
-  return release_entry(L, s, "spawns", "release_spawn");
-}
-
-/* store:_claim_outbox(limit, lease, token) / _claim_spawns(...) */
-static int l_claim_outbox(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "pending_outbox");
-  return claim_args(L, s, "outbox", "pending_outbox");
-}
-
-static int l_claim_spawns(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "pending_spawns");
-  return claim_args(L, s, "spawns", "pending_spawns");
-}
-
-/* store:_pending_outbox() -> { {seq, target_id, event = "<json>"}, ... } unsorted */
-static int l_pending_outbox(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "pending_outbox");
-  lua_newtable(L);
-  if (collect_entries(L, s, "outbox", "pending_outbox")) return 3;
-  return 1;
-}
-
-/* store:_pending_spawns() -> { {seq, parent_id, child_id, root_path, context}, ... } unsorted */
-static int l_pending_spawns(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "pending_spawns");
-  lua_newtable(L);
-  if (collect_entries(L, s, "spawns", "pending_spawns")) return 3;
-  return 1;
-}
-
-/* $pull of the entry with this seq from array `field`: removes exactly it. */
-static int ack(lua_State *L, const char *field, const char *doing) {
-  STORE_OR_CLOSED(L, s, doing);
-  char what[48];
-  int64_t seq;
-  size_t toklen = 0;
-  const char *token = NULL;
-  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond;
-  bson_error_t be;
-  char key[32];
-  int ok;
-  snprintf(what, sizeof what, "%s: seq", doing);
-  seq = arg_integer(L, 2, what);
-  if (!lua_isnoneornil(L, 3)) {
-    snprintf(what, sizeof what, "%s: token", doing);
-    token = arg_string(L, 3, what, &toklen);
-    if (ms_text_error(token, toklen)) {
-      ms_err_t e;
-      ms_err_set(&e, "invalid", "%s %s", what, ms_text_error(token, toklen));
-      return ms_push_error(L, &e);
-    }
-  }
-  snprintf(key, sizeof key, "%s.seq", field);
-  bson_append_int64(&filter, key, -1, (int64_t)seq);
-  if (token) {
-    /* only while the document is still claimed by the caller */
-    char tokkey[48];
-    snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
-    bson_append_utf8(&filter, tokkey, -1, token, (int)toklen);
-  }
-  bson_append_document_begin(&update, "$pull", 5, &pull);
-  bson_append_document_begin(&pull, field, -1, &cond);
-  bson_append_int64(&cond, "seq", 3, (int64_t)seq);
-  bson_append_document_end(&pull, &cond);
-  bson_append_document_end(&update, &pull);
-  ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
-  bson_destroy(&filter);
-  bson_destroy(&update);
-  if (!ok) return push_bson_err(L, s, &be, doing);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
-static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
-
-/* Raises a document's next_fire_at to its true earliest timer, only while
- * the document is still at the version the sweep read. */
-static void raise_next_fire(ms_store_t *s, const char *id, uint32_t idlen, int64_t version, double at) {
-  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
-  bson_error_t be;
-  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
-  bson_append_int64(&filter, "version", 7, version);
-  bson_append_document_begin(&update, "$set", 4, &set);
-  bson_append_double(&set, "next_fire_at", 12, at);
-  bson_append_document_end(&update, &set);
-  mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be); /* a miss is fine */
-  bson_destroy(&filter);
-  bson_destroy(&update);
-}
-
-/* Appends to the list on top of the stack the due timers of the documents
- * `filter` finds (at most limit documents when limit > 0), raising the mark
- * of a document that turns out to have nothing due. Returns the documents
- * read, or -1 with be set. */
-static lua_Integer sweep_find(lua_State *L, ms_store_t *s, const bson_t *filter, lua_Integer limit, double now,
-                              lua_Integer *n, bson_error_t *be) {
-  bson_t opts = BSON_INITIALIZER, proj;
-  mongoc_cursor_t *cur;
-  const bson_t *doc;
-  lua_Integer read = 0;
-  bson_append_document_begin(&opts, "projection", 10, &proj);
-  bson_append_int32(&proj, "timers", 6, 1);
-  bson_append_int32(&proj, "version", 7, 1);
-  bson_append_int32(&proj, "next_fire_at", 12, 1);
-  bson_append_document_end(&opts, &proj);
-  if (limit > 0) bson_append_int64(&opts, "limit", 5, (int64_t)limit);
-  cur = mongoc_collection_find_with_opts(s->exes, filter, &opts, NULL);
-  bson_destroy(&opts);
-  while (mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t it, t;
-    uint32_t idlen;
-    const char *id;
-    double earliest = MS_NO_TIMER, marked = -1;
-    int due = 0, has_mark = 0;
-    int64_t version = 0;
-    read++;
-    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
-    id = bson_iter_utf8(&it, &idlen);
-    if (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) version = bson_iter_as_int64(&it);
-    if (bson_iter_init_find(&it, doc, "next_fire_at") && BSON_ITER_HOLDS_NUMBER(&it)) {
-      has_mark = 1;
-      marked = bson_iter_as_double(&it);
-    }
-    if (bson_iter_init_find(&it, doc, "timers") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &t)) {
-      while (bson_iter_next(&t)) {
-        double at;
-        if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
-        at = bson_iter_as_double(&t);
-        if (at < earliest) earliest = at;
-        if (!(at <= now)) continue;
-        due++;
-        lua_createtable(L, 0, 3);
-        lua_pushlstring(L, id, idlen);
-        lua_setfield(L, -2, "execution_id");
-        push_decoded_path(L, bson_iter_key(&t), bson_iter_key_len(&t));
-        lua_setfield(L, -2, "path");
-        lua_pushnumber(L, at);
-        lua_setfield(L, -2, "fire_at");
-        lua_rawseti(L, -2, ++*n);
-      }
-    }
-    /* nothing due here: the mark was left low by a cancel or a fired timer */
-    if (!due && version > 0 && (!has_mark || marked < earliest)) raise_next_fire(s, id, idlen, version, earliest);
-  }
-  if (mongoc_cursor_error(cur, be)) read = -1;
-  mongoc_cursor_destroy(cur);
-  return read;
-}
-
-/* store:_due_timers(now, limit) -> { {execution_id, path, fire_at}, ... } unsorted
- * Two finds, each a plain index lookup on next_fire_at: what is due, then
- * the documents a writer without next_fire_at (harel) left, whose timers
- * are read here. One find with an $or of both would scan on servers that
- * plan an $or as a whole. */
-static int l_due_timers(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "due_timers");
-  double now = arg_number(L, 2, "due_timers: now");
-  lua_Integer limit = lua_isnoneornil(L, 3) ? 0 : (lua_Integer)arg_integer(L, 3, "due_timers: limit");
-  lua_Integer n = 0, read;
-  bson_t due = BSON_INITIALIZER, unmarked = BSON_INITIALIZER, cond;
-  bson_error_t be;
-  if (!isfinite(now)) {
-    ms_err_t e;
-    ms_err_set(&e, "invalid", "due_timers: now must be a finite number (epoch seconds)");
-    return ms_push_error(L, &e);
-  }
-  bson_append_document_begin(&due, "next_fire_at", 12, &cond);
-  bson_append_double(&cond, "$lte", 4, now);
-  bson_append_document_end(&due, &cond);
-  bson_append_null(&unmarked, "next_fire_at", 12);
-  lua_newtable(L);
-  read = sweep_find(L, s, &due, limit, now, &n, &be);
-  if (read >= 0 && !(limit > 0 && read >= limit)) {
-    lua_Integer more = sweep_find(L, s, &unmarked, limit > 0 ? limit - read : 0, now, &n, &be);
-    read = more < 0 ? -1 : read + more;
-  }
-  bson_destroy(&due);
-  bson_destroy(&unmarked);
-  if (read < 0) return push_bson_err(L, s, &be, "due_timers");
-  return 1;
-}
-
-/* store:delete_timer(id, path, fire_at): unsets the timer only while it still
- * holds exactly this fire_at, so a stale sweep cannot remove a re-armed timer. */
-static int l_delete_timer(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "delete_timer");
-  size_t idlen, plen;
-  ms_err_t e;
-  bson_error_t be;
-  const char *id = check_id(L, 2, "delete_timer: execution_id", &idlen, &e), *path;
-  bson_string_t *key = NULL;
-  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, unset;
-  double at;
-  int ok;
-  path = arg_string(L, 3, "delete_timer: path", &plen);
-  at = arg_number(L, 4, "delete_timer: fire_at");
-  if (!id) return ms_push_error(L, &e);
-  if (!isfinite(at)) {
-    ms_err_set(&e, "invalid", "delete_timer: fire_at must be a finite number (epoch seconds)");
-    return ms_push_error(L, &e);
-  }
-  if (encode_path(path, plen, &key, &e)) {
-    ms_err_prefix(&e, "delete_timer");
-    return ms_push_error(L, &e);
-  }
-  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
-  bson_append_double(&filter, key->str, (int)key->len, at);
-  bson_append_document_begin(&update, "$unset", 6, &unset);
-  bson_append_utf8(&unset, key->str, (int)key->len, "", 0);
-  bson_append_document_end(&update, &unset);
-  ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
-  bson_string_free(key, true);
-  bson_destroy(&filter);
-  bson_destroy(&update);
-  if (!ok) return push_bson_err(L, s, &be, "delete_timer");
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* store:append_trace(id, entry): the standalone trace writer, upserting. */
-static int l_append_trace(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "append_trace");
-  size_t idlen;
-  ms_err_t e;
-  bson_error_t be;
-  const char *id = check_id(L, 2, "append_trace: execution_id", &idlen, &e);
-  bson_t step = BSON_INITIALIZER, filter = BSON_INITIALIZER, update = BSON_INITIALIZER, opts = BSON_INITIALIZER, push;
-  int64_t index;
-  int ok;
-  arg_table(L, 3, "append_trace: entry");
-  if (!id) return ms_push_error(L, &e);
-  if (ms_table_to_bson(L, 3, &step, "append_trace: entry", &e) || check_step(&step, "append_trace: entry", &e)) {
-    bson_destroy(&step);
-    return ms_push_error(L, &e);
-  }
-  index = step_index(&step, -1);
-  if (index < 0) {
-    if (!next_trace_index(s, id, idlen, &index, &be)) {
-      bson_destroy(&step);
-      return push_bson_err(L, s, &be, "append_trace");
-    }
-  }
-  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
-  bson_append_document_begin(&update, "$push", 5, &push);
-  append_trace_push(&push, &step, index, s->trace_max);
-  bson_append_document_end(&update, &push);
-  bson_append_bool(&opts, "upsert", 6, true);
-  ok = mongoc_collection_update_one(s->exes, &filter, &update, &opts, NULL, &be);
-  bson_destroy(&step);
-  bson_destroy(&filter);
-  bson_destroy(&update);
-  bson_destroy(&opts);
-  if (!ok) return push_bson_err(L, s, &be, "append_trace");
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* store:read_trace(id) -> { step, ... } (empty when absent) */
-static int l_read_trace(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "read_trace");
-  size_t idlen;
-  ms_err_t e;
-  bson_error_t be;
-  const bson_t *doc;
-  const char *id = check_id(L, 2, "read_trace: execution_id", &idlen, &e);
-  mongoc_cursor_t *cur;
-  bson_iter_t it;
-  if (!id) return ms_push_error(L, &e);
-  cur = find_one(s, id, idlen, "trace", NULL, NULL);
-  if (mongoc_cursor_next(cur, &doc) && bson_iter_init_find(&it, doc, "trace") && BSON_ITER_HOLDS_ARRAY(&it)) {
-    if (ms_push_bson_value(L, &it, -1, &e)) {
-      mongoc_cursor_destroy(cur);
-      return push_err(L, s, &e);
-    }
-  } else if (mongoc_cursor_error(cur, &be)) {
-    mongoc_cursor_destroy(cur);
-    return push_bson_err(L, s, &be, "read_trace");
-  } else {
-    lua_newtable(L);
-    ms_mark_array(L, -1);
+    return ms_store_push_bson_err(L, s, &be, "list_executions");
   }
   mongoc_cursor_destroy(cur);
   return 1;
@@ -2037,7 +1318,7 @@ static int l_cursor_key(lua_State *L) {
         got = -1;
       }
     }
-    if (got < 0) return push_bson_err(L, s, &be, "list_executions: cursor key");
+    if (got < 0) return ms_store_push_bson_err(L, s, &be, "list_executions: cursor key");
     if (got == 0) {
       ms_err_t e;
       ms_err_set(&e, "server", "list_executions: the cursor key in %s is unreadable",
@@ -2103,37 +1384,52 @@ static int l_info(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg store_methods[] = {
+static const luaL_Reg commit_methods[] = {
   {"_commit", l_commit},
+  {NULL, NULL}
+};
+
+void ms_open_commit(lua_State *L) { luaL_setfuncs(L, commit_methods, 0); }
+
+static const luaL_Reg load_methods[] = {
   {"_load", l_load},
   {"_load_for_event", l_load_for_event},
+  {"is_processed", l_is_processed},
+  {NULL, NULL}
+};
+
+void ms_open_load(lua_State *L) { luaL_setfuncs(L, load_methods, 0); }
+
+static const luaL_Reg list_methods[] = {
   {"_scan", l_scan},
   {"_cursor_key", l_cursor_key},
-  {"_pending_outbox", l_pending_outbox},
-  {"_pending_spawns", l_pending_spawns},
-  {"_due_timers", l_due_timers},
-  {"_claim_outbox", l_claim_outbox},
-  {"_claim_spawns", l_claim_spawns},
-  {"release_outbox", l_release_outbox},
-  {"release_spawn", l_release_spawn},
+  {NULL, NULL}
+};
+
+void ms_open_list(lua_State *L) { luaL_setfuncs(L, list_methods, 0); }
+
+/* The methods of this file; every other store file sets its own through
+ * its ms_open_ function, so a method is registered once, beside its code. */
+static const luaL_Reg store_methods[] = {
   {"info", l_info},
   {"stats", l_stats},
-  {"is_processed", l_is_processed},
-  {"ack_outbox", l_ack_outbox},
-  {"ack_spawn", l_ack_spawn},
-  {"delete_timer", l_delete_timer},
-  {"append_trace", l_append_trace},
-  {"read_trace", l_read_trace},
   {"close", l_close},
   {NULL, NULL}
 };
 
+static void (*const store_parts[])(lua_State *L) = {
+  ms_open_commit, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, NULL
+};
+
+/* Sets module.connect and module.Store (the method table, also the
+ * metatable's __index) in the module table on top of the stack. */
 void ms_open_store(lua_State *L) {
   if (luaL_newmetatable(L, MS_STORE_MT)) {
-    luaL_newlib(L, store_methods);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, "__index");
-    lua_pop(L, 1);
+    int i;
+    lua_newtable(L);
+    luaL_setfuncs(L, store_methods, 0);
+    for (i = 0; store_parts[i]; i++) store_parts[i](L);
+    lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, l_close);
     lua_setfield(L, -2, "__gc");
     lua_pushcfunction(L, l_close);

@@ -1,7 +1,8 @@
 /*
- * store.h - what the store's C files share (pool.c, store.c): the client
- * pool of a process and URI, its command counts, and the duration of the
- * current call's failed attempt. Everything else stays static to its file.
+ * store.h - what the Store's C files share: the store userdata, and the
+ * helpers more than one of them calls, each listed under the file that
+ * defines it. Everything else stays static to its file; ms.h holds what the
+ * whole core shares.
  */
 #ifndef MS_STORE_H
 #define MS_STORE_H
@@ -12,12 +13,107 @@
 
 typedef struct ms_pool ms_pool_t;
 
-/* pool.c */
+typedef struct ms_store {
+  ms_pool_t *pool;
+  mongoc_client_t *client;
+  mongoc_collection_t *exes;
+  mongoc_collection_t *counters;
+  char *password;          /* scrubbed from every message */
+  char *db;
+  int64_t trace_max;       /* 0 keeps every step */
+  int64_t dedupe_window;   /* event ids kept in `processed` */
+  int32_t max_bson;
+  int32_t socket_timeout_ms; /* the URI's socketTimeoutMS (0: none) */
+  double op_started;         /* when the current call began: network vs timeout */
+  uint8_t cursor_key[MS_CURSOR_KEY_BYTES];  /* the listing's cursor secret, once read */
+  int has_cursor_key;
+} ms_store_t;
+
+/* next_fire_at of a document with no timer: later than any real time, so
+ * $min with a real fire_at always lowers it, and no range scan reaches it. */
+#define MS_NO_TIMER 1e300
+
+/* ---- from store.c: the store's lifecycle, arguments and errors ---- */
+
+/* The store argument, or NULL once it is closed; starts the call's clock. */
+ms_store_t *ms_store_check(lua_State *L);
+int ms_push_closed(lua_State *L, const char *doing);   /* nil, "<doing>: the store is closed", "closed" */
+/* The first line of every method: a closed store is an ordinary failure
+ * (nil, msg, "closed"), since a worker may close its store while another
+ * coroutine still holds it. */
+#define STORE_OR_CLOSED(L, s, doing) \
+  ms_store_t *s = ms_store_check(L);  \
+  if (!s) return ms_push_closed(L, doing)
+/* Push nil, msg, code with the URI's password scrubbed from msg. */
+int ms_store_push_err(lua_State *L, const ms_store_t *s, ms_err_t *e);
+int ms_store_push_bson_err(lua_State *L, const ms_store_t *s, const bson_error_t *be, const char *doing);
+/* An id at idx (a non-empty UTF-8 string within MS_MAX_TEXT), or NULL with e
+ * set; not a string raises naming the argument. */
+const char *ms_check_id(lua_State *L, int idx, const char *name, size_t *len, ms_err_t *e);
+/* Arguments of the wrong Lua type raise, naming the argument; nothing is coerced. */
+const char *ms_arg_string(lua_State *L, int idx, const char *name, size_t *len);
+double ms_arg_number(lua_State *L, int idx, const char *name);
+int64_t ms_arg_integer(lua_State *L, int idx, const char *name);
+void ms_arg_table(lua_State *L, int idx, const char *name);
+/* Refuses what the server would refuse only after the counters moved (an
+ * empty key at any depth): 0, or -1 with e set. */
+int ms_check_storable(const bson_t *doc, const char *what, ms_err_t *e);
+/* Reserves count seqs from counter `name`; *first is the first of the block. */
+int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count, int64_t *first,
+                bson_error_t *be);
+
+/* ---- from pool.c: the client pool of a process and URI ---- */
+
 ms_pool_t *ms_pool_for(const mongoc_uri_t *uri, bson_error_t *be);  /* this process's pool for uri */
 mongoc_client_t *ms_pool_pop(ms_pool_t *p);                          /* a client for one store */
 void ms_pool_push(ms_pool_t *p, mongoc_client_t *client);            /* gives it back */
 void ms_pool_push_stats(lua_State *L, ms_pool_t *p);                 /* pushes store:stats()'s table */
 void ms_failed_reset(void);                 /* a call begins on this thread: no failed attempt yet */
 int64_t ms_failed_attempt_us(void);         /* its longest failed attempt so far, in us (-1: none) */
+
+/* ---- from dedupe.c: the digests of handled event ids ---- */
+
+void ms_ev_digest(const char *ev, size_t len, uint8_t out[MS_DIGEST]);
+int ms_digests_hold(const uint8_t *list, size_t len, const uint8_t d[MS_DIGEST]);
+/* The digests a commit stores: the loaded list's newest window - 1, then d
+ * (bson_malloc'ed, for bson_free). */
+uint8_t *ms_digests_add(const ms_store_t *s, const char *list, size_t len, const uint8_t d[MS_DIGEST],
+                        size_t *outlen);
+int ms_doc_marks(const bson_t *doc, const char *ev, size_t evlen);  /* doc's digests hold ev */
+void ms_push_digests(lua_State *L, const bson_t *doc);              /* doc's digests as a string */
+int64_t ms_dedupe_tail(const ms_store_t *s);                        /* ids kept in `processed` */
+
+/* ---- from load.c: reads of one execution ---- */
+
+/* A find of {_id} alone (every server answers it from the _id index),
+ * projecting f1 and the optional f2, f3. */
+mongoc_cursor_t *ms_find_one(ms_store_t *s, const char *id, size_t idlen, const char *f1, const char *f2,
+                             const char *f3);
+void ms_push_data(lua_State *L, const bson_t *doc);  /* doc.data, or nil (absent, a trace stub) */
+
+/* ---- from timers.c ---- */
+
+/* A timer path as its stored key "timers.<path>" ('.' encoded), or -1 with
+ * e set for what cannot be a key. */
+int ms_encode_path(const char *path, size_t len, bson_string_t **out, ms_err_t *e);
+
+/* ---- from trace.c ---- */
+
+int ms_check_step(const bson_t *step, const char *what, ms_err_t *e);  /* a storable step, its index sane */
+int64_t ms_step_index(const bson_t *step, int64_t fallback);            /* the step's own index */
+void ms_append_trace_step(bson_t *dst, const char *key, const bson_t *step, int64_t index);
+/* push's "trace" entry: the step, trimmed to the last trace_max (0: all) */
+void ms_append_trace_push(bson_t *push, const bson_t *step, int64_t index, int64_t trace_max);
+int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int64_t *index, bson_error_t *be);
+
+/* ---- each file's methods, set into the method table on top of the stack
+ * (store.c assembles them in ms_open_store) ---- */
+
+void ms_open_commit(lua_State *L);   /* commit.c: _commit */
+void ms_open_load(lua_State *L);     /* load.c: _load, _load_for_event, is_processed */
+void ms_open_list(lua_State *L);     /* list.c: _scan, _cursor_key */
+void ms_open_relay(lua_State *L);    /* relay.c: claims, releases, pending and acks of outbox and spawns */
+void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer */
+void ms_open_trace(lua_State *L);    /* trace.c: append_trace, read_trace */
 
 #endif

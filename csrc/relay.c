@@ -1,0 +1,358 @@
+/*
+ * relay.c - what the relays read and write of the outbox and spawns arrays:
+ * claims by lease and token, a document at a time, their releases, the
+ * pending lists, and the ack that pulls one delivered entry.
+ */
+#include "store.h"
+
+#include <stdio.h>
+
+/* Documents whose array `field` is non-empty, projecting only that array;
+ * pushes every entry (a table) into the list on top of the stack. */
+static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  ms_err_t e;
+  lua_Integer n = (lua_Integer)luaL_len(L, -1);
+  bson_append_document_begin(&filter, field, -1, &cond);
+  bson_append_bool(&cond, "$exists", 7, true);
+  bson_append_array_begin(&cond, "$ne", 3, &empty);
+  bson_append_array_end(&cond, &empty);
+  bson_append_document_end(&filter, &cond);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, field, -1, 1);
+  bson_append_document_end(&opts, &proj);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it, arr;
+    if (!bson_iter_init_find(&it, doc, field) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+      continue;
+    while (bson_iter_next(&arr)) {
+      if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+      if (ms_push_bson_value(L, &arr, -1, &e)) {
+        mongoc_cursor_destroy(cur);
+        ms_err_prefix(&e, doing);
+        return ms_store_push_err(L, s, &e);
+      }
+      lua_rawseti(L, -2, ++n);
+    }
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return ms_store_push_bson_err(L, s, &be, doing);
+  }
+  mongoc_cursor_destroy(cur);
+  return 0;
+}
+
+/* Appends { $or: [ { <claim>: { $exists: false } }, { <claim>.until: { $lte: now } } ] }
+ * under key "$or" of d: the document is claimed by nobody, or the lease ran out. */
+static void append_unclaimed(bson_t *d, const char *claim, double now) {
+  bson_t or, b0, b1, c0, c1;
+  char until[48];
+  snprintf(until, sizeof until, "%s.until", claim);
+  bson_append_array_begin(d, "$or", 3, &or);
+  bson_append_document_begin(&or, "0", 1, &b0);
+  bson_append_document_begin(&b0, claim, -1, &c0);
+  bson_append_bool(&c0, "$exists", 7, false);
+  bson_append_document_end(&b0, &c0);
+  bson_append_document_end(&or, &b0);
+  bson_append_document_begin(&or, "1", 1, &b1);
+  bson_append_document_begin(&b1, until, -1, &c1);
+  bson_append_double(&c1, "$lte", 4, now);
+  bson_append_document_end(&b1, &c1);
+  bson_append_document_end(&or, &b1);
+  bson_append_array_end(d, &or);
+}
+
+/* One claim pass over array `field`: what stamping and pushing each
+ * document it claims needs. */
+typedef struct claim {
+  const char *field, *token;
+  size_t toklen;
+  double now, until;             /* until: now + lease */
+  char claim[32], untilkey[48];  /* "<field>_claim", "<field>_claim.until" */
+} claim_t;
+
+/* The pass's find is the seq index alone (a server may plan any other
+ * condition as a scan); it projects each claim's `until`, so a document
+ * still claimed by someone else is skipped without a round trip of its own. */
+static mongoc_cursor_t *claim_find(ms_store_t *s, const claim_t *k, lua_Integer limit) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj;
+  mongoc_cursor_t *cur;
+  char seqkey[32];
+  snprintf(seqkey, sizeof seqkey, "%s.seq", k->field);
+  bson_append_document_begin(&filter, seqkey, -1, &cond);   /* index-backed: field.seq */
+  bson_append_int64(&cond, "$gte", 4, INT64_MIN);
+  bson_append_document_end(&filter, &cond);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "_id", 3, 1);
+  bson_append_int32(&proj, k->untilkey, -1, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  return cur;
+}
+
+/* Whether a document the find returned holds a claim whose lease runs yet. */
+static int claimed_elsewhere(const bson_t *doc, const claim_t *k) {
+  bson_iter_t it;
+  return bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, k->untilkey, &it) &&
+         BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) > k->now;
+}
+
+/* Stamps document _id with the claim by an update that matches only while
+ * it is unclaimed; *reply (always initialised) holds its `field` as it is
+ * then. */
+static int claim_one(ms_store_t *s, const claim_t *k, bson_iter_t *id_it, bson_t *reply, bson_error_t *be) {
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, stamp, fields = BSON_INITIALIZER;
+  mongoc_find_and_modify_opts_t *fam;
+  int ok;
+  bson_append_value(&q, "_id", 3, bson_iter_value(id_it));
+  append_unclaimed(&q, k->claim, k->now);
+  bson_append_document_begin(&u, "$set", 4, &set);
+  bson_append_document_begin(&set, k->claim, -1, &stamp);
+  bson_append_double(&stamp, "until", 5, k->until);
+  bson_append_utf8(&stamp, "token", 5, k->token, (int)k->toklen);
+  bson_append_document_end(&set, &stamp);
+  bson_append_document_end(&u, &set);
+  bson_append_int32(&fields, k->field, -1, 1);
+  fam = mongoc_find_and_modify_opts_new();
+  mongoc_find_and_modify_opts_set_update(fam, &u);
+  mongoc_find_and_modify_opts_set_fields(fam, &fields);
+  mongoc_find_and_modify_opts_set_flags(fam, MONGOC_FIND_AND_MODIFY_RETURN_NEW);
+  ok = mongoc_collection_find_and_modify_with_opts(s->exes, &q, fam, reply, be);
+  mongoc_find_and_modify_opts_destroy(fam);
+  bson_destroy(&q);
+  bson_destroy(&u);
+  bson_destroy(&fields);
+  return ok;
+}
+
+/* Appends the entries of a claimed document (the reply's value; null when
+ * another relay claimed it first) to the list on top of the stack, each with
+ * token, lease_until and source_id. */
+static int push_claimed(lua_State *L, const claim_t *k, const bson_t *reply, bson_iter_t *id_it, lua_Integer *n,
+                        ms_err_t *e) {
+  bson_iter_t it, arr, entries;
+  if (!(bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "value", &it) &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &arr) && bson_iter_find(&arr, k->field) &&
+        BSON_ITER_HOLDS_ARRAY(&arr)))
+    return 0;
+  bson_iter_recurse(&arr, &entries);
+  while (bson_iter_next(&entries)) {
+    if (!BSON_ITER_HOLDS_DOCUMENT(&entries)) continue;
+    if (ms_push_bson_value(L, &entries, -1, e)) return -1;
+    lua_pushlstring(L, k->token, k->toklen);
+    lua_setfield(L, -2, "token");
+    lua_pushnumber(L, k->until);
+    lua_setfield(L, -2, "lease_until");
+    if (BSON_ITER_HOLDS_UTF8(id_it)) {
+      uint32_t idl;
+      const char *idv = bson_iter_utf8(id_it, &idl);
+      lua_pushlstring(L, idv, idl);
+      lua_setfield(L, -2, "source_id");
+    }
+    lua_rawseti(L, -2, ++*n);
+  }
+  return 0;
+}
+
+/* Claims the pending entries of array `field` (outbox or spawns) a document
+ * at a time, until at least `limit` are held: the document is stamped
+ * <field>_claim = { until, token } by an update that matches only while it is
+ * unclaimed (or its lease ran out), and returns the entries as they are then.
+ * One relay therefore holds all of one source's entries and delivers them in
+ * seq order; an ack or a release carrying the token does nothing once a later
+ * relay has claimed the document. Pushes the entries, each with token,
+ * lease_until and source_id (unsorted). */
+static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
+                         const char *token, size_t toklen, const char *doing) {
+  claim_t k;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  ms_err_t e;
+  lua_Integer n = 0;
+  k.field = field;
+  k.token = token;
+  k.toklen = toklen;
+  k.now = ms_now();
+  k.until = k.now + lease;
+  snprintf(k.claim, sizeof k.claim, "%s_claim", field);
+  snprintf(k.untilkey, sizeof k.untilkey, "%s.until", k.claim);
+  cur = claim_find(s, &k, limit);
+  lua_newtable(L);
+  while (n < limit && mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t id_it;
+    bson_t reply;
+    int rc;
+    if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
+    if (!claim_one(s, &k, &id_it, &reply, &be)) {
+      bson_destroy(&reply);
+      mongoc_cursor_destroy(cur);
+      return ms_store_push_bson_err(L, s, &be, doing);
+    }
+    rc = push_claimed(L, &k, &reply, &id_it, &n, &e);
+    bson_destroy(&reply);
+    if (rc) {
+      mongoc_cursor_destroy(cur);
+      return ms_store_push_err(L, s, &e);
+    }
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return ms_store_push_bson_err(L, s, &be, doing);
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
+  lua_Integer limit = (lua_Integer)ms_arg_integer(L, 2, "claim: limit");
+  double lease = ms_arg_number(L, 3, "claim: lease");
+  size_t toklen;
+  const char *token = ms_arg_string(L, 4, "claim: token", &toklen);
+  if (limit < 1 || !(lease > 0) || toklen == 0) return luaL_error(L, "%s: limit >= 1, lease > 0 and a token", doing);
+  return claim_entries(L, s, field, limit, lease, token, toklen, doing);
+}
+
+/* Gives a claimed document's entries back before the lease ends (a relay
+ * that is done with them, or could not deliver them yet), only while the
+ * claim is still the caller's. */
+static int release_entry(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
+  size_t idlen, toklen;
+  ms_err_t e;
+  char what[48];
+  const char *id, *token;
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
+  bson_error_t be;
+  char tokkey[48], untilkey[48];
+  int ok;
+  snprintf(what, sizeof what, "%s: source_id", doing);
+  id = ms_check_id(L, 2, what, &idlen, &e);
+  snprintf(what, sizeof what, "%s: token", doing);
+  token = ms_arg_string(L, 3, what, &toklen);
+  if (!id) return ms_push_error(L, &e);
+  if (ms_text_error(token, toklen)) {
+    ms_err_set(&e, "invalid", "%s: token %s", doing, ms_text_error(token, toklen));
+    return ms_push_error(L, &e);
+  }
+  snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
+  snprintf(untilkey, sizeof untilkey, "%s_claim.until", field);
+  bson_append_utf8(&q, "_id", 3, id, (int)idlen);
+  bson_append_utf8(&q, tokkey, -1, token, (int)toklen);
+  bson_append_document_begin(&u, "$set", 4, &set);
+  bson_append_double(&set, untilkey, -1, 0.0);
+  bson_append_document_end(&u, &set);
+  ok = mongoc_collection_update_one(s->exes, &q, &u, NULL, NULL, &be);
+  bson_destroy(&q);
+  bson_destroy(&u);
+  if (!ok) return ms_store_push_bson_err(L, s, &be, doing);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_release_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "release_outbox");
+  return release_entry(L, s, "outbox", "release_outbox");
+}
+
+static int l_release_spawn(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "release_spawn");
+  return release_entry(L, s, "spawns", "release_spawn");
+}
+
+/* store:_claim_outbox(limit, lease, token) / _claim_spawns(...) */
+static int l_claim_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "pending_outbox");
+  return claim_args(L, s, "outbox", "pending_outbox");
+}
+
+static int l_claim_spawns(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "pending_spawns");
+  return claim_args(L, s, "spawns", "pending_spawns");
+}
+
+/* store:_pending_outbox() -> { {seq, target_id, event = "<json>"}, ... } unsorted */
+static int l_pending_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "pending_outbox");
+  lua_newtable(L);
+  if (collect_entries(L, s, "outbox", "pending_outbox")) return 3;
+  return 1;
+}
+
+/* store:_pending_spawns() -> { {seq, parent_id, child_id, root_path, context}, ... } unsorted */
+static int l_pending_spawns(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "pending_spawns");
+  lua_newtable(L);
+  if (collect_entries(L, s, "spawns", "pending_spawns")) return 3;
+  return 1;
+}
+
+/* $pull of the entry with this seq from array `field`: removes exactly it. */
+static int ack(lua_State *L, const char *field, const char *doing) {
+  STORE_OR_CLOSED(L, s, doing);
+  char what[48];
+  int64_t seq;
+  size_t toklen = 0;
+  const char *token = NULL;
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond;
+  bson_error_t be;
+  char key[32];
+  int ok;
+  snprintf(what, sizeof what, "%s: seq", doing);
+  seq = ms_arg_integer(L, 2, what);
+  if (!lua_isnoneornil(L, 3)) {
+    snprintf(what, sizeof what, "%s: token", doing);
+    token = ms_arg_string(L, 3, what, &toklen);
+    if (ms_text_error(token, toklen)) {
+      ms_err_t e;
+      ms_err_set(&e, "invalid", "%s %s", what, ms_text_error(token, toklen));
+      return ms_push_error(L, &e);
+    }
+  }
+  snprintf(key, sizeof key, "%s.seq", field);
+  bson_append_int64(&filter, key, -1, (int64_t)seq);
+  if (token) {
+    /* only while the document is still claimed by the caller */
+    char tokkey[48];
+    snprintf(tokkey, sizeof tokkey, "%s_claim.token", field);
+    bson_append_utf8(&filter, tokkey, -1, token, (int)toklen);
+  }
+  bson_append_document_begin(&update, "$pull", 5, &pull);
+  bson_append_document_begin(&pull, field, -1, &cond);
+  bson_append_int64(&cond, "seq", 3, (int64_t)seq);
+  bson_append_document_end(&pull, &cond);
+  bson_append_document_end(&update, &pull);
+  ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
+  bson_destroy(&filter);
+  bson_destroy(&update);
+  if (!ok) return ms_store_push_bson_err(L, s, &be, doing);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
+
+static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
+
+static const luaL_Reg relay_methods[] = {
+  {"_pending_outbox", l_pending_outbox},
+  {"_pending_spawns", l_pending_spawns},
+  {"_claim_outbox", l_claim_outbox},
+  {"_claim_spawns", l_claim_spawns},
+  {"release_outbox", l_release_outbox},
+  {"release_spawn", l_release_spawn},
+  {"ack_outbox", l_ack_outbox},
+  {"ack_spawn", l_ack_spawn},
+  {NULL, NULL}
+};
+
+void ms_open_relay(lua_State *L) { luaL_setfuncs(L, relay_methods, 0); }
