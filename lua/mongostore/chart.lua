@@ -58,7 +58,9 @@ local function build_node(chart_id, def, parent, index)
   for _, hook in ipairs { "on_enter", "on_exit", "on_activity" } do
     if def[hook] ~= nil and not is_fn(def[hook]) then fail(chart_id, path, "%s must be a function", hook) end
   end
-  if def.history ~= nil and type(def.history) ~= "boolean" then fail(chart_id, path, "history must be true or false") end
+  if def.history ~= nil and type(def.history) ~= "boolean" then
+    fail(chart_id, path, "history must be true or false")
+  end
   if def.defer ~= nil then
     if type(def.defer) ~= "table" then fail(chart_id, path, "defer must be a list of event kinds") end
     for _, k in ipairs(def.defer) do
@@ -109,7 +111,8 @@ local function build_node(chart_id, def, parent, index)
   elseif def.initial ~= nil then
     fail(chart_id, path, "initial given but the state has no states")
   end
-  node.kind = node.orthogonal and "orthogonal" or (#node.children > 0 and "composite") or (node.final and "final") or "leaf"
+  node.kind = node.orthogonal and "orthogonal" or (#node.children > 0 and "composite") or (node.final and "final")
+              or "leaf"
   node.def_transitions = def.transitions
   return node
 end
@@ -129,7 +132,9 @@ end
 local function event_set(chart_id, path, on)
   if on == nil then return nil end
   local set, list = {}, type(on) == "table" and on or { on }
-  if type(on) ~= "string" and type(on) ~= "table" then fail(chart_id, path, "on must be an event kind or a list of them") end
+  if type(on) ~= "string" and type(on) ~= "table" then
+    fail(chart_id, path, "on must be an event kind or a list of them")
+  end
   for _, k in ipairs(list) do
     if type(k) ~= "string" or k == "" then fail(chart_id, path, "on must be an event kind or a list of them") end
     set[k] = true
@@ -168,7 +173,9 @@ local function compile_transitions(chart_id, scope, index, all)
         d.on and (" on " .. (type(d.on) == "table" and concat(d.on, "|") or d.on)) or "")
       local t = { source = src, events = events, label = label }
       if d.where ~= nil and not is_fn(d.where) then fail(chart_id, src.path, "%s: where must be a function", label) end
-      if d.action ~= nil and not is_fn(d.action) then fail(chart_id, src.path, "%s: action must be a function", label) end
+      if d.action ~= nil and not is_fn(d.action) then
+        fail(chart_id, src.path, "%s: action must be a function", label)
+      end
       t.guard, t.action = d.where, d.action
       if src.final then fail(chart_id, src.path, "%s: a final state has no way out", label) end
       local function target(name, what)
@@ -192,7 +199,9 @@ local function compile_transitions(chart_id, scope, index, all)
         t.target = target(d.to, "to")
       end
       if d.join ~= nil then
-        if d.join ~= "all" and d.join ~= "any" then fail(chart_id, src.path, "%s: join must be \"all\" or \"any\"", label) end
+        if d.join ~= "all" and d.join ~= "any" then
+          fail(chart_id, src.path, "%s: join must be \"all\" or \"any\"", label)
+        end
         if not src.orthogonal then fail(chart_id, src.path, "%s: join is only for an orthogonal state", label) end
         if t.events then fail(chart_id, src.path, "%s: a join is automatic, it takes no on", label) end
         t.join = d.join
@@ -313,7 +322,9 @@ function M.define(def)
   local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, outgoing = {},
                  history = def.history ~= false, defer = {}, kind = "composite" }
   index[""] = root
-  if type(def.states) ~= "table" or #def.states == 0 then error(format("chart %s: states must be a non-empty list", id), 2) end
+  if type(def.states) ~= "table" or #def.states == 0 then
+    error(format("chart %s: states must be a non-empty list", id), 2)
+  end
   local ok2, err2 = pcall(function()
     for _, sdef in ipairs(def.states) do
       if type(sdef) ~= "table" then fail(id, "", "each state must be a table like { \"Name\", ... }") end

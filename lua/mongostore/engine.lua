@@ -9,12 +9,80 @@ local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 
-local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
-  type, pairs, ipairs, error, tostring, setmetatable, getmetatable
+local type, ipairs, error, tostring, setmetatable, getmetatable, pcall =
+  type, ipairs, error, tostring, setmetatable, getmetatable, pcall
 local text_error = core.text_error
-local format = string.format
+local format, max = string.format, math.max
 
 local M = {}
+
+------------------------------------------------------------------------
+-- Bounded caches
+
+-- What the engine remembers per process (an execution's chart for the
+-- spawn relay, an outbox entry's failed deliveries) is held in an LRU of a
+-- fixed size, so a long-lived worker does not grow with every execution and
+-- entry it ever saw. Losing an entry costs a reload (a chart id never
+-- changes) or restarts an entry's count of failed deliveries.
+local DEFAULT_CACHE_SIZE = 10000
+
+local Lru = {}
+Lru.__index = Lru
+
+local function new_lru(size)
+  local head = {} -- the list's sentinel: head.next is the newest, head.prev the oldest
+  head.next, head.prev = head, head
+  return setmetatable({ size = size, count = 0, evicted = 0, nodes = {}, head = head }, Lru)
+end
+
+local function unlink(node)
+  node.prev.next, node.next.prev = node.next, node.prev
+end
+
+local function push_newest(head, node)
+  node.prev, node.next = head, head.next
+  head.next.prev = node
+  head.next = node
+end
+
+function Lru:get(key)
+  local node = self.nodes[key]
+  if node == nil then return nil end
+  unlink(node)
+  push_newest(self.head, node)
+  return node.value
+end
+
+-- set(key, nil) forgets key; a new key past the size evicts the oldest.
+function Lru:set(key, value)
+  local node = self.nodes[key]
+  if node then unlink(node) end
+  if value == nil then
+    if node then
+      self.nodes[key] = nil
+      self.count = self.count - 1
+    end
+    return
+  end
+  if node == nil then
+    if self.count >= self.size then
+      local oldest = self.head.prev
+      unlink(oldest)
+      self.nodes[oldest.key] = nil
+      self.evicted = self.evicted + 1
+    else
+      self.count = self.count + 1
+    end
+    node = { key = key }
+    self.nodes[key] = node
+  end
+  node.value = value
+  push_newest(self.head, node)
+end
+
+function Lru:len()
+  return self.count
+end
 
 local Engine = {}
 Engine.__index = Engine
@@ -26,14 +94,17 @@ end
 -- The options each call takes: a misspelt one raises.
 local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
                    max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
-                   log = true }
+                   log = true, cache_size = true }
 local START_OPTS = { id = true, context = true, priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
 --             now = mongostore.now, max_conflicts = 50, max_attempts = 100, max_event_bytes = 1048576,
---             batch = 100, lease = 10,
+--             batch = 100, lease = 10, cache_size = 10000,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
+-- cache_size bounds each per-process cache (see Bounded caches); the count
+-- of failed deliveries keeps at least `batch` entries, so every entry one
+-- relay pass claims keeps its count and reaches max_attempts.
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
@@ -57,7 +128,7 @@ function M.new(opts)
       error("engine.new: " .. name .. " must be a function", 2)
     end
   end
-  for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes" } do
+  for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes", "cache_size" } do
     local v = opts[name]
     if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1) then
       error("engine.new: " .. name .. " must be an integer >= 1", 2)
@@ -66,6 +137,8 @@ function M.new(opts)
   if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0 and opts.lease <= 86400)) then
     error("engine.new: lease must be a number of seconds > 0 (at most a day)", 2)
   end
+  local batch = opts.batch or 100
+  local cache_size = opts.cache_size or DEFAULT_CACHE_SIZE
   return setmetatable({
     store = opts.store,
     charts = charts,
@@ -77,10 +150,10 @@ function M.new(opts)
     on_dead_letter = opts.on_dead_letter,
     log = opts.log or default_log,
     max_event_bytes = opts.max_event_bytes or 1048576,
-    batch = opts.batch or 100,  -- entries a relay pass claims
+    batch = batch,              -- entries a relay pass claims
     lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
-    attempts = {},          -- outbox seq -> failed deliveries in this process
-    definitions = {},       -- execution id -> definition id (for the spawn relay)
+    attempts = new_lru(max(cache_size, batch)), -- outbox seq -> failed deliveries in this process
+    definitions = new_lru(cache_size),          -- execution id -> definition id (for the spawn relay)
   }, Engine)
 end
 
@@ -224,7 +297,9 @@ function Engine:start(chart_id, opts)
   if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
   ms.check_keys(opts, START_OPTS, "start", "option")
-  if opts.id ~= nil and type(opts.id) ~= "string" then error("start: opts.id must be a string, got " .. type(opts.id), 2) end
+  if opts.id ~= nil and type(opts.id) ~= "string" then
+    error("start: opts.id must be a string, got " .. type(opts.id), 2)
+  end
   if opts.context ~= nil and type(opts.context) ~= "table" then
     error("start: opts.context must be a table, got " .. type(opts.context), 2)
   end
@@ -260,8 +335,8 @@ function Engine:start(chart_id, opts)
     local exe, lerr, lcode = self.store:load(id)
     if exe == nil and lerr then return nil, lerr, lcode end
     if exe and exe.definition_id ~= chart_id then
-      return nil, format("start %s: the id holds an execution of chart '%s', not '%s'", id, exe.definition_id, chart_id),
-        "conflict"
+      return nil, format("start %s: the id holds an execution of chart '%s', not '%s'", id, exe.definition_id,
+        chart_id), "conflict"
     end
   end
   return id, ok
@@ -271,12 +346,12 @@ end
 -- Relays and the sweep
 
 function Engine:definition_of(id)
-  local d = self.definitions[id]
+  local d = self.definitions:get(id)
   if d then return d end
   local exe, err, code = self.store:load(id)
   if not exe then return nil, err, code end
   d = exe.definition_id
-  self.definitions[id] = d
+  self.definitions:set(id, d)
   return d
 end
 
@@ -323,7 +398,7 @@ function Engine:relay_spawns()
 end
 
 function Engine:dead_letter(entry, err)
-  self.attempts[entry.seq] = nil
+  self.attempts:set(entry.seq, nil)
   if self.on_dead_letter then
     self.on_dead_letter(entry, err)
   else
@@ -358,20 +433,18 @@ function Engine:relay_outbox()
       ok, derr, code = self:deliver(e.target_id, e.event)
     end
     if ok then
-      self.attempts[e.seq] = nil
+      self.attempts:set(e.seq, nil)
       self.store:ack_outbox(e.seq, e.token)
       n = n + 1
-    elseif code == "blocked" then
-      -- left for the next pass, behind the entry that blocks it
     elseif code == "not_found" or code == "invalid" or code == "external" then
       if e.target_id ~= nil then blocked[e.target_id] = true end
-      local a = (self.attempts[e.seq] or 0) + 1
-      self.attempts[e.seq] = a
+      local a = (self.attempts:get(e.seq) or 0) + 1
+      self.attempts:set(e.seq, a)
       if a >= self.max_attempts then
         self:dead_letter(e, derr)
         n = n + 1
       end
-    else
+    elseif code ~= "blocked" then -- a blocked entry is left for the next pass, behind the one that blocks it
       if e.target_id ~= nil then blocked[e.target_id] = true end
       self.log(format("outbox %d: %s", e.seq, tostring(derr)))
     end
@@ -391,7 +464,7 @@ function Engine:sweep(now)
   end
   local n = 0
   for _, t in ipairs(due) do
-    local ev = runtime.timeout_event(t.execution_id, t.path, t.fire_at)
+    local ev = execution.timeout_event(t.execution_id, t.path, t.fire_at)
     local ok, derr, code = self:deliver(t.execution_id, ev, t.path)
     if ok or code == "not_found" or code == "invalid" then
       -- a timer nobody can apply must not fire forever
@@ -436,7 +509,7 @@ function Engine:run(opts)
   end
   for _, name in ipairs { "idle_sleep", "sweep_interval" } do
     local v = opts[name]
-    if v ~= nil and (type(v) ~= "number" or not (v >= 0)) then
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0) then
       error("run: opts." .. name .. " must be a number of seconds >= 0, got " .. tostring(v), 2)
     end
   end

@@ -1,20 +1,51 @@
 -- mongostore.runtime - the pure interpreter: (chart, execution, event, now)
 -- -> the execution advanced in memory plus the effects of the step (events to
--- emit, children to spawn, timers to arm or cancel, a trace step). It does
--- no I/O; the engine hands the effects to one store commit.
-local core = require "mongostore.core"
-local chart_mod = require "mongostore.chart"
+-- emit, children to spawn, timers to arm or cancel). No I/O and no C module.
 
-local type, pairs, ipairs, error, tostring, pcall = type, pairs, ipairs, error, tostring, pcall
+-- It needs nothing but Lua (mongostore.values gives it null and the array
+-- mark), so it runs wherever a chart must be stepped: a worker, OpenResty,
+-- a test, a tool. The engine hands the effects to one store commit.
+--
+-- The algorithm follows SCXML's, in the names XState's core gives it: an
+-- event is a macrostep (select a transition, take it as a microstep, then
+-- complete the macrostep with eventless transitions until the configuration
+-- is stable); a microstep exits states up to the transition's domain, runs
+-- its action and enters states down to its target and the target's
+-- descendants. Orthogonal regions run as child executions of their own.
+local chart_mod = require "mongostore.chart"
+local values = require "mongostore.values"
+
+local type, pairs, ipairs, error, tostring, pcall, require = type, pairs, ipairs, error, tostring, pcall, require
 local setmetatable, getmetatable = setmetatable, getmetatable
-local format, insert, remove = string.format, table.insert, table.remove
+local format, insert, remove, sort = string.format, table.insert, table.remove, table.sort
 local is_ancestor = chart_mod.is_ancestor
-local null = core.null
+local null, array, is_array = values.null, values.array, values.is_array
 
 local M = {}
 
 local FINISHED = { DONE = true, CANCELLED = true, FAILED = true }
 M.FINISHED = FINISHED
+
+-- How many eventless microsteps one macrostep may take before the chart is
+-- declared not to settle (a cycle of automatic transitions).
+local MAX_EVENTLESS = 10000
+
+-- The id of an event the runtime creates itself: the emitting execution's id,
+-- the version the step applies to and the event's 1-based position in the
+-- step's emits. Replaying a step (after a crash, or on a second worker) gives
+-- the same ids, so the target's dedupe refuses a copy; and no two steps of
+-- one execution share a version. The "emit:" prefix keeps them apart from
+-- harel's ids (uuid hex, "timeout:..."), from ours ("start:", "finished:",
+-- "<id>@<child>") and from act.idempotency_key ("<id>:<version>:<n>"); the
+-- version and position are the last two fields, so an execution id holding
+-- ':' cannot make two of them equal.
+local function emit_id(execution_id, version, n)
+  return format("emit:%s:%d:%d", execution_id, version, n)
+end
+M.emit_id = emit_id
+
+------------------------------------------------------------------------
+-- Errors
 
 -- An action's failure, carried up through the step as an error object.
 local ActionError = {}
@@ -32,7 +63,7 @@ local function action_error(err)
 end
 
 ------------------------------------------------------------------------
--- A step: one event applied to one execution.
+-- A step: one event applied to one execution, and the effects it collects.
 
 local Step = {}
 Step.__index = Step
@@ -53,9 +84,17 @@ function Step:root()
 end
 
 function Step:emit(target_id, event)
-  if event.id == nil then event.id = core.uuid() end
+  local n = #self.emits + 1
+  if event.id == nil then event.id = emit_id(self.exe.id, self.exe.version or 0, n) end
   if event.data == nil then event.data = {} end
-  self.emits[#self.emits + 1] = { target_id = target_id, event = event }
+  self.emits[n] = { target_id = target_id, event = event }
+end
+
+-- Sends the same control event to every region still running.
+function Step:emit_to_regions(kind, data)
+  for _, cid in ipairs(self:live_children()) do
+    self:emit(cid, { kind = kind, data = data or {} })
+  end
 end
 
 -- Timer ops collapse per path: the last one in the step wins, so a state left
@@ -101,7 +140,7 @@ function Step:act(name)
   }
 end
 
-function Step:hook(node, which)
+function Step:run_hook(node, which)
   local fn = node[which]
   if fn then
     local label = which .. " " .. (node.path == "" and "(root)" or node.path)
@@ -110,32 +149,32 @@ function Step:hook(node, which)
 end
 
 ------------------------------------------------------------------------
--- Timers
+-- Entering and exiting one state: its hook, its timer, its history
 
 function Step:timeout_seconds(node)
   local t = node.timeout
   if type(t) == "number" then return t end
   local v = self.exe.context[t.context]
-  if type(v) ~= "number" or not (v >= 0) or v == math.huge then
+  if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
     error(action_error(format("timeout of %s: context.%s must be a number of seconds, got %s",
       node.path, t.context, type(v))), 0)
   end
   return v
 end
 
-function Step:enter(node)
+function Step:enter_state(node)
   self.exe.active_path = node.path
-  self:hook(node, "on_enter")
+  self:run_hook(node, "on_enter")
   if node.timeout then self:timer("schedule", node.path, self.now + self:timeout_seconds(node)) end
   if node.parent then self.exe.history[node.parent.path] = node.path end
 end
 
-function Step:exit(node)
+function Step:exit_state(node)
   self.exe.active_path = node.path
-  self:hook(node, "on_exit")
+  self:run_hook(node, "on_exit")
   if node.timeout then self:timer("cancel", node.path) end
   if node.parent then self.exe.history[node.parent.path] = node.path end
-  if node.orthogonal then self:leave_regions(node) end
+  if node.orthogonal then self:stop_regions(node) end
 end
 
 ------------------------------------------------------------------------
@@ -146,7 +185,7 @@ function Step:live_children()
   for cid, ch in pairs(self.exe.children) do
     if not ch.finished and not ch.submachine then out[#out + 1] = cid end
   end
-  table.sort(out)
+  sort(out)
   return out
 end
 
@@ -158,37 +197,38 @@ local function copy(v, seen)
   local t = {}
   seen[v] = t
   for k, x in pairs(v) do t[k] = copy(x, seen) end
-  if core.is_array(v) then core.array(t) end
+  if is_array(v) then array(t) end
   return t
 end
 M.copy = copy
 
-function Step:fork(node)
+-- Entering an orthogonal state: one child per region, ids fixed by the
+-- state's entry count so a replay names the same children.
+function Step:spawn_regions(node)
   local exe = self.exe
   local seq = exe.invoke_seq[node.path] or 0
   exe.children = {}
   for _, region in ipairs(node.children) do
     local cid = format("%s:%s:%d", exe.id, region.path, seq)
-    exe.children[cid] = { root_path = region.path, finished = false, result = {}, submachine = false, key = region.path }
+    exe.children[cid] = { root_path = region.path, finished = false, result = {}, submachine = false,
+                          key = region.path }
     self.spawns[#self.spawns + 1] = { child_id = cid, root_path = region.path, context = copy(exe.context) }
   end
 end
 
 -- Leaving an orthogonal state: a later entry spawns fresh children, and any
 -- region still running is told to stop.
-function Step:leave_regions(node)
+function Step:stop_regions(node)
   local exe = self.exe
   exe.invoke_seq[node.path] = (exe.invoke_seq[node.path] or 0) + 1
-  for _, cid in ipairs(self:live_children()) do
-    self:emit(cid, { kind = "Cancel", data = { reason = "left " .. node.path } })
-  end
+  self:emit_to_regions("Cancel", { reason = "left " .. node.path })
 end
 
 local function region_ok(outcome)
   return outcome == nil or outcome == "success"
 end
 
-function Step:region_results()
+function Step:collect_region_results()
   local results = {}
   for _, ch in pairs(self.exe.children) do
     if ch.finished then
@@ -199,7 +239,7 @@ function Step:region_results()
 end
 
 ------------------------------------------------------------------------
--- Resolving transitions
+-- Selecting transitions
 
 -- The active configuration, innermost first, from the active state up to
 -- (not including) the execution's root.
@@ -213,7 +253,9 @@ function Step:configuration()
   return out
 end
 
-function Step:enabled(t, event)
+-- A transition is enabled by its event (an eventless one by none) and its
+-- guard.
+function Step:is_enabled(t, event)
   if event then
     if not t.events or not t.events[event.kind] then return false end
   elseif t.events then
@@ -242,10 +284,15 @@ function Step:stays_inside(t)
   return true
 end
 
--- The first enabled transition, innermost source first, declaration order
--- within a source. `from` limits the search to that state and its ancestors
--- (a Timeout resolves from the state that timed out upward).
-function Step:find(event, from)
+-- Whether t may be taken from its source node n by this execution.
+function Step:may_leave(n, t)
+  return not t.join and (n ~= self:root() or self:stays_inside(t))
+end
+
+-- The first enabled transition for event, innermost source first,
+-- declaration order within a source. `from` limits the search to that state
+-- and its ancestors (a Timeout resolves from the state that timed out upward).
+function Step:select_transition(event, from)
   local nodes = self:configuration()
   local root = self:root()
   if root ~= self.chart.root then nodes[#nodes + 1] = root end
@@ -258,7 +305,7 @@ function Step:find(event, from)
   for i = start, #nodes do
     local n = nodes[i]
     for _, t in ipairs(n.outgoing) do
-      if not t.join and (n ~= root or self:stays_inside(t)) and self:enabled(t, event) then return t end
+      if self:may_leave(n, t) and self:is_enabled(t, event) then return t end
     end
   end
   return nil
@@ -266,92 +313,17 @@ end
 
 -- An automatic transition of the active state itself: a composite's
 -- completion transition waits until its active child has finished.
-function Step:find_auto(active)
+function Step:select_eventless_transition(active)
   for _, t in ipairs(active.outgoing) do
-    if not t.join and (active ~= self:root() or self:stays_inside(t)) and self:enabled(t, nil) then return t end
+    if self:may_leave(active, t) and self:is_enabled(t, nil) then return t end
   end
   return nil
 end
 
-function Step:target_of(t, event)
-  if not t.select then return t.target end
-  local key = self:call(t.label .. " (select)", t.select, self.exe.context, event)
-  local target = t.targets[tostring(key)]
-  if not target then
-    error(action_error(format("%s: selector returned '%s', which names no target", t.label, tostring(key))), 0)
-  end
-  return target
-end
-
--- Lowest common proper ancestor: the state a transition does not leave.
-local function lcca(a, b)
-  local p = a.parent
-  while p do
-    if p == b or is_ancestor(p, b) then return p end
-    p = p.parent
-  end
-  return nil
-end
-
--- Takes a transition from the active configuration to target with UML's
--- external semantics: exit innermost first up to the common ancestor, run
--- the transition's action, enter outermost first down to the target, then
--- descend into its initial (or remembered) state.
-function Step:take(t, target, event)
-  local active = self:node(self.exe.active_path)
-  local pivot = lcca(t.source, target) or self.chart.root
-  if not self:within(pivot) then pivot = self:root() end -- a region never leaves itself
-  local n = active
-  while n and n ~= pivot do
-    self:exit(n)
-    n = n.parent
-  end
-  self.exe.active_path = pivot.path
-  if t.action then
-    local label = t.label
-    self:call(label .. " (action)", t.action, self.exe.context, event, self:act(label))
-  end
-  local path = {}
-  n = target
-  while n and n ~= pivot do
-    insert(path, 1, n)
-    n = n.parent
-  end
-  for _, node in ipairs(path) do self:enter(node) end
-  self:descend(target)
-end
-
--- From a composite just entered down to a leaf: its remembered child (deep
--- history, unless the state says history = false) or its initial state. An
--- orthogonal state forks its regions and parks there.
-function Step:descend(node)
-  local exe = self.exe
-  while true do
-    if node.orthogonal then
-      self:fork(node)
-      return
-    end
-    if #node.children == 0 then return end
-    local child
-    if node.history then child = self:node(exe.history[node.path]) end
-    if not child or child.parent ~= node then child = node.initial end
-    self:enter(child)
-    node = child
-  end
-end
-
-------------------------------------------------------------------------
--- Settling: automatic transitions, joins, deferred events, sinks
-
-function Step:deferred_kinds()
-  local kinds = {}
-  for _, n in ipairs(self:configuration()) do
-    for k in pairs(n.defer) do kinds[k] = true end
-  end
-  return kinds
-end
-
-function Step:join_transition(node)
+-- A join out of an orthogonal state, once its regions are done as it asks
+-- ("all" or "any"). Returns the join and whether every finished region
+-- succeeded, or nil and whether every region has finished.
+function Step:select_join_transition(node)
   local all, any, ok_all = true, false, true
   local n = 0
   for _, ch in pairs(self.exe.children) do
@@ -365,71 +337,176 @@ function Step:join_transition(node)
   end
   if n == 0 then all = true end
   for _, t in ipairs(node.outgoing) do
-    if t.join and ((t.join == "all" and all) or (t.join == "any" and any)) and self:enabled(t, nil) then
+    if t.join and ((t.join == "all" and all) or (t.join == "any" and any)) and self:is_enabled(t, nil) then
       return t, ok_all
     end
   end
   return nil, all
 end
 
-function Step:settle()
+-- The target of a transition: its own, or the one its selector names.
+function Step:resolve_target(t, event)
+  if not t.select then return t.target end
+  local key = self:call(t.label .. " (select)", t.select, self.exe.context, event)
+  local target = t.targets[tostring(key)]
+  if not target then
+    error(action_error(format("%s: selector returned '%s', which names no target", t.label, tostring(key))), 0)
+  end
+  return target
+end
+
+-- The transition's domain: the closest proper ancestor of its source that
+-- contains the target (the state a transition does not leave), nil for none.
+local function transition_domain(source, target)
+  local p = source.parent
+  while p do
+    if p == target or is_ancestor(p, target) then return p end
+    p = p.parent
+  end
+  return nil
+end
+
+------------------------------------------------------------------------
+-- Microstep: one transition, with UML's external semantics
+
+-- Exits the active configuration innermost first up to (not including) domain.
+function Step:exit_states(domain)
+  local n = self:node(self.exe.active_path)
+  while n and n ~= domain do
+    self:exit_state(n)
+    n = n.parent
+  end
+  self.exe.active_path = domain.path
+end
+
+-- Enters outermost first from below domain down to target, then the
+-- target's descendants.
+function Step:enter_states(target, domain)
+  local path = {}
+  local n = target
+  while n and n ~= domain do
+    insert(path, 1, n)
+    n = n.parent
+  end
+  for _, node in ipairs(path) do self:enter_state(node) end
+  self:enter_descendants(target)
+end
+
+-- From a composite just entered down to a leaf: its remembered child (deep
+-- history, unless the state says history = false) or its initial state. An
+-- orthogonal state spawns its regions and parks there.
+function Step:enter_descendants(node)
   local exe = self.exe
-  local root = self:root()
-  for _ = 1, 10000 do
-    if FINISHED[exe.status] or exe.status ~= "RUNNING" then return end
-    local active = self:node(exe.active_path)
-    if active.orthogonal then
-      local t, ok = self:join_transition(active)
-      if t then
-        self:region_results()
-        local target = (not ok and t.else_target) or self:target_of(t, nil)
-        self:take(t, target, nil)
-        goto continue
-      end
-      if not ok then return end -- regions still running
-      -- every region finished and no join leads out: the state is done
-      self:region_results()
-      if #active.outgoing > 0 then return end
-    end
-    do
-      local auto = self:find_auto(active)
-      if auto then
-        self:take(auto, self:target_of(auto, nil), nil)
-        goto continue
-      end
-      -- a deferred event that the new configuration handles, oldest first
-      for i, ev in ipairs(exe.deferred) do
-        local t = self:find(ev)
-        if t then
-          remove(exe.deferred, i)
-          self.event = ev
-          self:take(t, self:target_of(t, ev), ev)
-          goto continue
-        end
-      end
-      if #active.outgoing > 0 and not active.final then return end
-      -- a sink: it finishes its parent with its outcome
-      if active.outcome ~= nil and exe.outcome == nil then exe.outcome = active.outcome end
-      self:exit(active)
-      local parent = active.parent
-      if parent and parent ~= root then
-        exe.history[parent.path] = nil
-        exe.active_path = parent.path
-        goto continue
-      end
-      self:finish()
+  while true do
+    if node.orthogonal then
+      self:spawn_regions(node)
       return
     end
-    ::continue::
+    if #node.children == 0 then return end
+    local child
+    if node.history then child = self:node(exe.history[node.path]) end
+    if not child or child.parent ~= node then child = node.initial end
+    self:enter_state(child)
+    node = child
   end
-  error(action_error("the chart does not settle: more than 10000 automatic steps"), 0)
+end
+
+-- Takes transition t to target: exits up to its domain, runs its action,
+-- enters down to the target.
+function Step:microstep(t, target, event)
+  local domain = transition_domain(t.source, target) or self.chart.root
+  if not self:within(domain) then domain = self:root() end -- a region never leaves itself
+  self:exit_states(domain)
+  if t.action then
+    local label = t.label
+    self:call(label .. " (action)", t.action, self.exe.context, event, self:act(label))
+  end
+  self:enter_states(target, domain)
+end
+
+------------------------------------------------------------------------
+-- Completing a macrostep: joins, automatic transitions, deferred events, sinks
+
+function Step:deferred_kinds()
+  local kinds = {}
+  for _, n in ipairs(self:configuration()) do
+    for k in pairs(n.defer) do kinds[k] = true end
+  end
+  return kinds
+end
+
+-- A deferred event that the configuration now handles, oldest first:
+-- taken out of the deferred list and taken as a microstep. True if one was.
+function Step:take_deferred()
+  local exe = self.exe
+  for i, ev in ipairs(exe.deferred) do
+    local t = self:select_transition(ev)
+    if t then
+      remove(exe.deferred, i)
+      self.event = ev
+      self:microstep(t, self:resolve_target(t, ev), ev)
+      return true
+    end
+  end
+  return false
+end
+
+-- Whether the active orthogonal state keeps the macrostep going: "taken"
+-- when a join was taken, "wait" while regions run or a transition may still
+-- lead out, nil when the state is done and is to be handled as a sink.
+function Step:complete_orthogonal(active)
+  local t, ok = self:select_join_transition(active)
+  if t then
+    self:collect_region_results()
+    local target = (not ok and t.else_target) or self:resolve_target(t, nil)
+    self:microstep(t, target, nil)
+    return "taken"
+  end
+  if not ok then return "wait" end -- regions still running
+  -- every region finished and no join leads out: the state is done
+  self:collect_region_results()
+  if #active.outgoing > 0 then return "wait" end
+  return nil
+end
+
+-- Takes eventless transitions until the configuration is stable: a join, an
+-- automatic transition, a deferred event the new configuration handles, or a
+-- sink, which finishes its parent with its outcome (at the top, the execution).
+function Step:complete_macrostep()
+  local exe = self.exe
+  local root = self:root()
+  for _ = 1, MAX_EVENTLESS do
+    if FINISHED[exe.status] or exe.status ~= "RUNNING" then return end
+    local active = self:node(exe.active_path)
+    local orthogonal = active.orthogonal and self:complete_orthogonal(active)
+    if orthogonal == "wait" then return end
+    if orthogonal ~= "taken" then
+      local auto = self:select_eventless_transition(active)
+      if auto then
+        self:microstep(auto, self:resolve_target(auto, nil), nil)
+      elseif not self:take_deferred() then
+        if #active.outgoing > 0 and not active.final then return end
+        -- a sink: it finishes its parent with its outcome
+        if active.outcome ~= nil and exe.outcome == nil then exe.outcome = active.outcome end
+        self:exit_state(active)
+        local parent = active.parent
+        if not parent or parent == root then
+          self:finish()
+          return
+        end
+        exe.history[parent.path] = nil
+        exe.active_path = parent.path
+      end
+    end
+  end
+  error(action_error(format("the chart does not settle: more than %d automatic steps", MAX_EVENTLESS)), 0)
 end
 
 -- The execution reached the end of its chart (or of its region).
 function Step:finish()
   local exe = self.exe
   local root = self:root()
-  if exe.parent_id ~= nil and root ~= self.chart.root then self:exit(root) end
+  if exe.parent_id ~= nil and root ~= self.chart.root then self:exit_state(root) end
   exe.status = "DONE"
   exe.finished_at = self.now
   self:report_finished()
@@ -452,7 +529,31 @@ function Step:report_finished()
 end
 
 ------------------------------------------------------------------------
--- Starting and stopping
+-- Macrostep: one event of the chart's own
+
+function Step:macrostep(event)
+  local exe = self.exe
+  local active = self:node(exe.active_path)
+  local t = self:select_transition(event)
+  if t then
+    self:microstep(t, self:resolve_target(t, event), event)
+  elseif active.orthogonal and #self:live_children() > 0 then
+    -- the regions run the chart below this state: they get the event
+    for _, cid in ipairs(self:live_children()) do
+      self:emit(cid, { id = event.id .. "@" .. cid, kind = event.kind, data = copy(event.data),
+                       created_time = event.created_time })
+    end
+  elseif self:deferred_kinds()[event.kind] then
+    exe.deferred[#exe.deferred + 1] = event
+  else
+    self:run_hook(active, "on_activity")
+  end
+  self:complete_macrostep()
+  exe.processed_events = exe.processed_events + 1
+end
+
+------------------------------------------------------------------------
+-- The events the engine gives meaning to
 
 function Step:start(data)
   local exe = self.exe
@@ -465,10 +566,10 @@ function Step:start(data)
   local root = self:root()
   if root ~= self.chart.root then
     -- a region runs its own state's hooks and timer
-    self:enter(root)
+    self:enter_state(root)
   end
-  self:descend(root)
-  self:settle()
+  self:enter_descendants(root)
+  self:complete_macrostep()
 end
 
 -- Cancels every timer the active configuration may hold.
@@ -483,39 +584,13 @@ end
 function Step:stop(status, child_event)
   local exe = self.exe
   self:cancel_all_timers()
-  for _, cid in ipairs(self:live_children()) do
-    self:emit(cid, { kind = child_event, data = {} })
-  end
+  self:emit_to_regions(child_event)
   exe.status = status
   exe.finished_at = self.now
   self:report_finished()
 end
 
-------------------------------------------------------------------------
--- Events
-
-function Step:domain(event)
-  local exe = self.exe
-  local active = self:node(exe.active_path)
-  local t = self:find(event)
-  if t then
-    self:take(t, self:target_of(t, event), event)
-  elseif active.orthogonal and #self:live_children() > 0 then
-    -- the regions run the chart below this state: they get the event
-    for _, cid in ipairs(self:live_children()) do
-      self:emit(cid, { id = event.id .. "@" .. cid, kind = event.kind, data = copy(event.data),
-                       created_time = event.created_time })
-    end
-  elseif self:deferred_kinds()[event.kind] then
-    exe.deferred[#exe.deferred + 1] = event
-  else
-    self:hook(active, "on_activity")
-  end
-  self:settle()
-  exe.processed_events = exe.processed_events + 1
-end
-
-function Step:finished(event)
+function Step:child_finished(event)
   local exe = self.exe
   local data = event.data or {}
   local ch = exe.children[data.child_id]
@@ -524,7 +599,7 @@ function Step:finished(event)
     ch.outcome = data.outcome ~= null and data.outcome or nil
     ch.result = type(data.result) == "table" and data.result or {}
   end
-  if exe.status == "RUNNING" then self:settle() end
+  if exe.status == "RUNNING" then self:complete_macrostep() end
 end
 
 function Step:timeout(event, armed, opts)
@@ -543,10 +618,10 @@ function Step:timeout(event, armed, opts)
   if not in_config then return end -- left since: stale
   -- the timer this event came from is spent, unless the step arms it again
   self:timer("cancel", path)
-  local t = self:find(event, node)
+  local t = self:select_transition(event, node)
   if t then
-    self:take(t, self:target_of(t, event), event)
-    self:settle()
+    self:microstep(t, self:resolve_target(t, event), event)
+    self:complete_macrostep()
     exe.processed_events = exe.processed_events + 1
   end
 end
@@ -556,12 +631,12 @@ function Step:cancel(event)
   if FINISHED[exe.status] then return end
   if exe.status == "RUNNING" or exe.status == "CANCELLING" then
     exe.status = "RUNNING"
-    local t = self:find(event)
+    local t = self:select_transition(event)
     if t then
       -- cooperative: the chart models its own cleanup
       -- (leaving a fork on the way tells its regions)
-      self:take(t, self:target_of(t, event), event)
-      self:settle()
+      self:microstep(t, self:resolve_target(t, event), event)
+      self:complete_macrostep()
       return
     end
   end
@@ -573,9 +648,9 @@ end
 function Step:reset()
   local exe = self.exe
   local active = self:node(exe.active_path)
-  if active and active.orthogonal then self:leave_regions(active) end
+  if active and active.orthogonal then self:stop_regions(active) end
   self:cancel_all_timers()
-  exe.children, exe.context, exe.history, exe.deferred = {}, {}, {}, core.array()
+  exe.children, exe.context, exe.history, exe.deferred = {}, {}, {}, array()
   exe.active_path, exe.outcome, exe.error, exe.finished_at = nil, nil, nil, nil
   exe.status = "PENDING"
   self:start(self.event.data)
@@ -593,61 +668,82 @@ function Step:set_state(event)
     if p.orthogonal then return end
     p = p.parent
   end
-  exe.deferred = core.array()
+  exe.deferred = array()
   exe.active_path = node.path
-  self:settle()
+  self:complete_macrostep()
+end
+
+function Step:suspend()
+  local exe = self.exe
+  if exe.status ~= "RUNNING" then return end
+  exe.status = "SUSPENDED"
+  self:emit_to_regions("Suspend")
+end
+
+-- How an event held while suspended is applied on Resume, by kind.
+local ON_HELD = {
+  Timeout = function(step, ev) step:timeout(ev, nil, {}) end,
+}
+local function on_held_event(step, ev)
+  step.event = ev
+  step:macrostep(ev)
+end
+
+function Step:resume()
+  local exe = self.exe
+  if exe.status ~= "SUSPENDED" then return end
+  exe.status = "RUNNING"
+  self:emit_to_regions("Resume")
+  -- what arrived while suspended is delivered now, in order
+  local held = exe.deferred
+  exe.deferred = array()
+  for _, ev in ipairs(held) do
+    if exe.status ~= "RUNNING" then
+      exe.deferred[#exe.deferred + 1] = ev
+    else
+      (ON_HELD[ev.kind] or on_held_event)(self, ev)
+    end
+  end
+  self:complete_macrostep()
+end
+
+------------------------------------------------------------------------
+-- Dispatch by kind
+
+-- An event a suspended execution cannot apply is held, not lost: Resume
+-- delivers it.
+local function hold(step, event)
+  local deferred = step.exe.deferred
+  deferred[#deferred + 1] = event
+end
+
+-- The engine's events, which apply in any status (each handler says when it
+-- acts); every other kind is the chart's own (on_chart_event).
+local ON_KIND = {
+  Start = function(step, event) step:start(event.data) end,
+  Reset = function(step) if step.exe.status ~= "CANCELLING" then step:reset() end end,
+  Cancel = function(step, event) step:cancel(event) end,
+  Terminate = function(step) if not FINISHED[step.exe.status] then step:stop("CANCELLED", "Terminate") end end,
+  Suspend = function(step) step:suspend() end,
+  Resume = function(step) step:resume() end,
+  Finished = function(step, event) step:child_finished(event) end,
+  SetState = function(step, event) step:set_state(event) end, -- RUNNING only
+  Timeout = function(step, event, opts)
+    if step.exe.status == "SUSPENDED" then return hold(step, event) end
+    step:timeout(event, opts.armed, opts)
+  end,
+}
+
+local function on_chart_event(step, event)
+  local status = step.exe.status
+  if status == "SUSPENDED" then return hold(step, event) end
+  if status ~= "RUNNING" then return end
+  step:macrostep(event)
 end
 
 function Step:apply(event, opts)
-  local exe, kind = self.exe, event.kind
-  if kind == "Start" then return self:start(event.data) end
-  if kind == "Reset" then
-    if exe.status ~= "CANCELLING" then self:reset() end
-    return
-  end
-  if kind == "Cancel" then return self:cancel(event) end
-  if kind == "Terminate" then
-    if not FINISHED[exe.status] then self:stop("CANCELLED", "Terminate") end
-    return
-  end
-  if kind == "Suspend" then
-    if exe.status == "RUNNING" then
-      exe.status = "SUSPENDED"
-      for _, cid in ipairs(self:live_children()) do self:emit(cid, { kind = "Suspend", data = {} }) end
-    end
-    return
-  end
-  if kind == "Resume" then
-    if exe.status == "SUSPENDED" then
-      exe.status = "RUNNING"
-      for _, cid in ipairs(self:live_children()) do self:emit(cid, { kind = "Resume", data = {} }) end
-      -- what arrived while suspended is delivered now, in order
-      local held = exe.deferred
-      exe.deferred = core.array()
-      for _, ev in ipairs(held) do
-        if exe.status ~= "RUNNING" then
-          exe.deferred[#exe.deferred + 1] = ev
-        elseif ev.kind == "Timeout" then
-          self:timeout(ev, nil, {})
-        else
-          self.event = ev
-          self:domain(ev)
-        end
-      end
-      self:settle()
-    end
-    return
-  end
-  if kind == "Finished" then return self:finished(event) end
-  if kind == "SetState" then return self:set_state(event) end -- RUNNING only
-  if exe.status == "SUSPENDED" then
-    -- held, not lost: Resume delivers it
-    exe.deferred[#exe.deferred + 1] = event
-    return
-  end
-  if kind == "Timeout" then return self:timeout(event, opts.armed, opts) end
-  if exe.status ~= "RUNNING" then return end
-  return self:domain(event)
+  local handler = ON_KIND[event.kind] or on_chart_event
+  handler(self, event, opts)
 end
 
 ------------------------------------------------------------------------
@@ -655,6 +751,9 @@ end
 
 -- Applies event to exe (mutated in place) at time now. opts.armed is the
 -- fire_at currently armed for a Timeout's path (nil: unknown or none).
+-- exe is an Execution or a plain table of its fields (id, version, status,
+-- root_path, active_path, context, history, children, deferred, invoke_seq,
+-- processed_events, parent_id, child_id, ...).
 -- Returns the effects:
 --   { emits = { {target_id, event} }, spawns = { {child_id, root_path, context} },
 --     timers = { {action, path, fire_at} }, from = path, to = path, actions = {names},
@@ -676,9 +775,7 @@ function M.apply(chart, exe, event, now, opts)
       if step.timer_ops[p].action == "schedule" then step.timer_ops[p] = { action = "cancel", path = p } end
     end
     step:cancel_all_timers()
-    for _, cid in ipairs(step:live_children()) do
-      step:emit(cid, { kind = "Terminate", data = { reason = "parent failed" } })
-    end
+    step:emit_to_regions("Terminate", { reason = "parent failed" })
     exe.status = "FAILED"
     exe.error = failed
     exe.finished_at = now
@@ -699,14 +796,11 @@ function M.apply(chart, exe, event, now, opts)
   }
 end
 
--- The Timeout event of a timer, with its fixed id.
--- fire_at is written as Python writes a float, as harel's id has it.
+-- The Timeout event of a timer. Its id is harel's, and so its form lives with
+-- the other harel formats in mongostore.execution (which needs the C core);
+-- kept here for callers that step charts with the engine.
 function M.timeout_event(execution_id, path, fire_at)
-  return {
-    id = format("timeout:%s:%s:%s", execution_id, path, core.json_encode(fire_at + 0.0)),
-    kind = "Timeout",
-    data = { path = path, fire_at = fire_at },
-  }
+  return require("mongostore.execution").timeout_event(execution_id, path, fire_at)
 end
 
 return M
