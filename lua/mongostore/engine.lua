@@ -12,7 +12,7 @@ local runtime = require "mongostore.runtime"
 local type, ipairs, error, tostring, setmetatable, getmetatable, pcall =
   type, ipairs, error, tostring, setmetatable, getmetatable, pcall
 local text_error = core.text_error
-local format, max = string.format, math.max
+local format = string.format
 
 local M = {}
 
@@ -20,64 +20,87 @@ local M = {}
 -- Bounded caches
 
 -- What the engine remembers per process (an execution's chart for the
--- spawn relay, an outbox entry's failed deliveries) is held in an LRU of a
--- fixed size, so a long-lived worker does not grow with every execution and
--- entry it ever saw. Losing an entry costs a reload (a chart id never
--- changes) or restarts an entry's count of failed deliveries.
+-- spawn relay, an outbox entry's failed deliveries) is held in an LRU of
+-- cache_size entries, so a long-lived worker does not grow with every
+-- execution and entry it ever saw (counts of entries another worker
+-- delivered were kept for ever before). Losing an entry costs a reload (a
+-- chart id never changes) or restarts an entry's count of failed deliveries.
 local DEFAULT_CACHE_SIZE = 10000
 
 local Lru = {}
 Lru.__index = Lru
 
-local function new_lru(size)
+-- pinned: what was touched since the last new_round() is never evicted; a
+-- new key that finds only such entries is not kept (set returns false). The
+-- failed-delivery counts need it: a relay pass can claim more failing
+-- entries than the cache holds (a claim takes a source's whole outbox), and
+-- evicting them in turn would restart every count each pass, so that none
+-- ever reaches max_attempts. Pinned, the oldest entries of a pass keep their
+-- counts, are given up, and make room for the next.
+local function new_lru(size, pinned)
   local head = {} -- the list's sentinel: head.next is the newest, head.prev the oldest
   head.next, head.prev = head, head
-  return setmetatable({ size = size, count = 0, evicted = 0, nodes = {}, head = head }, Lru)
+  return setmetatable({ size = size, count = 0, evicted = 0, refused = 0, nodes = {}, head = head,
+                        pinned = pinned or false, round = 0 }, Lru)
 end
 
 local function unlink(node)
   node.prev.next, node.next.prev = node.next, node.prev
 end
 
-local function push_newest(head, node)
+function Lru:touch(node)
+  local head = self.head
   node.prev, node.next = head, head.next
   head.next.prev = node
   head.next = node
+  node.round = self.round
+end
+
+function Lru:new_round()
+  self.round = self.round + 1
 end
 
 function Lru:get(key)
   local node = self.nodes[key]
   if node == nil then return nil end
   unlink(node)
-  push_newest(self.head, node)
+  self:touch(node)
   return node.value
 end
 
 -- set(key, nil) forgets key; a new key past the size evicts the oldest.
+-- Returns whether the value is held.
 function Lru:set(key, value)
   local node = self.nodes[key]
-  if node then unlink(node) end
   if value == nil then
     if node then
+      unlink(node)
       self.nodes[key] = nil
       self.count = self.count - 1
     end
-    return
+    return true
   end
-  if node == nil then
+  if node then
+    unlink(node)
+  else
     if self.count >= self.size then
       local oldest = self.head.prev
+      if self.pinned and oldest.round == self.round then
+        self.refused = self.refused + 1
+        return false
+      end
       unlink(oldest)
       self.nodes[oldest.key] = nil
+      self.count = self.count - 1
       self.evicted = self.evicted + 1
-    else
-      self.count = self.count + 1
     end
     node = { key = key }
     self.nodes[key] = node
+    self.count = self.count + 1
   end
   node.value = value
-  push_newest(self.head, node)
+  self:touch(node)
+  return true
 end
 
 function Lru:len()
@@ -102,9 +125,7 @@ local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 --             now = mongostore.now, max_conflicts = 50, max_attempts = 100, max_event_bytes = 1048576,
 --             batch = 100, lease = 10, cache_size = 10000,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
--- cache_size bounds each per-process cache (see Bounded caches); the count
--- of failed deliveries keeps at least `batch` entries, so every entry one
--- relay pass claims keeps its count and reaches max_attempts.
+-- cache_size: the entries each per-process cache holds (see Bounded caches).
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
@@ -137,7 +158,6 @@ function M.new(opts)
   if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0 and opts.lease <= 86400)) then
     error("engine.new: lease must be a number of seconds > 0 (at most a day)", 2)
   end
-  local batch = opts.batch or 100
   local cache_size = opts.cache_size or DEFAULT_CACHE_SIZE
   return setmetatable({
     store = opts.store,
@@ -150,10 +170,10 @@ function M.new(opts)
     on_dead_letter = opts.on_dead_letter,
     log = opts.log or default_log,
     max_event_bytes = opts.max_event_bytes or 1048576,
-    batch = batch,              -- entries a relay pass claims
+    batch = opts.batch or 100,  -- entries a relay pass claims
     lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
-    attempts = new_lru(max(cache_size, batch)), -- outbox seq -> failed deliveries in this process
-    definitions = new_lru(cache_size),          -- execution id -> definition id (for the spawn relay)
+    attempts = new_lru(cache_size, true), -- outbox seq -> failed deliveries in this process
+    definitions = new_lru(cache_size),    -- execution id -> definition id (for the spawn relay)
   }, Engine)
 end
 
@@ -416,6 +436,7 @@ function Engine:relay_outbox()
     self.log("pending_outbox: " .. tostring(err))
     return 0
   end
+  self.attempts:new_round() -- the counts this pass touches stay (see Bounded caches)
   local n = 0
   local blocked = {} -- a target whose entry waits: its later entries wait too, in order
   for _, e in ipairs(entries) do
