@@ -132,6 +132,7 @@ function TestRuntimeStart:test_start_on_a_non_pending_execution_is_a_no_op()
   -- nor on a finished one
   exe.status = "DONE"
   fx = start(c, exe)
+  assert_no_effects(fx)
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.active_path, "P.Q.M")
   lu.assertEquals(#log, n)
@@ -243,7 +244,7 @@ function TestRuntimeTransitions:test_guards_choose_among_transitions()
       { from = "A", to = "Big", on = "Pay", where = function(data, ctx, ev)
           seen[#seen + 1] = { data = data, ctx = ctx, kind = ev and ev.kind }
           return data.amount > 100 end },
-      { from = "A", to = "Vip", on = "Pay", where = function(data, ctx) return ctx.vip == true end },
+      { from = "A", to = "Vip", on = "Pay", where = function(_, ctx) return ctx.vip == true end },
       { from = "A", to = "Other", on = "Pay" },
       { from = "Big", to = "A", on = "Back" }, { from = "Vip", to = "A", on = "Back" },
       { from = "Other", to = "A", on = "Back" },
@@ -544,7 +545,8 @@ function TestRuntimeEvents:test_act_emit_queues_events()
   lu.assertEquals(fx.emits[1].target_id, "payments")
   lu.assertEquals(fx.emits[1].event.kind, "Charge")
   lu.assertEquals(fx.emits[1].event.data, { amount = 42 })
-  lu.assertIsString(fx.emits[1].event.id)
+  -- ids from the execution, the version and the position (emitted_ids_spec)
+  lu.assertEquals(fx.emits[1].event.id, "emit:" .. exe.id .. ":0:1")
   lu.assertNil(fx.emits[2].target_id)
   lu.assertEquals(fx.emits[2].event.kind, "Audit")
   lu.assertEquals(fx.emits[2].event.data, {})
@@ -651,15 +653,15 @@ function TestRuntimeTimers:test_timeout_fires_its_transition()
   local c = timer_chart()
   local exe = started(c)
   send(c, exe, "Go", nil, 100)
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Wait", 110), 110, { armed = 110 })
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Wait", 110), 110, { armed = 110 })
   lu.assertEquals(exe.active_path, "Late")
   lu.assertEquals(timers_by_path(fx).Wait.action, "cancel")
 end
 
 function TestRuntimeTimers:test_timeout_event_id()
-  local ev = runtime.timeout_event("e-1", "A.B", 110)
+  local ev = execution.timeout_event("e-1", "A.B", 110)
   lu.assertEquals(ev.kind, "Timeout")
-  lu.assertStrMatches(ev.id, "^timeout:e%-1:A%.B:110.*")
+  lu.assertEquals(ev.id, "timeout:e-1:A.B:110.0") -- fire_at as Python writes a float (timeout_event_spec)
   lu.assertEquals(ev.data, { path = "A.B", fire_at = 110 })
 end
 
@@ -669,7 +671,7 @@ function TestRuntimeTimers:test_stale_timeout_for_a_state_left_changes_nothing()
   send(c, exe, "Go", nil, 100)
   send(c, exe, "Back", nil, 101)
   local before = snapshot(exe)
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Wait", 110), 110)
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Wait", 110), 110)
   lu.assertEquals(snapshot(exe), before)
   assert_no_effects(fx)
   for _, t in ipairs(fx.timers) do lu.assertEquals(t.action, "cancel") end
@@ -682,7 +684,7 @@ function TestRuntimeTimers:test_stale_timeout_after_a_state_was_left_and_entered
   send(c, exe, "Back", nil, 101)
   send(c, exe, "Go", nil, 102)  -- armed again for 112
   local before = snapshot(exe)
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Wait", 110), 110, { armed = 112 })
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Wait", 110), 110, { armed = 112 })
   lu.assertEquals(snapshot(exe), before)
   assert_no_effects(fx)
   -- the live timer (112) must stay armed: a cancel for its path would disarm it
@@ -696,7 +698,7 @@ function TestRuntimeTimers:test_a_timeout_that_reenters_its_state_rearms_it()
     states = { { "S", timeout = 10 }, { "T" } },
     transitions = { { from = "S", to = "S", on = "Timeout" }, { from = "S", to = "T", on = "Stop" } } }
   local exe = started(c, nil, 100)
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "S", 110), 110, { armed = 110 })
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "S", 110), 110, { armed = 110 })
   lu.assertEquals(exe.active_path, "S")
   lu.assertEquals(fx.timers, { { action = "schedule", path = "S", fire_at = 120 } })
 end
@@ -706,7 +708,7 @@ function TestRuntimeTimers:test_a_timeout_nobody_handles_changes_nothing()
     states = { { "S", timeout = 10 }, { "T" } }, transitions = { { from = "S", to = "T", on = "Stop" } } }
   local exe = started(c, nil, 100)
   local before = snapshot(exe)
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "S", 110), 110, { armed = 110 })
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "S", 110), 110, { armed = 110 })
   lu.assertEquals(snapshot(exe), before)
   assert_no_effects(fx)
 end
@@ -729,13 +731,13 @@ function TestRuntimeTimers:test_timeout_resolves_from_the_timed_out_state_upward
   lu.assertEquals(t0.Job.fire_at, 60)
   lu.assertEquals(t0["Job.Work"].fire_at, 5)
   -- the inner state's timer: its own transition
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Job.Work", 5), 5, { armed = 5 })
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Job.Work", 5), 5, { armed = 5 })
   lu.assertEquals(exe.active_path, "Job.Retry")
   lu.assertNil(timers_by_path(fx).Job, "the composite's budget is not touched by an inner transition")
   send(c, exe, "Go", nil, 6)
   lu.assertEquals(exe.active_path, "Job.Work")
   -- the composite's timer while the inner state (with its own Timeout transition) is active
-  fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Job", 60), 60, { armed = 60 })
+  fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Job", 60), 60, { armed = 60 })
   lu.assertEquals(exe.active_path, "Failed")
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.outcome, "failed")
@@ -749,14 +751,14 @@ function TestRuntimeTimers:test_an_inner_timeout_without_its_own_transition_bubb
                { "Failed", final = "failed" } },
     transitions = { { from = "Job", to = "Failed", on = "Timeout" } } }
   local exe = started(c, nil, 0)
-  runtime.apply(c, exe, runtime.timeout_event(exe.id, "Job.Work", 5), 5, { armed = 5 })
+  runtime.apply(c, exe, execution.timeout_event(exe.id, "Job.Work", 5), 5, { armed = 5 })
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.outcome, "failed")
 end
 
 -- Attempt -> Backoff (timeout) -> Attempt on Timeout; Attempt -> Done on Ok;
 -- the composite's budget -> Failed.
-local function retry_chart(log)
+local function retry_chart()
   return chart.define{ id = "retry", initial = "Job",
     states = {
       { "Job", timeout = 60, initial = "Attempt",
@@ -779,13 +781,13 @@ function TestRuntimeTimers:test_retry_with_backoff_succeeds()
   fx = send(c, exe, "Err", nil, 1)
   lu.assertEquals(exe.active_path, "Job.Backoff")
   lu.assertEquals(fx.timers, { { action = "schedule", path = "Job.Backoff", fire_at = 6 } })
-  fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Job.Backoff", 6), 6, { armed = 6 })
+  fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Job.Backoff", 6), 6, { armed = 6 })
   lu.assertEquals(exe.active_path, "Job.Attempt")
   lu.assertEquals(exe.context.attempts, 2)
   lu.assertEquals(fx.timers, { { action = "cancel", path = "Job.Backoff" } })
   fx = send(c, exe, "Err", nil, 7)
   lu.assertEquals(fx.timers, { { action = "schedule", path = "Job.Backoff", fire_at = 12 } })
-  runtime.apply(c, exe, runtime.timeout_event(exe.id, "Job.Backoff", 12), 12, { armed = 12 })
+  runtime.apply(c, exe, execution.timeout_event(exe.id, "Job.Backoff", 12), 12, { armed = 12 })
   lu.assertEquals(exe.context.attempts, 3)
   fx = send(c, exe, "Ok", nil, 13)
   lu.assertEquals(exe.status, "DONE")
@@ -798,7 +800,7 @@ function TestRuntimeTimers:test_retry_budget_timeout_fails_it()
   local exe = started(c, nil, 0)
   send(c, exe, "Err", nil, 55)
   lu.assertEquals(exe.active_path, "Job.Backoff")
-  local fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "Job", 60), 60, { armed = 60 })
+  local fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "Job", 60), 60, { armed = 60 })
   lu.assertEquals(exe.active_path, "Failed")
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.outcome, "failed")
@@ -974,7 +976,7 @@ function TestRuntimeOrthogonal:test_a_fork_timeout_leaves_it_and_cancels_the_reg
   local exe, fx = started(c, { id = "ft" }, 100)
   lu.assertEquals(timers_by_path(fx).F.fire_at, 130)
   runtime.apply(c, exe, finished("ft:F.A:0", "success"), 101)
-  fx = runtime.apply(c, exe, runtime.timeout_event(exe.id, "F", 130), 130, { armed = 130 })
+  fx = runtime.apply(c, exe, execution.timeout_event(exe.id, "F", 130), 130, { armed = 130 })
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.outcome, "late")
   lu.assertEquals(#fx.emits, 1)
@@ -1084,7 +1086,7 @@ function TestRuntimeOrthogonal:test_region_timeout_on_its_root()
     transitions = { { from = "F", to = "Done" } } }
   local child = new_exe(c, { id = "q2:F.R:0", root_path = "F.R", parent_id = "q2", child_id = "q2:F.R:0" })
   start(c, child, nil, 100)
-  runtime.apply(c, child, runtime.timeout_event(child.id, "F.R", 130), 130, { armed = 130 })
+  runtime.apply(c, child, execution.timeout_event(child.id, "F.R", 130), 130, { armed = 130 })
   lu.assertEquals(child.status, "DONE")
   lu.assertEquals(child.outcome, "late")
 end
@@ -1402,7 +1404,7 @@ function TestRuntimeControl:test_timeout_while_suspended_fires_on_resume()
   local exe = started(c)
   send(c, exe, "Go", nil, 100)
   send(c, exe, "Suspend", nil, 105)
-  runtime.apply(c, exe, runtime.timeout_event(exe.id, "Wait", 110), 110, { armed = 110 })
+  runtime.apply(c, exe, execution.timeout_event(exe.id, "Wait", 110), 110, { armed = 110 })
   lu.assertEquals(exe.active_path, "Wait")
   send(c, exe, "Resume", nil, 120)
   lu.assertEquals(exe.active_path, "Late")
