@@ -1,0 +1,639 @@
+/*
+ * commit.c - the CAS commit: an execution's new data with its outbox,
+ * spawns, timers, dedupe mark and trace step in one update (or one insert
+ * for a new execution), filtered on the loaded version. What a commit
+ * carries is converted and checked before any I/O, so bad input writes
+ * nothing, not even a counter.
+ */
+#include "store.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct commit_in {
+  const char *id, *definition_id, *data, *processed, *status, *parent_id;
+  size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
+  double min_fire;         /* earliest fire_at scheduled by this commit, or MS_NO_TIMER */
+  int64_t old;
+  int n_emits, n_spawns;
+  bson_t emits;            /* array of { target_id, event } without seq */
+  bson_t spawns;           /* array of { child_id, root_path, context } without seq */
+  bson_t set_timers;       /* "timers.<enc>" -> fire_at */
+  bson_t unset_timers;     /* "timers.<enc>" -> "" */
+  bson_t trace;            /* the step, without index unless the caller gave one */
+  int has_trace;
+  const char *dd_in;       /* the dedupe digests the caller loaded (dedupe.c) */
+  size_t dd_in_len;
+  uint8_t digest[MS_DIGEST];
+  uint8_t *dd_out;         /* the digests this commit stores, when it marks an event */
+  size_t dd_out_len;
+  char doing[160];         /* "commit <id>", the prefix of its messages */
+} commit_in_t;
+
+static void commit_in_destroy(commit_in_t *c) {
+  bson_free(c->dd_out);
+  c->dd_out = NULL;
+  bson_destroy(&c->emits);
+  bson_destroy(&c->spawns);
+  bson_destroy(&c->set_timers);
+  bson_destroy(&c->unset_timers);
+  bson_destroy(&c->trace);
+}
+
+/* The list at the top of the stack: a table whose keys are 1..n (or marked
+ * as an array), never a table with other keys, which would be half-read. */
+static int list_length(lua_State *L, const char *what, lua_Integer *n, ms_err_t *e) {
+  size_t len = 0;
+  if (!lua_istable(L, -1) || ms_table_kind(L, -1, &len, e) != MS_KIND_ARRAY) {
+    /* an empty table is an empty list */
+    if (lua_istable(L, -1)) {
+      lua_pushnil(L);
+      if (lua_next(L, -2) == 0) { *n = 0; return 0; }
+      lua_pop(L, 2);
+    }
+    ms_err_set(e, "invalid", "%s must be a list (keys 1..n) of tables", what);
+    return -1;
+  }
+  *n = (lua_Integer)len;
+  return 0;
+}
+
+/* Reads ops.emits: { { target_id = string|nil, event = "<Event JSON>" }, ... }
+ * (the Lua layer has serialised each event already). */
+static int read_emits(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  if (lua_getfield(L, ops, "emits") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (list_length(L, "emits", &n, e)) {
+    lua_pop(L, 1);
+    return -1;
+  }
+  for (i = 1; i <= n; i++) {
+    char ik[24];
+    const char *ikey;
+    size_t iklen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ik, sizeof ik);
+    bson_t entry;
+    size_t len;
+    const char *s;
+    lua_rawgeti(L, -1, i);
+    bson_append_document_begin(&c->emits, ikey, (int)iklen, &entry);
+    lua_getfield(L, -1, "target_id");
+    if (lua_isnil(L, -1) || ms_is_null(L, -1)) {
+      bson_append_null(&entry, "target_id", 9);
+    } else if (lua_type(L, -1) == LUA_TSTRING) {
+      s = lua_tolstring(L, -1, &len);
+      if (ms_text_error(s, len)) {
+        ms_err_set(e, "invalid", "emits[%d].target_id %s", (int)i, ms_text_error(s, len));
+        lua_pop(L, 3);
+        return -1;
+      }
+      bson_append_utf8(&entry, "target_id", 9, s, (int)len);
+    } else {
+      ms_err_set(e, "invalid", "emits[%d].target_id must be a string, got %s", (int)i, luaL_typename(L, -1));
+      lua_pop(L, 3);
+      return -1;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "event");
+    s = lua_tolstring(L, -1, &len);
+    bson_append_utf8(&entry, "event", 5, s, (int)len);
+    lua_pop(L, 2);
+    bson_append_document_end(&c->emits, &entry);
+  }
+  c->n_emits = (int)n;
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* The context of spawns[i] (the table on top of the stack) into entry: a
+ * table with string keys, or {} when absent. */
+static int append_spawn_context(lua_State *L, lua_Integer i, bson_t *entry, ms_err_t *e) {
+  char what[48];
+  ms_path_t p;
+  int rc;
+  snprintf(what, sizeof what, "spawns[%d].context", (int)i);
+  ms_path_init(&p, what);
+  if (lua_getfield(L, -1, "context") == LUA_TNIL) {
+    bson_t empty;
+    bson_append_document_begin(entry, "context", 7, &empty);
+    bson_append_document_end(entry, &empty);
+    rc = 0;
+  } else if (!lua_istable(L, -1)) {
+    ms_err_set(e, "invalid", "%s must be a table", what);
+    rc = -1;
+  } else {
+    size_t alen;
+    rc = ms_table_kind(L, -1, &alen, e);
+    if (rc == MS_KIND_ARRAY) {
+      ms_err_set(e, "invalid", "%s must be a table with string keys", what);
+      rc = -1;
+    } else if (rc < 0) {
+      ms_err_prefix(e, what);
+    } else {
+      rc = ms_append_value(L, -1, entry, "context", 7, &p, e);
+    }
+  }
+  lua_pop(L, 1);
+  return rc;
+}
+
+static int read_spawns(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  if (lua_getfield(L, ops, "spawns") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (list_length(L, "spawns", &n, e)) {
+    lua_pop(L, 1);
+    return -1;
+  }
+  for (i = 1; i <= n; i++) {
+    char ik[24];
+    const char *ikey, *s;
+    size_t iklen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ik, sizeof ik), len;
+    bson_t entry;
+    int rc;
+    lua_rawgeti(L, -1, i);
+    if (!lua_istable(L, -1)) {
+      ms_err_set(e, "invalid", "spawns[%d] must be a table, got %s", (int)i, luaL_typename(L, -1));
+      lua_pop(L, 2);
+      return -1;
+    }
+    bson_append_document_begin(&c->spawns, ikey, (int)iklen, &entry);
+    bson_append_utf8(&entry, "parent_id", 9, c->id, (int)c->id_len);
+    lua_getfield(L, -1, "child_id");
+    if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), ms_text_error(s, len))) {
+      ms_err_set(e, "invalid", "spawns[%d].child_id must be a non-empty string", (int)i);
+      lua_pop(L, 3);
+      return -1;
+    }
+    bson_append_utf8(&entry, "child_id", 8, s, (int)len);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "root_path");
+    if (lua_type(L, -1) != LUA_TSTRING || (s = lua_tolstring(L, -1, &len), !bson_utf8_validate(s, len, false))) {
+      ms_err_set(e, "invalid", "spawns[%d].root_path must be a string", (int)i);
+      lua_pop(L, 3);
+      return -1;
+    }
+    bson_append_utf8(&entry, "root_path", 9, s, (int)len);
+    lua_pop(L, 1);
+    rc = append_spawn_context(L, i, &entry, e);
+    lua_pop(L, 1);
+    if (rc) { lua_pop(L, 1); return -1; }
+    bson_append_document_end(&c->spawns, &entry);
+  }
+  c->n_spawns = (int)n;
+  lua_pop(L, 1);
+  return ms_check_storable(&c->spawns, "spawns", e);
+}
+
+/* timers[i] (the table on top of the stack): a schedule into set_timers
+ * (lowering min_fire), a cancel into unset_timers. */
+static int read_timer(lua_State *L, lua_Integer i, commit_in_t *c, ms_err_t *e) {
+  const char *action, *path;
+  size_t plen;
+  bson_string_t *key = NULL;
+  int schedule;
+  lua_getfield(L, -1, "action");
+  action = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+  schedule = strcmp(action, "schedule") == 0;
+  if (!schedule && strcmp(action, "cancel") != 0) {
+    ms_err_set(e, "invalid", "timers[%d].action must be \"schedule\" or \"cancel\"", (int)i);
+    lua_pop(L, 1);
+    return -1;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "path");
+  if (lua_type(L, -1) != LUA_TSTRING) {
+    ms_err_set(e, "invalid", "timers[%d].path must be a string", (int)i);
+    lua_pop(L, 1);
+    return -1;
+  }
+  path = lua_tolstring(L, -1, &plen);
+  if (ms_encode_path(path, plen, &key, e)) {
+    ms_err_prefix(e, "timers");
+    lua_pop(L, 1);
+    return -1;
+  }
+  lua_pop(L, 1);
+  if (schedule) {
+    double at;
+    lua_getfield(L, -1, "fire_at");
+    if (lua_type(L, -1) != LUA_TNUMBER || !isfinite(at = lua_tonumber(L, -1))) {
+      ms_err_set(e, "invalid", "timers[%d].fire_at must be a finite number (epoch seconds)", (int)i);
+      bson_string_free(key, true);
+      lua_pop(L, 1);
+      return -1;
+    }
+    bson_append_double(&c->set_timers, key->str, (int)key->len, at);
+    if (at < c->min_fire) c->min_fire = at;
+    lua_pop(L, 1);
+  } else {
+    bson_append_utf8(&c->unset_timers, key->str, (int)key->len, "", 0);
+  }
+  bson_string_free(key, true);
+  return 0;
+}
+
+/* One update cannot both set and unset a key: the server would refuse it. */
+static int check_set_unset(const commit_in_t *c, ms_err_t *e) {
+  bson_iter_t it, other;
+  if (bson_iter_init(&it, &c->unset_timers)) {
+    while (bson_iter_next(&it)) {
+      if (bson_iter_init_find(&other, &c->set_timers, bson_iter_key(&it))) {
+        ms_err_set(e, "invalid", "timers: '%s' is both scheduled and cancelled", bson_iter_key(&it) + 7);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  if (lua_getfield(L, ops, "timers") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (list_length(L, "timers", &n, e)) {
+    lua_pop(L, 1);
+    return -1;
+  }
+  for (i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, i);
+    if (!lua_istable(L, -1)) {
+      ms_err_set(e, "invalid", "timers[%d] must be a table, got %s", (int)i, luaL_typename(L, -1));
+      lua_pop(L, 2);
+      return -1;
+    }
+    if (read_timer(L, i, c, e)) {
+      lua_pop(L, 2);
+      return -1;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return check_set_unset(c, e);
+}
+
+static int read_trace_step(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  if (lua_getfield(L, ops, "trace") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (ms_table_to_bson(L, -1, &c->trace, "trace", e) || ms_check_step(&c->trace, "trace", e)) {
+    lua_pop(L, 1);
+    return -1;
+  }
+  c->has_trace = 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* Appends entries of src (an array of documents) to dst under key as an
+ * array, giving the i-th entry seq = first + i as its first field. */
+static void append_with_seqs(bson_t *dst, const char *key, const bson_t *src, int64_t first) {
+  bson_t arr;
+  bson_iter_t it;
+  int64_t i = 0;
+  bson_append_array_begin(dst, key, -1, &arr);
+  if (bson_iter_init(&it, src)) {
+    while (bson_iter_next(&it)) {
+      char ik[24];
+      const char *ikey;
+      size_t iklen = bson_uint32_to_string((uint32_t)i, &ikey, ik, sizeof ik);
+      bson_t entry, inner;
+      const uint8_t *data;
+      uint32_t len;
+      bson_iter_document(&it, &len, &data);
+      bson_init_static(&inner, data, len);
+      bson_append_document_begin(&arr, ikey, (int)iklen, &entry);
+      bson_append_int64(&entry, "seq", 3, first + i);
+      bson_concat(&entry, &inner);
+      bson_append_document_end(&arr, &entry);
+      i++;
+    }
+  }
+  bson_append_array_end(dst, &arr);
+}
+
+typedef struct seqs {
+  int64_t outbox, spawn, trace;
+} seqs_t;
+
+/* status and parent_id, promoted from data so the listing filters on the
+ * server; every commit keeps them current. */
+static void append_promoted(bson_t *d, const commit_in_t *c) {
+  bson_append_utf8(d, "status", 6, c->status, (int)c->status_len);
+  if (c->parent_id) bson_append_utf8(d, "parent_id", 9, c->parent_id, (int)c->parent_len);
+  else bson_append_null(d, "parent_id", 9);
+}
+
+static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t *q, bson_t *u) {
+  bson_t set, push, each, spec, min;
+  bson_append_document_begin(u, "$set", 4, &set);
+  bson_append_utf8(&set, "data", 4, c->data, (int)c->data_len);
+  bson_append_int64(&set, "version", 7, c->old + 1);
+  if (c->old == 0) bson_append_utf8(&set, "definition_id", 13, c->definition_id, (int)c->def_len);
+  append_promoted(&set, c);
+  if (c->processed) bson_append_binary(&set, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out, (uint32_t)c->dd_out_len);
+  bson_concat(&set, &c->set_timers);
+  bson_append_document_end(u, &set);
+  if (c->min_fire < MS_NO_TIMER) {
+    /* never later than the earliest armed timer; the sweep raises it */
+    bson_append_document_begin(u, "$min", 4, &min);
+    bson_append_double(&min, "next_fire_at", 12, c->min_fire);
+    bson_append_document_end(u, &min);
+  }
+  if (!bson_empty(&c->unset_timers)) bson_append_document(u, "$unset", 6, &c->unset_timers);
+  if (c->n_emits || c->n_spawns || c->has_trace || c->processed) {
+    bson_append_document_begin(u, "$push", 5, &push);
+    if (c->n_emits) {
+      bson_append_document_begin(&push, "outbox", 6, &spec);
+      append_with_seqs(&spec, "$each", &c->emits, q->outbox);
+      bson_append_document_end(&push, &spec);
+    }
+    if (c->n_spawns) {
+      bson_append_document_begin(&push, "spawns", 6, &spec);
+      append_with_seqs(&spec, "$each", &c->spawns, q->spawn);
+      bson_append_document_end(&push, &spec);
+    }
+    if (c->has_trace) ms_append_trace_push(&push, &c->trace, q->trace, s->trace_max);
+    if (c->processed) {
+      /* the readable tail of the dedupe marks; the filter made sure the id
+       * is not in it yet */
+      bson_append_document_begin(&push, "processed", 9, &spec);
+      bson_append_array_begin(&spec, "$each", 5, &each);
+      bson_append_utf8(&each, "0", 1, c->processed, (int)c->processed_len);
+      bson_append_array_end(&spec, &each);
+      bson_append_int64(&spec, "$slice", 6, -ms_dedupe_tail(s));
+      bson_append_document_end(&push, &spec);
+    }
+    bson_append_document_end(u, &push);
+  }
+}
+
+/* The first insert carries every embedded field, so later $push, $set and
+ * $addToSet always find an array or sub-document to work on. */
+static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t *q, bson_t *d) {
+  bson_t arr, timers;
+  bson_iter_t it;
+  bson_append_utf8(d, "_id", 3, c->id, (int)c->id_len);
+  bson_append_utf8(d, "definition_id", 13, c->definition_id, (int)c->def_len);
+  bson_append_int64(d, "version", 7, c->old + 1);
+  bson_append_utf8(d, "data", 4, c->data, (int)c->data_len);
+  append_promoted(d, c);
+  bson_append_double(d, "next_fire_at", 12, c->min_fire);
+  append_with_seqs(d, "outbox", &c->emits, q->outbox);
+  append_with_seqs(d, "spawns", &c->spawns, q->spawn);
+  bson_append_array_begin(d, "processed", 9, &arr);
+  if (c->processed) bson_append_utf8(&arr, "0", 1, c->processed, (int)c->processed_len);
+  bson_append_array_end(d, &arr);
+  bson_append_binary(d, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out ? c->dd_out : (const uint8_t *)"",
+                     (uint32_t)c->dd_out_len);
+  bson_append_document_begin(d, "timers", 6, &timers);
+  if (bson_iter_init(&it, &c->set_timers)) {
+    while (bson_iter_next(&it))   /* keys are "timers.<enc>": drop the prefix */
+      bson_append_double(&timers, bson_iter_key(&it) + 7, (int)bson_iter_key_len(&it) - 7,
+                         bson_iter_double(&it));
+  }
+  bson_append_document_end(d, &timers);
+  bson_append_array_begin(d, "trace", 5, &arr);
+  if (c->has_trace) ms_append_trace_step(&arr, "0", &c->trace, q->trace);
+  bson_append_array_end(d, &arr);
+  (void)s;
+}
+
+/* The version of the stored document: 1 and *found set, 0 when there is no
+ * document, -1 on error. A document with no version (a trace-only stub made
+ * by append_trace) reports found = 0. */
+static int find_version(ms_store_t *s, const char *id, size_t idlen, int64_t *found, bson_error_t *be) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  int rc = 0;
+  bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "version", 7, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "limit", 5, 1);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  if (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it;
+    rc = 1;
+    *found = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it) : 0;
+  } else if (mongoc_cursor_error(cur, be)) {
+    rc = -1;
+  }
+  mongoc_cursor_destroy(cur);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  return rc;
+}
+
+static int64_t reply_count(const bson_t *reply, const char *field) {
+  bson_iter_t it;
+  if (bson_iter_init_find(&it, reply, field) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
+  return 0;
+}
+
+/* The CAS update: filter on _id and the loaded version, and, when the commit
+ * marks an event processed, on that event not being marked yet. For a
+ * version-0 commit the filter also takes a document with no version, which
+ * is a stub that append_trace created before the first commit. */
+static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update, int64_t *matched,
+                      bson_error_t *be) {
+  bson_t filter = BSON_INITIALIZER, reply;
+  int ok;
+  bson_append_utf8(&filter, "_id", 3, c->id, (int)c->id_len);
+  if (c->old == 0) {
+    bson_t in, arr;
+    bson_append_document_begin(&filter, "version", 7, &in);
+    bson_append_array_begin(&in, "$in", 3, &arr);
+    bson_append_int64(&arr, "0", 1, 0);
+    bson_append_null(&arr, "1", 1);
+    bson_append_array_end(&in, &arr);
+    bson_append_document_end(&filter, &in);
+  } else {
+    bson_append_int64(&filter, "version", 7, c->old);
+  }
+  if (c->processed) {
+    /* the dedupe guard: an event is marked once, whatever the caller loaded */
+    bson_t ne;
+    bson_append_document_begin(&filter, "processed", 9, &ne);
+    bson_append_utf8(&ne, "$ne", 3, c->processed, (int)c->processed_len);
+    bson_append_document_end(&filter, &ne);
+  }
+  ok = mongoc_collection_update_one(s->exes, &filter, update, NULL, &reply, be);
+  if (ok) *matched = reply_count(&reply, "matchedCount");
+  bson_destroy(&reply);
+  bson_destroy(&filter);
+  return ok;
+}
+
+/* nil, msg, "duplicate", version: the commit's event is marked already */
+static int push_duplicate(lua_State *L, const commit_in_t *c) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "commit %s: event %s is already processed", c->id, c->processed);
+  lua_pushliteral(L, "duplicate");
+  lua_pushinteger(L, (lua_Integer)c->old);
+  return 4;
+}
+
+static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t found) {
+  /* the version is the loaded one, so the filter's dedupe guard refused it */
+  if (have && found == c->old && c->processed) return push_duplicate(L, c);
+  lua_pushnil(L);
+  if (have)
+    lua_pushfstring(L, "commit %s: version conflict: expected %I, found %I", c->id, (lua_Integer)c->old,
+                    (lua_Integer)found);
+  else
+    lua_pushfstring(L, "commit %s: version conflict: expected %I, found no document", c->id,
+                    (lua_Integer)c->old);
+  lua_pushliteral(L, "conflict");
+  if (have) lua_pushinteger(L, (lua_Integer)found);
+  else lua_pushnil(L);
+  return 4;
+}
+
+/* A commit landed: true, and the digests it stored when it marked an event
+ * (the Lua layer keeps them with the execution for its next commit). */
+static int push_committed(lua_State *L, commit_in_t *c) {
+  lua_pushboolean(L, 1);
+  if (c->processed) lua_pushlstring(L, (const char *)c->dd_out, c->dd_out_len);
+  commit_in_destroy(c);
+  return c->processed ? 2 : 1;
+}
+
+/* The positional arguments and the scalar opts: a wrong type raises, a bad
+ * id or a negative version is invalid. */
+static int read_commit_args(lua_State *L, commit_in_t *c, ms_err_t *e) {
+  if (!(c->id = ms_check_id(L, 2, "commit: execution id", &c->id_len, e))) return -1;
+  if (!(c->definition_id = ms_check_id(L, 3, "commit: definition_id", &c->def_len, e))) return -1;
+  c->old = ms_arg_integer(L, 4, "commit: version");
+  c->data = ms_arg_string(L, 5, "commit: data", &c->data_len);
+  ms_arg_table(L, 6, "commit: opts");
+  snprintf(c->doing, sizeof c->doing, "commit %.100s", c->id);
+  if (c->old < 0) {
+    ms_err_set(e, "invalid", "%s: version %lld is negative", c->doing, (long long)c->old);
+    return -1;
+  }
+  c->min_fire = MS_NO_TIMER;
+  c->status = "PENDING";
+  c->status_len = 7;
+  if (lua_getfield(L, 6, "status") == LUA_TSTRING) c->status = lua_tolstring(L, -1, &c->status_len);
+  lua_pop(L, 1);
+  if (lua_getfield(L, 6, "parent_id") == LUA_TSTRING) c->parent_id = lua_tolstring(L, -1, &c->parent_len);
+  lua_pop(L, 1);
+  if (lua_getfield(L, 6, "processed_event_id") != LUA_TNIL) {
+    if (!(c->processed = ms_check_id(L, -1, "commit: processed_event_id", &c->processed_len, e))) return -1;
+  }
+  lua_pop(L, 1);
+  /* the digests loaded with the execution (a string kept by the Lua layer;
+   * the Lua strings stay referenced by the caller's table while we run) */
+  if (lua_getfield(L, 6, "dedupe") == LUA_TSTRING) c->dd_in = lua_tolstring(L, -1, &c->dd_in_len);
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* The lists of opts (emits, spawns, timers, trace) as BSON, and the check
+ * that the update they make fits the server's limit: what the update ships
+ * is known now, so it is refused before any write. On failure c is
+ * destroyed and e says why. */
+static int read_commit_ops(lua_State *L, const ms_store_t *s, commit_in_t *c, ms_err_t *e) {
+  bson_init(&c->emits);
+  bson_init(&c->spawns);
+  bson_init(&c->set_timers);
+  bson_init(&c->unset_timers);
+  bson_init(&c->trace);
+  if (read_emits(L, 6, c, e) || read_spawns(L, 6, c, e) || read_timers(L, 6, c, e) ||
+      read_trace_step(L, 6, c, e)) {
+    commit_in_destroy(c);
+    ms_err_prefix(e, c->doing);
+    return -1;
+  }
+  if ((int64_t)c->data_len + c->emits.len + c->spawns.len + c->set_timers.len + c->trace.len +
+          (int64_t)c->dd_out_len + 1024 >
+      (int64_t)s->max_bson) {
+    commit_in_destroy(c);
+    ms_err_set(e, "too_large", "%s: the update is larger than the server's maximum document size (%d bytes)",
+               c->doing, (int)s->max_bson);
+    return -1;
+  }
+  return 0;
+}
+
+/* The seqs of the commit's emits and spawns, and its trace step's index
+ * when the step gives none. */
+static int reserve_seqs(ms_store_t *s, const commit_in_t *c, seqs_t *q, bson_error_t *be) {
+  if ((c->n_emits && !ms_next_seq(s, "outbox", 6, c->n_emits, &q->outbox, be)) ||
+      (c->n_spawns && !ms_next_seq(s, "spawn", 5, c->n_spawns, &q->spawn, be)))
+    return 0;
+  if (c->has_trace) {
+    int64_t given = ms_step_index(&c->trace, -1);
+    if (given >= 0) q->trace = given;
+    else if (!ms_next_trace_index(s, c->id, c->id_len, &q->trace, be)) return 0;
+  }
+  return 1;
+}
+
+/* The write itself, and what it answers; c is destroyed on every path. */
+static int write_commit(lua_State *L, ms_store_t *s, commit_in_t *c, const seqs_t *q) {
+  bson_t update = BSON_INITIALIZER;
+  bson_error_t be;
+  int64_t matched = 0, found = 0;
+  int rc, have;
+  if (c->old == 0) {
+    /* A first commit is usually a new execution: insert it in one round
+     * trip. A duplicate key means the id exists (another writer's, or a
+     * trace-only stub that the version-0 update below adopts). */
+    bson_t doc = BSON_INITIALIZER;
+    build_insert(s, c, q, &doc);
+    rc = mongoc_collection_insert_one(s->exes, &doc, NULL, NULL, &be);
+    bson_destroy(&doc);
+    if (rc) return push_committed(L, c);
+    if (!(be.domain == MONGOC_ERROR_SERVER && be.code == MONGOC_ERROR_DUPLICATE_KEY)) {
+      commit_in_destroy(c);
+      return ms_store_push_bson_err(L, s, &be, c->doing);
+    }
+  }
+  build_update(s, c, q, &update);
+  rc = cas_update(s, c, &update, &matched, &be);
+  bson_destroy(&update);
+  if (!rc) {
+    commit_in_destroy(c);
+    return ms_store_push_bson_err(L, s, &be, c->doing);
+  }
+  if (matched == 1) return push_committed(L, c);
+  /* No document at the loaded version: a stale write (or one that vanished). */
+  have = find_version(s, c->id, c->id_len, &found, &be);
+  if (have < 0) {
+    commit_in_destroy(c);
+    return ms_store_push_bson_err(L, s, &be, c->doing);
+  }
+  rc = push_conflict(L, c, have, found);
+  commit_in_destroy(c);
+  return rc;
+}
+
+/* store:_commit(id, definition_id, old_version, data_json, ops)
+ * -> true[, digests] | nil, msg, code[, found] */
+static int l_commit(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "commit");
+  commit_in_t c;
+  ms_err_t e;
+  bson_error_t be;
+  seqs_t q = {0, 0, 0};
+  memset(&c, 0, sizeof c);
+  if (read_commit_args(L, &c, &e)) return ms_push_error(L, &e);
+  if (c.processed) {
+    /* marked already among the loaded digests: no round trip at all */
+    ms_ev_digest(c.processed, c.processed_len, c.digest);
+    if (ms_digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_duplicate(L, &c);
+    c.dd_out = ms_digests_add(s, c.dd_in, c.dd_in_len, c.digest, &c.dd_out_len);
+  }
+  if (read_commit_ops(L, s, &c, &e)) return ms_push_error(L, &e);
+  if (!reserve_seqs(s, &c, &q, &be)) {
+    commit_in_destroy(&c);
+    return ms_store_push_bson_err(L, s, &be, c.doing);
+  }
+  return write_commit(L, s, &c, &q);
+}
+
+static const luaL_Reg commit_methods[] = {
+  {"_commit", l_commit},
+  {NULL, NULL}
+};
+
+void ms_open_commit(lua_State *L) { luaL_setfuncs(L, commit_methods, 0); }
