@@ -14,6 +14,12 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+/* The one version string lives in the rockspec; the Makefile and the
+ * rockspec's build pass it here, so core.version cannot drift from it. */
+#if !defined(MS_VERSION)
+#error "MS_VERSION is not defined: build with -DMS_VERSION=\"x.y.z\" (the Makefile and the rockspec pass it)"
+#endif
+
 double ms_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -138,7 +144,7 @@ __attribute__((visibility("default"))) int luaopen_mongostore_core(lua_State *L)
   ms_open_json(L);
   ms_open_isotime(L);
   ms_open_store(L);
-  lua_pushliteral(L, "0.1.0");
+  lua_pushliteral(L, MS_VERSION);
   lua_setfield(L, -2, "version");
   return 1;
 }

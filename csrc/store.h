@@ -21,7 +21,7 @@ typedef struct ms_store {
   char *password;          /* scrubbed from every message */
   char *db;
   int64_t trace_max;       /* 0 keeps every step */
-  int64_t dedupe_window;   /* event ids kept in `processed` */
+  int64_t dedupe_window;   /* handled event ids the digests remember */
   int32_t max_bson;
   int32_t socket_timeout_ms; /* the URI's socketTimeoutMS (0: none) */
   double op_started;         /* when the current call began: network vs timeout */
