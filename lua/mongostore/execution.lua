@@ -94,7 +94,7 @@ end
 -- The private fields of each Execution, keyed by the proxy the caller holds.
 -- Besides harel's fields the record holds, under the private key DIGESTS,
 -- the execution's dedupe digests: the `dedupe` bytes of its document at its
--- version (csrc/store.c), which its next commit checks the event against
+-- version (csrc/dedupe.c), which its next commit checks the event against
 -- and stores one longer; nil while unknown. They are not a harel field:
 -- pairs and the JSON form leave them out.
 local state = setmetatable({}, { __mode = "k" })
@@ -209,7 +209,7 @@ function M.from_hex(s)
   return (s:gsub("%x%x", UNHEX))
 end
 
--- Bytes per digest (csrc/store.c MS_DIGEST): a list of another length is cut.
+-- Bytes per digest (MS_DIGEST, csrc/ms.h): a list of another length was cut.
 local DIGEST_BYTES = 8
 
 -- A plain table of the execution's fields (a shallow copy) with its digests

@@ -1,7 +1,7 @@
 -- mongostore.store - the Lua half of the Store: connect, and the methods
 -- that turn Executions and Events into their stored JSON form around the C
--- core's operations (csrc/store*.c); CALLS, the one list of the Store's
--- public methods, from which mongostore.ngx takes the calls it forwards.
+-- core's operations (csrc/: commit.c, load.c, list.c, relay.c, ...); CALLS, the
+-- one list of the Store's public methods, which mongostore.ngx forwards from.
 local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 
@@ -164,7 +164,7 @@ end
 
 -- Keyset cursors: the last _id a page scanned, and a MAC over it and the
 -- filters of the query it belongs to, keyed by the database's cursor secret
--- (csrc/store.c). A cursor is honoured only by the query it was issued for;
+-- (csrc/list.c). A cursor is honoured only by the query it was issued for;
 -- anything else, forged, altered or another query's, is refused as invalid.
 local STATUS_OK = {}
 for _, s in ipairs(execution.STATUSES) do STATUS_OK[s] = true end
