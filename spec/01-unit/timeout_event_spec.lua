@@ -3,8 +3,8 @@
 -- writes a float, in pure Lua: the same text as the C core's JSON writer
 -- (which writes a float that way) for integers, fractions, large and small,
 -- subnormal and negative numbers, and for values whose shortest form ends in
--- a tie; and the same on LuaJIT, whose own number formatter differs from
--- glibc's on ties.
+-- a tie; the same as CPython's own f-string, which harel's id is; and the
+-- same on LuaJIT, whose own number formatter differs from glibc's on ties.
 local lu = require "luaunit"
 local core = require "mongostore.core"
 local execution = require "mongostore.execution"
@@ -127,6 +127,32 @@ end]], fn, input)
     local v = tonumber(vals[i])
     if v == 0 and vals[i]:sub(1, 1) == "-" then v = -0.0 end
     lu.assertEquals(line, execution.timeout_event("e-1", "A.B", v).id, vals[i])
+  end
+  lu.assertEquals(i, #vals, out:sub(1, 500))
+end
+
+-- Python itself: harel writes the id as f"timeout:{id}:{path}:{fire_at}"
+-- with fire_at a float, so every case is compared with CPython's text
+-- (skipped where there is no Python).
+function TestTimeoutEvent:test_python_writes_the_same_text()
+  local py = os.getenv("MONGOSTORE_PYTHON")
+  if py == nil or py == "" then py = "python3" end
+  if not os.execute("command -v " .. py .. " >/dev/null 2>&1") then lu.skip("no python on this machine") end
+  local vals = {}
+  for i, v in ipairs(cases()) do vals[i] = string.format("%.17g", v + 0.0) end
+  local input = os.tmpname()
+  local f = assert(io.open(input, "w"))
+  f:write(table.concat(vals, "\n"), "\n")
+  f:close()
+  local code = "import sys\nfor line in open(sys.argv[1]):\n    print(f'timeout:e-1:A.B:{float(line) + 0.0}')"
+  local p = assert(io.popen(py .. " -c " .. helper.shell_quote(code) .. " " .. input .. " 2>&1"))
+  local out = p:read("a")
+  p:close()
+  os.remove(input)
+  local i = 0
+  for line in out:gmatch("[^\n]+") do
+    i = i + 1
+    lu.assertEquals(execution.timeout_event("e-1", "A.B", tonumber(vals[i])).id, line, vals[i])
   end
   lu.assertEquals(i, #vals, out:sub(1, 500))
 end
