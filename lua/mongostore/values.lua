@@ -63,7 +63,8 @@ local get_mt = debug and debug.getmetatable or getmetatable
 function M.array(t)
   if t == nil then t = {} end
   if type(t) ~= "table" then error("array: t must be a table or nil, got " .. type(t), 2) end
-  return set_mt(t, array_mt)
+  set_mt(t, array_mt) -- its result is not t in Lua 5.1 / LuaJIT
+  return t
 end
 
 -- is_array(v): true when v is a table marked with array.

@@ -12,9 +12,9 @@ local LIB_PATH = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua"
 -- Runs code in a fresh interpreter (the one that runs this spec) whose
 -- package.path is lua/ only and whose package.cpath is cpath ("" for none).
 -- Returns its output lines as a table and the exit status.
-local function run_child(code, cpath)
+local function run_child(code, cpath, interpreter)
   local pre = string.format("package.path = %q; package.cpath = %q;", LIB_PATH, cpath)
-  local cmd = string.format("%s -e %s 2>&1", helper.lua_command(), helper.shell_quote(pre .. code))
+  local cmd = string.format("%s -e %s 2>&1", interpreter or helper.lua_command(), helper.shell_quote(pre .. code))
   local f = assert(io.popen(cmd, "r"))
   local out = f:read("a")
   local ok, _, status = f:close()
@@ -209,6 +209,21 @@ function TestRuntimePure:test_the_same_steps_with_the_core_give_the_same_results
   for _, k in ipairs { "core_loadable", "core_error", "values_has_core", "core_loaded_by_runtime" } do
     a[k], b[k] = nil, nil
   end
+  lu.assertEquals(a, b)
+end
+
+-- OpenResty runs the interpreter on LuaJIT: the same steps there, with no C
+-- module either, give the same results (skipped where there is no LuaJIT).
+function TestRuntimePure:test_luajit_with_no_c_module_gives_the_same_results()
+  if not os.execute("command -v luajit >/dev/null 2>&1") then lu.skip("no luajit on this machine") end
+  local jit, s1, out1 = run_child(STEPS, "", "luajit")
+  local puc, s2, out2 = run_child(STEPS, "")
+  lu.assertEquals(s1, 0, out1)
+  lu.assertEquals(s2, 0, out2)
+  local a, b = parse(jit), parse(puc)
+  lu.assertEquals(a.core_loadable, "false", out1)
+  lu.assertEquals(a.done, "true", out1)
+  a.core_error, b.core_error = nil, nil -- the loaders' messages differ
   lu.assertEquals(a, b)
 end
 
