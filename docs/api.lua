@@ -1158,7 +1158,7 @@ it returns (an Execution as a plain table of its fields), or `nil, msg,
       entries = {
         { fn = "commit", module = "mongostore.ngx",
           params = {
-            { "fields", "table", "the execution's fields as `msngx.load` returned them, `version` included" },
+            { "fields", "mongostore.PlainExecution", "the execution's fields as `msngx.load` returned them" },
             { "opts", "mongostore.CommitOptions?", "as `store:commit`" },
           },
           returns = {
@@ -1167,7 +1167,28 @@ it returns (an Execution as a plain table of its fields), or `nil, msg,
           },
           fails = fails("conflict", "duplicate", "invalid", "too_large"),
           fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
-          desc = "`store:commit` of the execution rebuilt from its fields at the version it was loaded at." },
+          desc = [[
+`store:commit` of the execution rebuilt from its fields, at the version it was
+loaded at and with the dedupe digests the fields carry, so the commit needs no
+extra read.]] },
+        { fn = "save", module = "mongostore.ngx",
+          params = { { "fields", "mongostore.PlainExecution", "the execution's fields (a new one: version 0)" } },
+          returns = {
+            { "ok", "true", "" },
+            { "version", "integer", "the execution's new version" },
+          },
+          fails = fails("conflict", "invalid", "too_large"),
+          fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
+          desc = "`store:save` of the execution rebuilt from its fields." },
+        { class = "mongostore.PlainExecution", parent = "mongostore.ExecutionFields",
+          desc = [[
+An Execution as it crosses the thread boundary: a plain table of its fields
+(what `msngx.load` returns and `msngx.commit` takes back).]],
+          fields = {
+            { "version", "integer?", "the version it was loaded at", default = "0" },
+            { "dedupe", "string?", "the dedupe digests it was loaded with (`\"<version>:<hex>\"`); pass it back "
+              .. "unchanged" },
+          } },
       },
     },
     {
@@ -1210,12 +1231,16 @@ or a forged `Timeout`.]] },
 }
 
 -- The Store and Engine calls mongostore.ngx forwards to a worker thread (its
--- own entries above cover commit, send_external and start_external).
+-- own entries above cover commit, save, send_external and start_external);
+-- the Store's must be mongostore.store's CALLS less the "local" ones, which
+-- the spec checks. A forwarded call returns an Execution as ngx_execution.
 api.ngx_forwards = {
   ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
-                           "ack_spawn", "delete_timer", "info" },
+                           "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats" },
   ["mongostore.Engine"] = { "start", "send", "cancel", "terminate", "suspend", "resume" },
 }
+
+api.ngx_execution = "mongostore.PlainExecution"
 
 return api

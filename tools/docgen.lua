@@ -184,7 +184,7 @@ function M.model(api)
           local returns = {}
           for i, r in ipairs(m.returns) do
             returns[i] = { name = r.name, optional = r.optional, desc = r.desc,
-                           type = (r.type:gsub("mongostore%.Execution$", "mongostore.ExecutionFields")) }
+                           type = (r.type:gsub("mongostore%.Execution$", api.ngx_execution or "table")) }
           end
           local fails_list = {}
           for i, c in ipairs(m.fails) do fails_list[i] = c end

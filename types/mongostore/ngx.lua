@@ -24,6 +24,12 @@
 ---@field lock_dict? string the `lua_shared_dict` for the lock
 ---@field lock_ttl? number seconds the lock is held at most
 
+--- An Execution as it crosses the thread boundary: a plain table of its fields
+--- (what `msngx.load` returns and `msngx.commit` takes back).
+---@class mongostore.PlainExecution : mongostore.ExecutionFields
+---@field version? integer the version it was loaded at
+---@field dedupe? string the dedupe digests it was loaded with (`"<version>:<hex>"`); pass it back unchanged
+
 ---@class mongostore.ngx
 local msngx = {}
 
@@ -56,16 +62,28 @@ function msngx.start_worker(opts) end
 --- Stops this process's worker at its next tick (it stops by itself on reload and shutdown).
 function msngx.stop_worker() end
 
---- `store:commit` of the execution rebuilt from its fields at the version it was loaded at.
+--- `store:commit` of the execution rebuilt from its fields, at the version it was
+--- loaded at and with the dedupe digests the fields carry, so the commit needs no
+--- extra read.
 ---
 --- Fails with `nil, message, code`.
----@param fields table the execution's fields as `msngx.load` returned them, `version` included
+---@param fields mongostore.PlainExecution the execution's fields as `msngx.load` returned them
 ---@param opts? mongostore.CommitOptions as `store:commit`
 ---@return nil ok
 ---@return string? version # the execution's new version
 ---@return ("conflict"|"duplicate"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 ---@return integer? found # with `conflict`: the version found
 function msngx.commit(fields, opts) end
+
+--- `store:save` of the execution rebuilt from its fields.
+---
+--- Fails with `nil, message, code`.
+---@param fields mongostore.PlainExecution the execution's fields (a new one: version 0)
+---@return nil ok
+---@return string? version # the execution's new version
+---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return integer? found # with `conflict`: the version found
+function msngx.save(fields) end
 
 --- The send for events from an HTTP client: a kind the execution's chart does not
 --- take from outside (`chart.is_external`) is refused with `invalid` before
@@ -217,6 +235,34 @@ function msngx.pending_spawns(limit, lease) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.read_trace(execution_id) end
+
+--- Runs [`store:release_outbox`](store.md#store-release_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entries were claimed from
+---@param token string the claim's token
+---@return nil ok # the rest of the claim is given back
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.release_outbox(source_id, token) end
+
+--- Runs [`store:release_spawn`](store.md#store-release_spawn) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the parent the entries were claimed from
+---@param token string the claim's token
+---@return nil ok # the rest of the claim is given back
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.release_spawn(source_id, token) end
+
+--- Runs [`store:stats`](store.md#store-stats) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@return nil counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
+---@return string? message
+---@return ("closed"|"unavailable")? code
+function msngx.stats() end
 
 --- Runs [`engine:cancel`](engine.md#engine-cancel) in a worker thread.
 ---
