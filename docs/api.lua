@@ -23,6 +23,7 @@ local api = {}
 api.modules = {
   { name = "mongostore", as = "mongostore" },
   { name = "mongostore.core", as = "mongostore.core" },
+  { name = "mongostore.values", as = "values" },
   { name = "mongostore.engine", as = "engine" },
   { name = "mongostore.chart", as = "chart" },
   { name = "mongostore.ngx", as = "msngx" },
@@ -699,6 +700,31 @@ local big = mongostore.int64("9007199254740993")]] },
       },
     },
     {
+      title = "Without the C module",
+      intro = [[
+`local values = require "mongostore.values"` gives the same marks in pure Lua,
+for code that must run where the C module cannot load (the interpreter does).
+With the core loadable, `values.null` is `mongostore.null` and an array marked
+by either is an array to both.]],
+      entries = {
+        { field = "null", module = "mongostore.values", type = "mongostore.Null",
+          desc = "`mongostore.null` when the core loads; else a unique sentinel table that refuses fields." },
+        { fn = "array", module = "mongostore.values",
+          params = { { "t", "table?", "a list (or nothing, for a new empty one)" } },
+          returns = { { "t", "table", "the same table, marked as an array" } },
+          raises = "a `t` that is neither a table nor nil",
+          desc = "As `mongostore.array`: replaces whatever metatable `t` had." },
+        { fn = "is_array", module = "mongostore.values",
+          params = { { "v", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `v` is a table marked as an array" } } },
+        { fn = "is_null", module = "mongostore.values",
+          params = { { "v", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `v` is null (nil is not: it is a missing value)" } } },
+        { field = "has_core", module = "mongostore.values", type = "boolean",
+          desc = "Whether the C core backs `null` here (it was loadable when this module first loaded)." },
+      },
+    },
+    {
       title = "BSON and the text rule",
       entries = {
         { fn = "bson_encode", module = "mongostore.core",
@@ -929,6 +955,8 @@ written and no hook has run.]],
             { "max_event_bytes", "integer?", "the largest event (its JSON) `send` takes", default = "1048576" },
             { "batch", "integer?", "entries a relay pass claims", default = "100" },
             { "lease", "number?", "seconds a claimed entry is this worker's", default = "10" },
+            { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
+              .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
             { "on_external", "fun(entry: mongostore.OutboxEntry)?", "receives emitted events with no target; "
               .. "a raise counts as a failed delivery" },
             { "on_dead_letter", "fun(entry: mongostore.OutboxEntry, err: string)?", "receives entries given up "

@@ -50,7 +50,7 @@ end
 local function sorted_keys(t)
   local out = {}
   for k in pairs(t) do out[#out + 1] = k end
-  sort(out)
+  sort(out, function(a, b) return tostring(a) < tostring(b) end)
   return out
 end
 
@@ -246,9 +246,56 @@ function TestDocumentedExists:test_documented_options_are_taken_and_unknown_ones
   end
 end
 
+-- The key tables the calls check their options against are locals of the
+-- modules; found as upvalues, here or further down the functions they call.
+local function find_upvalue(f, name, seen)
+  seen = seen or {}
+  if seen[f] then return nil end
+  seen[f] = true
+  local inner = {}
+  for i = 1, 255 do
+    local n, v = debug.getupvalue(f, i)
+    if not n then break end
+    if n == name then return v end
+    if type(v) == "function" then inner[#inner + 1] = v end
+  end
+  for _, g in ipairs(inner) do
+    local v = find_upvalue(g, name, seen)
+    if v ~= nil then return v end
+  end
+  return nil
+end
+
+local OPTION_TABLES = {
+  ["mongostore.ConnectOptions"] = { function() return mongostore.connect end, "CONNECT_OPTS" },
+  ["mongostore.CommitOptions"] = { function() return mongostore.Store.commit end, "COMMIT_OPTS" },
+  ["mongostore.ListQuery"] = { function() return mongostore.Store.list_executions end, "LIST_OPTS" },
+  ["mongostore.EngineOptions"] = { function() return engine_mod.new end, "NEW_OPTS" },
+  ["mongostore.StartOptions"] = { function() return engine_methods().start end, "START_OPTS" },
+  ["mongostore.RunOptions"] = { function() return engine_methods().run end, "RUN_OPTS" },
+  ["mongostore.StateDef"] = { function() return chart.define end, "STATE_KEYS" },
+  ["mongostore.TransitionDef"] = { function() return chart.define end, "TRANSITION_KEYS" },
+}
+
 ------------------------------------------------------------------------
 
 TestEverythingDocumented = {}
+
+function TestEverythingDocumented:test_every_option_a_call_takes_is_documented()
+  local missing = {}
+  for _, class in ipairs(sorted_keys(OPTION_TABLES)) do
+    local how = OPTION_TABLES[class]
+    local keys = find_upvalue(how[1](), how[2])
+    lu.assertEquals(type(keys), "table", format("%s: no table %s behind the call it documents (renamed? "
+      .. "update OPTION_TABLES in this spec)", class, how[2]))
+    local documented = {}
+    for _, f in ipairs(model.types[class].fields) do documented[f.name] = true end
+    for _, k in ipairs(sorted_keys(keys)) do
+      if type(k) == "string" and not documented[k] then missing[#missing + 1] = class .. "." .. k end
+    end
+  end
+  lu.assertEquals(missing, {}, "options the calls take but docs/api.lua does not describe")
+end
 
 local function documented_sets()
   local fns, methods = {}, {}
@@ -288,6 +335,7 @@ function TestEverythingDocumented:test_every_public_module_name_is_documented()
   undocumented_in("mongostore.chart", chart, fns, missing)
   undocumented_in("mongostore.engine", engine_mod, fns, missing)
   undocumented_in("mongostore.ngx", msngx, fns, missing)
+  undocumented_in("mongostore.values", require "mongostore.values", fns, missing)
   lu.assertEquals(missing, {}, "describe them in docs/api.lua (or list them in api.internal, saying why): "
     .. concat(missing, ", "))
 end

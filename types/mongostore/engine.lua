@@ -14,6 +14,7 @@
 ---@field max_event_bytes? integer the largest event (its JSON) `send` takes
 ---@field batch? integer entries a relay pass claims
 ---@field lease? number seconds a claimed entry is this worker's
+---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
 ---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise counts as a failed delivery
 ---@field on_dead_letter? fun(entry: mongostore.OutboxEntry, err: string) receives entries given up on
 ---@field log? fun(msg: string) where the engine reports what it carries on through
