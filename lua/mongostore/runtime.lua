@@ -285,7 +285,7 @@ function Step:stays_inside(t)
 end
 
 -- Whether t may be taken from its source node n by this execution.
-function Step:may_leave(n, t)
+function Step:may_take(n, t)
   return not t.join and (n ~= self:root() or self:stays_inside(t))
 end
 
@@ -305,7 +305,7 @@ function Step:select_transition(event, from)
   for i = start, #nodes do
     local n = nodes[i]
     for _, t in ipairs(n.outgoing) do
-      if self:may_leave(n, t) and self:is_enabled(t, event) then return t end
+      if self:may_take(n, t) and self:is_enabled(t, event) then return t end
     end
   end
   return nil
@@ -315,7 +315,7 @@ end
 -- completion transition waits until its active child has finished.
 function Step:select_eventless_transition(active)
   for _, t in ipairs(active.outgoing) do
-    if self:may_leave(active, t) and self:is_enabled(t, nil) then return t end
+    if self:may_take(active, t) and self:is_enabled(t, nil) then return t end
   end
   return nil
 end
