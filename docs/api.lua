@@ -641,7 +641,7 @@ a boxed `mongostore.int64`, and a box is written back as the exact integer.]],
       title = "Marks",
       entries = {
         { field = "null", module = "mongostore", type = "mongostore.Null",
-          desc = "The value that stands for null (a unique light value; compare with `==`)." },
+          desc = "The value that stands for null: the NULL light userdata, as lua-cjson's (compare with `==`)." },
         { class = "mongostore.Null", desc = "The type of `mongostore.null`." },
         { fn = "array", module = "mongostore",
           params = { { "t", "table?", "a list (or nothing, for a new empty one)" } },
@@ -730,7 +730,8 @@ by either is an array to both.]],
         { fn = "bson_encode", module = "mongostore.core",
           params = { { "doc", "table", "a table with string keys" } },
           returns = { { "bytes", "string", "its BSON" } },
-          fails = { "invalid", "too_large" },
+          fails = { "invalid" },
+          raises = "a `doc` that is not a table",
           desc = "The encoder every store write uses, for callers that keep documents of their own." },
         { fn = "bson_decode", module = "mongostore.core",
           params = { { "bytes", "string", "BSON bytes" } },
@@ -775,7 +776,7 @@ event's dedupe mark, so if the first attempt landed the retry is refused with
       title = "The list",
       entries = {
         { field = "codes", module = "mongostore", type = "mongostore.ErrorCode[]",
-          desc = "Every code, in the order of the table above." },
+          desc = "Every code, in the order of the list above." },
       },
     },
   },
@@ -875,7 +876,7 @@ local order = chart.define{
             { "on_enter", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?", "hook run on entry" },
             { "on_exit", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?", "hook run on exit" },
             { "on_activity", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?",
-              "hook run after entry, once the state settles" },
+              "hook run, on the active state, for an event no transition takes and the state does not defer" },
             { "defer", "string[]?", "kinds held while nothing handles them, until a state that does is entered" },
             { "history", "boolean?", "false: enter at the initial state, not the remembered one", default = "true" },
           } },
@@ -1115,8 +1116,9 @@ serving other requests. Arguments and results cross the thread boundary as
 JSON text (the core's codec): boxed int64s and empty arrays survive both ways,
 an Execution comes back as a plain table of its fields, and an argument that
 JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
-runs. A call that finds no free thread slot within `call_timeout`, or whose
-thread fails, returns `nil, msg, "unavailable"`. Requests from outside should
+runs. A wrong argument type, which raises in a direct call, comes back from the
+thread as `nil, msg, "invalid"`. A call that finds no free thread slot within
+`call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`. Requests from outside should
 use `send_external` and `start_external`.]],
   sections = {
     {

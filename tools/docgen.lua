@@ -232,7 +232,8 @@ end
 
 -- A type with each described type linked to its entry.
 local function md_type(model, page, ty, optional)
-  if optional then ty = ty .. "?" end
+  -- `fun(): number?` would read as a function returning an optional number
+  if optional then ty = (ty:match("^fun%(") and "(" .. ty .. ")" or ty) .. "?" end
   local out, pos = {}, 1
   while true do
     local s, e = ty:find("mongostore%.[%w_]+", pos)
@@ -310,7 +311,8 @@ local function md_callable(model, page, e, out)
   if #e.fails > 0 then
     local s = "**Fails** with `nil, message, code`, code one of " .. code_links(page, e.fails)
     for _, x in ipairs(e.fails_extra) do
-      s = s .. format("; then `%s` %s: %s", x.name, md_type(model, page, x.type, x.optional), x.desc)
+      s = s .. format("; then a fourth value, `%s` (%s): %s", x.name, md_type(model, page, x.type, x.optional),
+                      x.desc)
     end
     out[#out + 1] = s .. "."
     out[#out + 1] = ""

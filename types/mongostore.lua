@@ -199,7 +199,7 @@ mongostore._VERSION = nil
 
 mongostore.Store = Store
 
---- The value that stands for null (a unique light value; compare with `==`).
+--- The value that stands for null: the NULL light userdata, as lua-cjson's (compare with `==`).
 ---@type mongostore.Null
 mongostore.null = {}
 
@@ -207,7 +207,7 @@ mongostore.null = {}
 ---@type mongostore.JsonCodec
 mongostore.json = {}
 
---- Every code, in the order of the table above.
+--- Every code, in the order of the list above.
 ---@type mongostore.ErrorCode[]
 mongostore.codes = nil
 

@@ -27,7 +27,7 @@
 ---@field timeout? number|{ context: string } seconds (or the context key holding them) before a `Timeout` event; a durable timer armed on entry, cancelled on exit
 ---@field on_enter? fun(context: table, event: mongostore.Event, act: mongostore.Act) hook run on entry
 ---@field on_exit? fun(context: table, event: mongostore.Event, act: mongostore.Act) hook run on exit
----@field on_activity? fun(context: table, event: mongostore.Event, act: mongostore.Act) hook run after entry, once the state settles
+---@field on_activity? fun(context: table, event: mongostore.Event, act: mongostore.Act) hook run, on the active state, for an event no transition takes and the state does not defer
 ---@field defer? string[] kinds held while nothing handles them, until a state that does is entered
 ---@field history? boolean false: enter at the initial state, not the remembered one
 

@@ -8,11 +8,13 @@ local core = {}
 
 --- The encoder every store write uses, for callers that keep documents of their own.
 ---
+--- Raises on a `doc` that is not a table.
+---
 --- Fails with `nil, message, code`.
 ---@param doc table a table with string keys
 ---@return nil bytes # its BSON
 ---@return string? message
----@return ("invalid"|"too_large")? code
+---@return "invalid"? code
 function core.bson_encode(doc) end
 
 --- Refuses bytes that are not exactly one well-formed document.
