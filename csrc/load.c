@@ -9,7 +9,7 @@
  * index (mongo-java-server uses an index only for a filter with exactly its
  * keys). Projects the fields named, up to the first NULL (at most three). */
 mongoc_cursor_t *ms_find_one(ms_store_t *s, const char *id, size_t idlen, const char *f1, const char *f2,
-                                 const char *f3) {
+                             const char *f3) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);

@@ -112,7 +112,7 @@ void ms_arg_table(lua_State *L, int idx, const char *name) {
  * the block (seed: _next_seq). A block burned by a lost CAS leaves a gap,
  * which is harmless: seqs are unique and increasing, never gapless. */
 int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count,
-                    int64_t *first, bson_error_t *be) {
+                int64_t *first, bson_error_t *be) {
   bson_t query = BSON_INITIALIZER, update = BSON_INITIALIZER, inc, reply;
   mongoc_find_and_modify_opts_t *opts = mongoc_find_and_modify_opts_new();
   bson_iter_t it;
