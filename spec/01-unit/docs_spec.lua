@@ -10,7 +10,7 @@ local msngx = require "mongostore.ngx"
 
 local format, concat, sort = string.format, table.concat, table.sort
 
-local root = (debug.getinfo(1, "S").source:match("^@(.*)/spec/01%-unit/[^/]+$")) or "."
+local root = (debug.getinfo(1, "S").source:match("^@(.*)/spec/[^/]+/[^/]+$")) or "."
 local docgen = dofile(root .. "/tools/docgen.lua")
 local api = docgen.load_api(root)
 local _, model = docgen.render(api)
