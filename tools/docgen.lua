@@ -513,10 +513,14 @@ local function lua_returns(e, out)
     end
     local nilable = not ok or ok.optional
     local name, desc = ok and ok.name, ok and ok.desc or ""
+    if ok then put(ok.type) end
+    local function also(what)
+      if ok then desc = desc .. (desc ~= "" and "; " or "") .. "on failure, " .. what end
+    end
     if failing then
       if i == 1 then nilable = true
-      elseif i == 2 then put("string"); name = name or "message"
-      elseif i == 3 then put(concat(literal, "|")); name = name or "code"
+      elseif i == 2 then put("string"); name = name or "message"; also("the message")
+      elseif i == 3 then put(concat(literal, "|")); name = name or "code"; also("the code")
       else
         local x = e.fails_extra[i - 3]
         if x then put(x.type); nilable = nilable or x.optional; name = name or x.name; desc = desc .. x.desc end

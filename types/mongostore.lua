@@ -222,7 +222,7 @@ mongostore.codes = nil
 --- Fails with `nil, message, code`.
 ---@param uri string a MongoDB URI; `socketTimeoutMS`, `serverSelectionTimeoutMS` and `maxPoolSize` in it are honoured
 ---@param opts? mongostore.ConnectOptions the database, prefix and windows
----@return nil store # connected, with its indexes made
+---@return mongostore.Store? store # connected, with its indexes made
 ---@return string? message
 ---@return ("invalid"|"unavailable"|"network"|"timeout"|"server")? code
 function mongostore.connect(uri, opts) end
@@ -234,11 +234,11 @@ function mongostore.connect(uri, opts) end
 ---
 --- Raises on a field that does not exist, a wrong type or value for one, or no `definition_id`.
 ---@param t mongostore.ExecutionFields harel's Execution fields; `definition_id` is required
----@return nil exe # at version 0, not stored yet
+---@return mongostore.Execution exe # at version 0, not stored yet
 function mongostore.execution(t) end
 
 ---@param v any any value
----@return nil yes # whether `v` is an Execution
+---@return boolean yes # whether `v` is an Execution
 function mongostore.is_execution(v) end
 
 --- One atomic single-document write guarded by the version check: the new state,
@@ -254,7 +254,7 @@ function mongostore.is_execution(v) end
 --- Fails with `nil, message, code`.
 ---@param exe mongostore.Execution the execution at the version it was loaded (or created) at
 ---@param opts? mongostore.CommitOptions what else the commit carries
----@return nil ok # committed: `exe.version` is one higher
+---@return true? ok # committed: `exe.version` is one higher
 ---@return string? message
 ---@return ("conflict"|"duplicate"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 ---@return integer? found # with `conflict`: the version found (nil: no document)
@@ -266,7 +266,7 @@ function Store:commit(exe, opts) end
 ---
 --- Fails with `nil, message, code`.
 ---@param exe mongostore.Execution the execution
----@return nil ok # stored: `exe.version` is one higher
+---@return true? ok # stored: `exe.version` is one higher
 ---@return string? message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 ---@return integer? found # with `conflict`: the version found
@@ -279,8 +279,8 @@ function Store:save(exe) end
 --- Fails with `nil, message, code`.
 ---@param id string the execution id
 ---@param timer_path? string a state path whose armed timer to report
----@return nil exe # the execution; nil (and nothing else) when there is none
----@return string? armed # with `timer_path`: the fire_at armed for it now (nil when none)
+---@return mongostore.Execution? exe # the execution; nil (and nothing else) when there is none
+---@return (number|string)? armed # with `timer_path`: the fire_at armed for it now (nil when none); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:load(id, timer_path) end
 
@@ -292,9 +292,9 @@ function Store:load(id, timer_path) end
 ---@param id string the execution id
 ---@param event_id string the event about to be applied
 ---@param timer_path? string a state path whose armed timer to report
----@return nil exe # the execution; nil when there is none (then `processed` is false)
----@return string? processed # whether `event_id` is handled already
----@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? armed # with `timer_path`: the fire_at armed for it now
+---@return mongostore.Execution? exe # the execution; nil when there is none (then `processed` is false)
+---@return (boolean|string)? processed # whether `event_id` is handled already; on failure, the message
+---@return (number|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? armed # with `timer_path`: the fire_at armed for it now; on failure, the code
 function Store:load_for_event(id, event_id, timer_path) end
 
 --- Looks among the digests, then in `processed` (harel's marks, or ours before the digests).
@@ -304,7 +304,7 @@ function Store:load_for_event(id, event_id, timer_path) end
 --- Fails with `nil, message, code`.
 ---@param id string the execution id
 ---@param event_id string the event id
----@return nil processed # whether the execution has handled `event_id` (within the dedupe window)
+---@return boolean? processed # whether the execution has handled `event_id` (within the dedupe window)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:is_processed(id, event_id) end
@@ -321,7 +321,7 @@ function Store:is_processed(id, event_id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param q? mongostore.ListQuery the filters and the page
----@return nil page # one page of summaries
+---@return mongostore.Page? page # one page of summaries
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:list_executions(q) end
@@ -331,7 +331,7 @@ function Store:list_executions(q) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@return nil entries # oldest first (by seq)
+---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:pending_outbox(limit, lease) end
@@ -341,7 +341,7 @@ function Store:pending_outbox(limit, lease) end
 --- Fails with `nil, message, code`.
 ---@param seq integer the entry's seq
 ---@param token? string the claim's token: remove the entry only while the claim is still the caller's
----@return nil ok # the entry is gone (or was gone already)
+---@return true? ok # the entry is gone (or was gone already)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:ack_outbox(seq, token) end
@@ -353,7 +353,7 @@ function Store:ack_outbox(seq, token) end
 --- Fails with `nil, message, code`.
 ---@param source_id string the document the entries were claimed from
 ---@param token string the claim's token
----@return nil ok # the rest of the claim is given back
+---@return true? ok # the rest of the claim is given back
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:release_outbox(source_id, token) end
@@ -363,7 +363,7 @@ function Store:release_outbox(source_id, token) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds; needs a limit
----@return nil entries # oldest first (by seq)
+---@return mongostore.SpawnEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:pending_spawns(limit, lease) end
@@ -373,7 +373,7 @@ function Store:pending_spawns(limit, lease) end
 --- Fails with `nil, message, code`.
 ---@param seq integer the entry's seq
 ---@param token? string the claim's token
----@return nil ok # the entry is gone
+---@return true? ok # the entry is gone
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:ack_spawn(seq, token) end
@@ -383,7 +383,7 @@ function Store:ack_spawn(seq, token) end
 --- Fails with `nil, message, code`.
 ---@param source_id string the parent the entries were claimed from
 ---@param token string the claim's token
----@return nil ok # the rest of the claim is given back
+---@return true? ok # the rest of the claim is given back
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:release_spawn(source_id, token) end
@@ -396,7 +396,7 @@ function Store:release_spawn(source_id, token) end
 --- Fails with `nil, message, code`.
 ---@param now number epoch seconds
 ---@param limit? integer bounds the documents read (each may hold several due timers)
----@return nil timers # by fire_at, then execution id, then path
+---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:due_timers(now, limit) end
@@ -409,7 +409,7 @@ function Store:due_timers(now, limit) end
 ---@param execution_id string the execution
 ---@param path string the timer's state path
 ---@param fire_at number the fire_at it was due at
----@return nil ok # disarmed, or re-armed since (then left alone)
+---@return true? ok # disarmed, or re-armed since (then left alone)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:delete_timer(execution_id, path, fire_at) end
@@ -421,14 +421,14 @@ function Store:delete_timer(execution_id, path, fire_at) end
 --- Fails with `nil, message, code`.
 ---@param execution_id string the execution
 ---@param entry mongostore.TraceStep the step
----@return nil ok # appended
+---@return true? ok # appended
 ---@return string? message
 ---@return ("invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:append_trace(execution_id, entry) end
 
 --- Fails with `nil, message, code`.
 ---@param execution_id string the execution
----@return nil steps # oldest first; empty when there is none
+---@return mongostore.TraceStep[]? steps # oldest first; empty when there is none
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:read_trace(execution_id) end
@@ -436,13 +436,13 @@ function Store:read_trace(execution_id) end
 --- From libmongoc's command monitoring; the pool is shared by every store of the process on the same URI.
 ---
 --- Fails with `nil, message, code`.
----@return nil counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
+---@return table<string, integer>? counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
 ---@return string? message
 ---@return "closed"? code
 function Store:stats() end
 
 --- Fails with `nil, message, code`.
----@return nil info # where it stores and its settings
+---@return mongostore.StoreInfo? info # where it stores and its settings
 ---@return string? message
 ---@return "closed"? code
 function Store:info() end
@@ -450,14 +450,14 @@ function Store:info() end
 --- Gives the client back to the pool. Idempotent; a later call returns `nil, msg, "closed"`. Garbage collection and `<close>` close a store too.
 function Store:close() end
 
----@return nil t # epoch seconds, with sub-second precision
+---@return number t # epoch seconds, with sub-second precision
 function mongostore.now() end
 
 --- Blocks the calling thread (not for OpenResty request handlers).
 ---@param s number seconds
 function mongostore.sleep(s) end
 
----@return nil id # 16 random bytes as 32 hex digits (harel's `uuid4().hex`)
+---@return string id # 16 random bytes as 32 hex digits (harel's `uuid4().hex`)
 function mongostore.uuid() end
 
 --- The check every call of the library makes of its option tables: a misspelt option is a programming mistake.
@@ -473,17 +473,17 @@ function mongostore.check_keys(t, known, fn, what) end
 ---
 --- Raises on a `t` that is neither a table nor nil.
 ---@param t? table a list (or nothing, for a new empty one)
----@return nil t # the same table, marked as an array
+---@return table t # the same table, marked as an array
 function mongostore.array(t) end
 
 --- Arrays read from the store or decoded from JSON come back marked.
 ---@param t any any value
----@return nil yes # whether `t` is a table marked as an array
+---@return boolean yes # whether `t` is a table marked as an array
 function mongostore.is_array(t) end
 
 --- Raises on a `v` that is not an integer within int64.
 ---@param v string|number|mongostore.Int64 a decimal string, a number or a box
----@return nil n # on Lua 5.4 a plain integer; on LuaJIT a box beyond 2^53
+---@return integer|mongostore.Int64 n # on Lua 5.4 a plain integer; on LuaJIT a box beyond 2^53
 function mongostore.int64(v) end
 
 --- The core's codec: arrays stay arrays, `mongostore.null` is null, integers are exact.
@@ -491,7 +491,7 @@ function mongostore.int64(v) end
 --- Fails with `nil, message, code`.
 ---@param v any a value under the value rules
 ---@param what? string what the value is, for messages
----@return nil text # its JSON
+---@return string? text # its JSON
 ---@return string? message
 ---@return "invalid"? code
 function mongostore.json.encode(v, what) end
@@ -501,7 +501,7 @@ function mongostore.json.encode(v, what) end
 --- Fails with `nil, message, code`.
 ---@param text string JSON text
 ---@param opts? mongostore.JsonDecodeOptions `exact`
----@return nil v # the value: arrays marked, null as `mongostore.null`
+---@return any? v # the value: arrays marked, null as `mongostore.null`
 ---@return string? message
 ---@return "invalid"? code
 function mongostore.json.decode(text, opts) end

@@ -112,6 +112,50 @@ function TestGenerated:test_the_definitions_are_lua_and_declare_what_the_pages_d
   end
 end
 
+-- Each call's definition carries its parameters and, position by position,
+-- what it returns when it succeeds.
+function TestGenerated:test_each_definition_has_the_documented_signature()
+  local files = docgen.render(api)
+  local text = {}
+  for _, f in ipairs(files) do
+    if f.path:match("^types/") then text[#text + 1] = f.text end
+  end
+  local lines = lines_of(concat(text, "\n"))
+  local at = {}
+  for i, line in ipairs(lines) do
+    local target = line:match("^function ([%w_.:]+)%(")
+    if target then at[target] = i end
+  end
+  for _, e in ipairs(model.entries) do
+    if e.kind == "fn" or e.kind == "method" then
+      local target = e.kind == "method" and e.class:match("([%w_]+)$") .. ":" .. e.name
+        or model.module_var[e.module] .. "." .. e.name
+      local i = at[target]
+      lu.assertNotNil(i, "no definition of " .. target)
+      local params, returns = {}, {}
+      local j = i - 1
+      while j > 0 and lines[j]:match("^%-%-%-") do
+        local p = lines[j]:match("^%-%-%-@param ([%w_]+)")
+        if p then table.insert(params, 1, p) end
+        local r = lines[j]:match("^%-%-%-@return (.*)$")
+        if r then table.insert(returns, 1, r) end
+        j = j - 1
+      end
+      local want = {}
+      for k, p in ipairs(e.params) do want[k] = p.name end
+      lu.assertEquals(params, want, target .. ": params")
+      for k, r in ipairs(e.returns) do
+        lu.assertNotNil(returns[k], target .. ": no @return for " .. r.name)
+        lu.assertStrContains(returns[k], r.type, false, target .. ": @return " .. k)
+      end
+      if #e.fails > 0 then
+        lu.assertTrue(#returns >= 3, target .. ": fails, so it returns nil, message, code")
+        lu.assertStrContains(returns[3], format("%q", e.fails[1]))
+      end
+    end
+  end
+end
+
 function TestGenerated:test_the_same_source_gives_the_same_bytes()
   local a, b = docgen.render(docgen.load_api(root)), docgen.render(docgen.load_api(root))
   lu.assertEquals(#a, #b)

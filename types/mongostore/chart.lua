@@ -59,11 +59,11 @@ chart.RESERVED = nil
 
 --- Raises on anything wrong with the chart, naming the state path (`chart order: state Fork.A: ...`).
 ---@param def mongostore.ChartDef the chart
----@return nil c # the compiled, immutable chart
+---@return mongostore.Chart c # the compiled, immutable chart
 function chart.define(def) end
 
 ---@param v any any value
----@return nil yes # whether `v` came from `chart.define`
+---@return boolean yes # whether `v` came from `chart.define`
 function chart.is_chart(v) end
 
 --- A chart that declares `external` answers from its list; one that does not takes every kind but the reserved ones.
@@ -71,12 +71,12 @@ function chart.is_chart(v) end
 --- Raises on a `c` that is not a chart, or a `kind` that is not a string.
 ---@param c mongostore.Chart a chart
 ---@param kind string an event kind
----@return nil yes # whether an event of this kind may come from outside
+---@return boolean yes # whether an event of this kind may come from outside
 function chart.is_external(c, kind) end
 
 --- Raises on a `c` that is not a chart.
 ---@param c mongostore.Chart a chart
----@return nil kinds # the declared external kinds, sorted (a fresh list); nil when the chart declares none
+---@return string[]? kinds # the declared external kinds, sorted (a fresh list); nil when the chart declares none
 function chart.external_kinds(c) end
 
 return chart

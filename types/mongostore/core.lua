@@ -12,7 +12,7 @@ local core = {}
 ---
 --- Fails with `nil, message, code`.
 ---@param doc table a table with string keys
----@return nil bytes # its BSON
+---@return string? bytes # its BSON
 ---@return string? message
 ---@return "invalid"? code
 function core.bson_encode(doc) end
@@ -21,14 +21,14 @@ function core.bson_encode(doc) end
 ---
 --- Fails with `nil, message, code`.
 ---@param bytes string BSON bytes
----@return nil doc # the document under the value rules
+---@return table? doc # the document under the value rules
 ---@return string? message
 ---@return "invalid"? code
 function core.bson_decode(bytes) end
 
 --- The one text rule every call applies to ids, kinds, paths and filters.
 ---@param s any a candidate id, kind, path or filter value
----@return nil why # why it cannot serve (empty, not UTF-8, a NUL, longer than 16 KiB, not a string); nil when it can
+---@return string? why # why it cannot serve (empty, not UTF-8, a NUL, longer than 16 KiB, not a string); nil when it can
 function core.text_error(s) end
 
 return core

@@ -40,7 +40,7 @@ local engine = {}
 
 --- Raises on a missing store, a chart that did not come from `chart.define`, an option of the wrong type or out of range, or an unknown option.
 ---@param opts mongostore.EngineOptions the store, the charts and the settings
----@return nil engine
+---@return mongostore.Engine engine
 function engine.new(opts) end
 
 --- Adds a chart after construction.
@@ -58,8 +58,8 @@ function Engine:register(c) end
 --- Fails with `nil, message, code`.
 ---@param chart_id string the chart to run
 ---@param opts? mongostore.StartOptions the id, context and priority
----@return nil id # the execution's id
----@return string? created # true when this call created it; false when it existed (no second Start)
+---@return string? id # the execution's id
+---@return (boolean|string)? created # true when this call created it; false when it existed (no second Start); on failure, the message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:start(chart_id, opts) end
 
@@ -71,13 +71,13 @@ function Engine:start(chart_id, opts) end
 --- Fails with `nil, message, code`.
 ---@param id string the execution
 ---@param event mongostore.Event the event; a missing `id` is filled into this table
----@return nil ok
----@return string? how # applied now, or handled before (nothing changed)
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # applied now, or handled before (nothing changed); on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:send(id, event) end
 
 --- One pass: the spawn relay, the outbox relay, then the due timers.
----@return nil n # items handled
+---@return integer n # items handled
 function Engine:step() end
 
 --- The worker loop: relays as long as there is work, sleeps when there is none,
@@ -93,24 +93,24 @@ function Engine:run(opts) end
 ---
 --- Raises on a `max_passes` that is not a number >= 1.
 ---@param max_passes? integer at most this many passes (>= 1)
----@return nil n # items handled
+---@return integer n # items handled
 function Engine:recover(max_passes) end
 
 --- Claims pending spawns and creates each child (an existing child is left as it is).
----@return nil n # entries handled
+---@return integer n # entries handled
 function Engine:relay_spawns() end
 
 --- Claims pending outbox entries and delivers each, in order per target; a target
 --- that does not exist yet is retried on later passes and given up after
 --- `max_attempts`. Events without a target go to `on_external`.
----@return nil n # entries handled
+---@return integer n # entries handled
 function Engine:relay_outbox() end
 
 --- Fires each due timer as `{ kind = "Timeout", id = "timeout:<id>:<path>:<fire_at>" }`;
 --- the commit that applies it also disarms it. A Timeout for a state left or
 --- re-armed since changes nothing.
 ---@param now? number epoch seconds
----@return nil n # timers handled
+---@return integer n # timers handled
 function Engine:sweep(now) end
 
 --- Cooperative when the active configuration has a `Cancel` transition, which is taken; otherwise the execution ends `CANCELLED` at once.
@@ -119,8 +119,8 @@ function Engine:sweep(now) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:cancel(id) end
 
@@ -130,8 +130,8 @@ function Engine:cancel(id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:terminate(id) end
 
@@ -141,8 +141,8 @@ function Engine:terminate(id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:suspend(id) end
 
@@ -152,8 +152,8 @@ function Engine:suspend(id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:resume(id) end
 

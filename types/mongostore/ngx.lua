@@ -38,10 +38,10 @@ local msngx = {}
 ---
 --- Raises on a missing `uri`, or a setting of the wrong type or out of range.
 ---@param cfg mongostore.NgxConfig where to connect and how to run
----@return nil ok
+---@return true ok
 function msngx.configure(cfg) end
 
----@return nil cfg # the recorded settings (the URI with its timeouts); nil before `configure`
+---@return table? cfg # the recorded settings (the URI with its timeouts); nil before `configure`
 function msngx.config() end
 
 --- In `init_worker_by_lua`: runs the relays and the timer sweep on
@@ -54,7 +54,7 @@ function msngx.config() end
 ---
 --- Fails with `nil, message, code`.
 ---@param opts? mongostore.NgxWorkerOptions how often to step
----@return nil ok
+---@return true? ok
 ---@return string? message
 ---@return "unavailable"? code
 function msngx.start_worker(opts) end
@@ -69,8 +69,8 @@ function msngx.stop_worker() end
 --- Fails with `nil, message, code`.
 ---@param fields mongostore.PlainExecution the execution's fields as `msngx.load` returned them
 ---@param opts? mongostore.CommitOptions as `store:commit`
----@return nil ok
----@return string? version # the execution's new version
+---@return true? ok
+---@return (integer|string)? version # the execution's new version; on failure, the message
 ---@return ("conflict"|"duplicate"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 ---@return integer? found # with `conflict`: the version found
 function msngx.commit(fields, opts) end
@@ -79,8 +79,8 @@ function msngx.commit(fields, opts) end
 ---
 --- Fails with `nil, message, code`.
 ---@param fields mongostore.PlainExecution the execution's fields (a new one: version 0)
----@return nil ok
----@return string? version # the execution's new version
+---@return true? ok
+---@return (integer|string)? version # the execution's new version; on failure, the message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 ---@return integer? found # with `conflict`: the version found
 function msngx.save(fields) end
@@ -93,8 +93,8 @@ function msngx.save(fields) end
 --- Fails with `nil, message, code`.
 ---@param id string the execution
 ---@param event mongostore.Event the event from outside
----@return nil ok
----@return string? how # `"duplicate"` for an event id already handled
+---@return true? ok
+---@return ("duplicate"|string)? how # `"duplicate"` for an event id already handled; on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.send_external(id, event) end
 
@@ -103,8 +103,8 @@ function msngx.send_external(id, event) end
 --- Fails with `nil, message, code`.
 ---@param chart_id string the chart
 ---@param opts? mongostore.StartOptions as `engine:start`
----@return nil id # the execution's id
----@return string? created # true when this call created it
+---@return string? id # the execution's id
+---@return (boolean|string)? created # true when this call created it; on failure, the message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.start_external(chart_id, opts) end
 
@@ -113,7 +113,7 @@ function msngx.start_external(chart_id, opts) end
 --- Fails with `nil, message, code`.
 ---@param seq integer the entry's seq
 ---@param token? string the claim's token: remove the entry only while the claim is still the caller's
----@return nil ok # the entry is gone (or was gone already)
+---@return true? ok # the entry is gone (or was gone already)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.ack_outbox(seq, token) end
@@ -123,7 +123,7 @@ function msngx.ack_outbox(seq, token) end
 --- Fails with `nil, message, code`.
 ---@param seq integer the entry's seq
 ---@param token? string the claim's token
----@return nil ok # the entry is gone
+---@return true? ok # the entry is gone
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.ack_spawn(seq, token) end
@@ -133,7 +133,7 @@ function msngx.ack_spawn(seq, token) end
 --- Fails with `nil, message, code`.
 ---@param execution_id string the execution
 ---@param entry mongostore.TraceStep the step
----@return nil ok # appended
+---@return true? ok # appended
 ---@return string? message
 ---@return ("invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.append_trace(execution_id, entry) end
@@ -144,7 +144,7 @@ function msngx.append_trace(execution_id, entry) end
 ---@param execution_id string the execution
 ---@param path string the timer's state path
 ---@param fire_at number the fire_at it was due at
----@return nil ok # disarmed, or re-armed since (then left alone)
+---@return true? ok # disarmed, or re-armed since (then left alone)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.delete_timer(execution_id, path, fire_at) end
@@ -154,7 +154,7 @@ function msngx.delete_timer(execution_id, path, fire_at) end
 --- Fails with `nil, message, code`.
 ---@param now number epoch seconds
 ---@param limit? integer bounds the documents read (each may hold several due timers)
----@return nil timers # by fire_at, then execution id, then path
+---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.due_timers(now, limit) end
@@ -162,7 +162,7 @@ function msngx.due_timers(now, limit) end
 --- Runs [`store:info`](store.md#store-info) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
----@return nil info # where it stores and its settings
+---@return mongostore.StoreInfo? info # where it stores and its settings
 ---@return string? message
 ---@return ("closed"|"unavailable")? code
 function msngx.info() end
@@ -172,7 +172,7 @@ function msngx.info() end
 --- Fails with `nil, message, code`.
 ---@param id string the execution id
 ---@param event_id string the event id
----@return nil processed # whether the execution has handled `event_id` (within the dedupe window)
+---@return boolean? processed # whether the execution has handled `event_id` (within the dedupe window)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.is_processed(id, event_id) end
@@ -181,7 +181,7 @@ function msngx.is_processed(id, event_id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param q? mongostore.ListQuery the filters and the page
----@return nil page # one page of summaries
+---@return mongostore.Page? page # one page of summaries
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.list_executions(q) end
@@ -191,8 +191,8 @@ function msngx.list_executions(q) end
 --- Fails with `nil, message, code`.
 ---@param id string the execution id
 ---@param timer_path? string a state path whose armed timer to report
----@return nil exe # the execution; nil (and nothing else) when there is none
----@return string? armed # with `timer_path`: the fire_at armed for it now (nil when none)
+---@return mongostore.PlainExecution? exe # the execution; nil (and nothing else) when there is none
+---@return (number|string)? armed # with `timer_path`: the fire_at armed for it now (nil when none); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.load(id, timer_path) end
 
@@ -202,9 +202,9 @@ function msngx.load(id, timer_path) end
 ---@param id string the execution id
 ---@param event_id string the event about to be applied
 ---@param timer_path? string a state path whose armed timer to report
----@return nil exe # the execution; nil when there is none (then `processed` is false)
----@return string? processed # whether `event_id` is handled already
----@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? armed # with `timer_path`: the fire_at armed for it now
+---@return mongostore.PlainExecution? exe # the execution; nil when there is none (then `processed` is false)
+---@return (boolean|string)? processed # whether `event_id` is handled already; on failure, the message
+---@return (number|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? armed # with `timer_path`: the fire_at armed for it now; on failure, the code
 function msngx.load_for_event(id, event_id, timer_path) end
 
 --- Runs [`store:pending_outbox`](store.md#store-pending_outbox) in a worker thread.
@@ -212,7 +212,7 @@ function msngx.load_for_event(id, event_id, timer_path) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@return nil entries # oldest first (by seq)
+---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.pending_outbox(limit, lease) end
@@ -222,7 +222,7 @@ function msngx.pending_outbox(limit, lease) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds; needs a limit
----@return nil entries # oldest first (by seq)
+---@return mongostore.SpawnEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.pending_spawns(limit, lease) end
@@ -231,7 +231,7 @@ function msngx.pending_spawns(limit, lease) end
 ---
 --- Fails with `nil, message, code`.
 ---@param execution_id string the execution
----@return nil steps # oldest first; empty when there is none
+---@return mongostore.TraceStep[]? steps # oldest first; empty when there is none
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.read_trace(execution_id) end
@@ -241,7 +241,7 @@ function msngx.read_trace(execution_id) end
 --- Fails with `nil, message, code`.
 ---@param source_id string the document the entries were claimed from
 ---@param token string the claim's token
----@return nil ok # the rest of the claim is given back
+---@return true? ok # the rest of the claim is given back
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.release_outbox(source_id, token) end
@@ -251,7 +251,7 @@ function msngx.release_outbox(source_id, token) end
 --- Fails with `nil, message, code`.
 ---@param source_id string the parent the entries were claimed from
 ---@param token string the claim's token
----@return nil ok # the rest of the claim is given back
+---@return true? ok # the rest of the claim is given back
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.release_spawn(source_id, token) end
@@ -259,7 +259,7 @@ function msngx.release_spawn(source_id, token) end
 --- Runs [`store:stats`](store.md#store-stats) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
----@return nil counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
+---@return table<string, integer>? counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
 ---@return string? message
 ---@return ("closed"|"unavailable")? code
 function msngx.stats() end
@@ -268,8 +268,8 @@ function msngx.stats() end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.cancel(id) end
 
@@ -277,8 +277,8 @@ function msngx.cancel(id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.resume(id) end
 
@@ -287,8 +287,8 @@ function msngx.resume(id) end
 --- Fails with `nil, message, code`.
 ---@param id string the execution
 ---@param event mongostore.Event the event; a missing `id` is filled into this table
----@return nil ok
----@return string? how # applied now, or handled before (nothing changed)
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # applied now, or handled before (nothing changed); on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.send(id, event) end
 
@@ -297,8 +297,8 @@ function msngx.send(id, event) end
 --- Fails with `nil, message, code`.
 ---@param chart_id string the chart to run
 ---@param opts? mongostore.StartOptions the id, context and priority
----@return nil id # the execution's id
----@return string? created # true when this call created it; false when it existed (no second Start)
+---@return string? id # the execution's id
+---@return (boolean|string)? created # true when this call created it; false when it existed (no second Start); on failure, the message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.start(chart_id, opts) end
 
@@ -306,8 +306,8 @@ function msngx.start(chart_id, opts) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.suspend(id) end
 
@@ -315,8 +315,8 @@ function msngx.suspend(id) end
 ---
 --- Fails with `nil, message, code`.
 ---@param id string the execution
----@return nil ok
----@return string? how
+---@return true? ok
+---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.terminate(id) end
 

@@ -18,15 +18,15 @@ values.has_core = nil
 ---
 --- Raises on a `t` that is neither a table nor nil.
 ---@param t? table a list (or nothing, for a new empty one)
----@return nil t # the same table, marked as an array
+---@return table t # the same table, marked as an array
 function values.array(t) end
 
 ---@param v any any value
----@return nil yes # whether `v` is a table marked as an array
+---@return boolean yes # whether `v` is a table marked as an array
 function values.is_array(v) end
 
 ---@param v any any value
----@return nil yes # whether `v` is null (nil is not: it is a missing value)
+---@return boolean yes # whether `v` is null (nil is not: it is a missing value)
 function values.is_null(v) end
 
 return values
