@@ -46,7 +46,7 @@ build/asan/lua: tools/sanitized-lua.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c99 -Wall -Wextra -Werror -O1 -g $(ASAN_FLAGS) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS) -lm -ldl
 
-.PHONY: all jit bench deps test test-only unit lint asan-test valgrind-test clean demo
+.PHONY: all jit bench deps test test-only unit lint docs docs-check asan-test valgrind-test clean demo
 all: mongostore/core.so
 
 deps:
@@ -63,6 +63,14 @@ test: deps lint
 LUA_DIRS = lua spec tools bench examples fuzz docs
 lint:
 	@luacheck -q --no-color $(wildcard $(LUA_DIRS))
+
+# The reference pages (docs/*.md) and LuaLS definitions (types/) from
+# docs/api.lua; spec/01-unit/docs_spec.lua fails when they are stale.
+docs:
+	@$(LUA) tools/docgen.lua
+
+docs-check:
+	@$(LUA) tools/docgen.lua --check
 
 # The unit specs (spec/01-unit): no server, no installs, a few seconds.
 unit: mongostore/core.so

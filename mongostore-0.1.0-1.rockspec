@@ -33,8 +33,9 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/core.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/isotime.c", "csrc/json.c",
-            "csrc/pool.c", "csrc/store.c", "csrc/value.c",
+            "csrc/commit.c", "csrc/core.c", "csrc/dedupe.c", "csrc/errors.c", "csrc/errors_mongoc.c",
+            "csrc/isotime.c", "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/relay.c",
+            "csrc/store.c", "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
          },
          defines = {
             "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE",

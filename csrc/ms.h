@@ -15,6 +15,12 @@
 
 #include "compat.h"
 
+/* Every ms_ declaration from here to the end is hidden, so the module
+ * exports only luaopen_mongostore_core however it is built: with the
+ * Makefile's -fvisibility=hidden or by luarocks, which passes no such flag.
+ * System and driver headers are included above, outside it. */
+#pragma GCC visibility push(hidden)
+
 /* ---- tunables: each may be set with -D at build time ---- */
 
 /* Deep enough for any real context, shallow enough that a cycle or a hostile
@@ -198,5 +204,7 @@ const char *ms_text_error(const char *s, size_t len);
 /* Set while the core makes a call whose failure it reports itself (URI
  * parsing), so libmongoc's own log line about it is not printed too. */
 extern volatile int ms_log_quiet;
+
+#pragma GCC visibility pop
 
 #endif

@@ -11,6 +11,9 @@
 
 #include <mongoc/mongoc.h>
 
+/* hidden, as in ms.h (after the driver's headers) */
+#pragma GCC visibility push(hidden)
+
 typedef struct ms_pool ms_pool_t;
 
 typedef struct ms_store {
@@ -115,5 +118,7 @@ void ms_open_list(lua_State *L);     /* list.c: _scan, _cursor_key */
 void ms_open_relay(lua_State *L);    /* relay.c: claims, releases, pending and acks of outbox and spawns */
 void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer */
 void ms_open_trace(lua_State *L);    /* trace.c: append_trace, read_trace */
+
+#pragma GCC visibility pop
 
 #endif

@@ -39,6 +39,12 @@ function TestRock:test_luarocks_make_installs_a_working_rock()
   local ok, out = run(build)
   lu.assertTrue(ok, out)
   lu.assertStrContains(out, "mongostore " .. rockspec.load().version .. " is now installed")
+  -- luarocks passes no -fvisibility flag: the headers hide every ms_ symbol
+  local nm_ok, symbols = run("nm -D --defined-only " .. helper.shell_quote(tree .. "/lib/lua/5.4/mongostore/core.so"))
+  lu.assertTrue(nm_ok, symbols)
+  local exported = {}
+  for name in symbols:gmatch("%x+%s+%a%s+(%S+)") do exported[#exported + 1] = name end
+  lu.assertEquals(exported, { "luaopen_mongostore_core" })
 
   -- Only the scratch tree on the paths: nothing from the checkout.
   local code = [[
