@@ -1,5 +1,5 @@
 """harel's own Python MongoStore, driven from the command line, for the
-interoperation specs (spec/store/interop_spec.lua). Nothing here reimplements
+interoperation specs (spec/02-store/interop_spec.lua). Nothing here reimplements
 the store: every read and write goes through harel.engine.store.mongo.
 
 usage: harel_interop.py write   <uri> <db> <id>   commit the execution below (with an emit,

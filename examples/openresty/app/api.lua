@@ -257,6 +257,9 @@ local function show(id)
     if err ~= nil then return library_error(err, code) end
     steps = {}
   end
+  -- the dedupe digests travel with the fields for a commit in this process;
+  -- they are the store's, not part of what the API shows
+  exe.dedupe = nil
   return send(200, { execution = exe, trace = array(steps) })
 end
 
