@@ -9,7 +9,7 @@ PKGS        = libmongoc-1.0 libbson-1.0 libcrypto
 CFLAGS_BASE = -std=c99 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -fPIC \
               -Wall -Wextra -Werror -Wno-unused-parameter -fvisibility=hidden
 OPT        ?= -O2 -g
-# The one version string is the rockspec's ("0.1.0-1" -> core.version "0.1.0").
+# The one version string is the rockspec's ("scm-1" -> core.version "scm"; "X.Y.Z-1" -> "X.Y.Z").
 ROCKSPEC    = $(wildcard mongostore-*.rockspec)
 VERSION     = $(shell sed -n 's/^version = "\(.*\)-[0-9]*"$$/\1/p' $(ROCKSPEC))
 CFLAGS_BASE += -DMS_VERSION='"$(VERSION)"'

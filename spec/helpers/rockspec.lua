@@ -28,7 +28,7 @@ function M.load()
   return env
 end
 
--- "0.1.0" of version "0.1.0-1": what core.version must say.
+-- "scm" of version "scm-1" ("X.Y.Z" of "X.Y.Z-1"): what core.version must say.
 function M.version()
   return (M.load().version:match("^(.-)%-%d+$"))
 end

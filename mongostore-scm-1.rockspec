@@ -4,9 +4,10 @@
 -- and for LuaJIT (OpenResty) add --lua-version 5.1 LUA_INCDIR=/usr/include/luajit-2.1
 rockspec_format = "3.0"
 package = "mongostore"
--- The one version string: core.version is this without the "-1" revision
--- (the defines below; the Makefile reads it from here too).
-version = "0.1.0-1"
+-- The one version string: core.version is this less its rockspec revision
+-- ("scm", the development head; a release says "X.Y.Z"), passed by the
+-- defines below; the Makefile reads it from here too.
+version = "scm-1"
 source = {
    url = "git+file:///dev/null",
 }
