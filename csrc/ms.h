@@ -174,6 +174,16 @@ int  ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err
 /* Pushes a whole document as a table. */
 int  ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e);
 void ms_open_value(lua_State *L);                         /* adds null, array, is_array to module */
+/* The document API's decoding: every BSON type kept (boxes where Lua has no
+ * type), and each table remembering its fields' order and numeric types,
+ * so ms_table_to_bson writes it back unchanged. */
+int  ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e);
+/* An ordered document (index keys, sort, projection): a list of {key, value}
+ * pairs in order, or a table; with MS_ORDER_STRICT a table of more than one
+ * key is refused (its order would be pairs()'s). -1 with e set ("invalid"). */
+#define MS_ORDER_ANY 0
+#define MS_ORDER_STRICT 1
+int  ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int mode, ms_err_t *e);
 
 /* json.c: Lua <-> JSON text, harel's serialisation of Execution and Event */
 int  ms_json_encode(lua_State *L, int idx, bson_string_t *out, ms_path_t *p, ms_err_t *e);

@@ -515,6 +515,78 @@ int ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e) {
   return push_bson_iter_table(L, &it, 0, 0, e);
 }
 
+/* ---- the document API's forms ---- */
+
+int ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e) {
+  return ms_push_bson_doc(L, doc, e);
+}
+
+/* 1 when the table at idx is a non-empty list of {string, value} pairs. */
+static int is_pair_list(lua_State *L, int idx, size_t *n) {
+  size_t len = (size_t)lua_rawlen(L, idx), count = 0, i;
+  if (len == 0) return 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) { count++; lua_pop(L, 1); }
+  if (count != len) return 0;
+  for (i = 1; i <= len; i++) {
+    int ok;
+    lua_rawgeti(L, idx, (lua_Integer)i);
+    ok = lua_type(L, -1) == LUA_TTABLE && lua_rawlen(L, -1) == 2;
+    if (ok) {
+      lua_rawgeti(L, -1, 1);
+      ok = lua_type(L, -1) == LUA_TSTRING;
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    if (!ok) return 0;
+  }
+  *n = len;
+  return 1;
+}
+
+int ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int mode, ms_err_t *e) {
+  size_t n, i, keys = 0;
+  ms_path_t p;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s: expected a table, got %s", what, luaL_typename(L, idx));
+    return -1;
+  }
+  if (!is_pair_list(L, idx, &n)) {
+    lua_pushnil(L);
+    while (lua_next(L, idx)) { keys++; lua_pop(L, 1); }
+    if (mode == MS_ORDER_STRICT && keys > 1) {
+      ms_err_set(e, "invalid", "%s: a table of %zu keys has no order: give a list of pairs "
+                 "{ { key, value }, ... }", what, keys);
+      return -1;
+    }
+    return ms_table_to_bson(L, idx, doc, what, e);
+  }
+  ms_path_init(&p, what);
+  if (ms_path_enter(&p, L, idx, e)) return -1;
+  for (i = 1; i <= n; i++) {
+    size_t kl, oldlen = p.len;
+    const char *k;
+    int rc;
+    lua_rawgeti(L, idx, (lua_Integer)i);
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+    k = lua_tolstring(L, -2, &kl);
+    ms_path_push_key(&p, k, kl);
+    rc = ms_check_string(k, kl, 1, &p, e);
+    if (rc == 0 && kl == 0) {
+      ms_err_set(e, "invalid", "%s: an empty key", what);
+      rc = -1;
+    }
+    if (rc == 0) rc = ms_append_value(L, -1, doc, k, kl, &p, e);
+    ms_path_pop_key(&p, oldlen);
+    lua_pop(L, 3);
+    if (rc) return -1;
+  }
+  ms_path_leave(&p);
+  return 0;
+}
+
 /* ---- module functions ---- */
 
 static int l_array(lua_State *L) {
