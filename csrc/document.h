@@ -67,6 +67,13 @@ int ms_document_push_error(lua_State *L, ms_database_t *db, const bson_error_t *
  * session of another database handle, a closed one, or a value that is not
  * a Session: -1 with e set ("invalid"); 0 otherwise. */
 int ms_session_append(lua_State *L, int opts_idx, ms_database_t *db, bson_t *cmd_opts, ms_err_t *e);
+/* db:session(): pushes a new Session of db (the Database userdata at db_idx,
+ * which the session keeps alive) and returns 1, or pushes nil, msg, code
+ * ("unavailable" when the server has no sessions, "closed") and returns 3+. */
+int ms_session_new(lua_State *L, int db_idx, ms_database_t *db);
+/* Ends every open session of db (their transactions aborted): db:close()
+ * and the Database's __gc call it before the client goes back to the pool. */
+void ms_session_close_all(lua_State *L, ms_database_t *db);
 
 /* ---- each file's methods and metatables (database.c assembles them) ---- */
 
