@@ -39,12 +39,28 @@ static void track(lua_State *L, ms_session_t *s, int open) {
   lua_pop(L, 1);
 }
 
+/* libmongoc logs a warning when the server answers abortTransaction with an
+ * error, as it does for a transaction it already ended itself (after a
+ * write conflict, say): the transaction is over either way, so the line
+ * says nothing the caller needs. */
+static bool abort_quietly(mongoc_client_session_t *cs, bson_error_t *be) {
+  bool ok;
+  ms_log_quiet = 1;
+  ok = mongoc_client_session_abort_transaction(cs, be);
+  ms_log_quiet = 0;
+  return ok;
+}
+
+static void destroy_quietly(mongoc_client_session_t *cs) {
+  ms_log_quiet = 1;
+  mongoc_client_session_destroy(cs);
+  ms_log_quiet = 0;
+}
+
 /* Ends the session: libmongoc aborts a transaction still open. */
 static void end_session(lua_State *L, ms_session_t *s) {
-  if (s->cs) {
-    mongoc_client_session_destroy(s->cs);
-    s->cs = NULL;
-  }
+  if (s->cs) destroy_quietly(s->cs);
+  s->cs = NULL;
   if (s->db) {
     track(L, s, 0);
     luaL_unref(L, LUA_REGISTRYINDEX, s->db_ref);
@@ -63,7 +79,7 @@ void ms_session_close_all(lua_State *L, ms_database_t *db) {
       /* only the libmongoc half here: the table is being walked, and the
        * session's registry reference goes when it is closed or collected */
       if (s && s->cs) {
-        mongoc_client_session_destroy(s->cs);
+        destroy_quietly(s->cs);
         s->cs = NULL;
       }
     }
@@ -110,6 +126,8 @@ static int push_failure(lua_State *L, ms_database_t *db, const bson_error_t *be,
   int has_labels = reply && bson_iter_init_find(&it, reply, "errorLabels") && BSON_ITER_HOLDS_ARRAY(&it);
   int server_code = be->domain == MONGOC_ERROR_SERVER || be->domain == MONGOC_ERROR_WRITE_CONCERN;
   ms_err_from_bson_timed(&e, be, doing, took_ms, db->socket_timeout_ms);
+  /* a call in the wrong state (commit with no transaction, abort after commit) */
+  if (be->domain == MONGOC_ERROR_TRANSACTION) e.code = "invalid";
   if (reply_has_label(reply, "TransientTransactionError")) e.code = "transient";
   scrub(db, &e);
   ms_push_error(L, &e);
@@ -416,8 +434,8 @@ static int l_commit(lua_State *L) {
   bson_error_t be;
   bool ok;
   SESSION_OR_CLOSED(L, s, "commit");
-  if (!mongoc_client_session_in_transaction(s->cs))
-    return push_invalid(L, "invalid", "%s: no transaction is open on this session", "commit");
+  /* libmongoc refuses a wrong state itself; a commit that failed may be
+   * tried again (its state is then "committed") */
   ok = mongoc_client_session_commit_transaction(s->cs, &reply, &be);
   if (!ok) {
     int n = push_failure(L, s->db, &be, &reply, "commit");
@@ -433,11 +451,9 @@ static int l_commit(lua_State *L) {
 static int l_abort(lua_State *L) {
   bson_error_t be;
   SESSION_OR_CLOSED(L, s, "abort");
-  if (!mongoc_client_session_in_transaction(s->cs))
-    return push_invalid(L, "invalid", "%s: no transaction is open on this session", "abort");
   /* libmongoc ignores the server's answer to abortTransaction (the
    * transaction is over either way) and fails only on a wrong state */
-  if (!mongoc_client_session_abort_transaction(s->cs, &be)) return push_failure(L, s->db, &be, NULL, "abort");
+  if (!abort_quietly(s->cs, &be)) return push_failure(L, s->db, &be, NULL, "abort");
   lua_pushboolean(L, 1);
   return 1;
 }
