@@ -2,16 +2,20 @@
 -- tables: prints the summary (with its ratios) and writes the whole report
 -- as Markdown.
 --
--- usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date>
+-- usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]
+--
+-- parts: "all" (the default: issue 5's execution rows, then issue 11's
+-- document rows) or "documents" (bench/run.sh --documents: those only).
 --
 -- Every figure comes from the results file of the same run; a figure that
 -- is missing reads n/a. A target of issue 5 is marked "yes" only when the
 -- measured figure meets it; when it could not be measured it says so.
-local results_path, md_path, mode, command, server, date = table.unpack(arg, 1, 6)
-if not date then
-  io.stderr:write("usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date>\n")
+local results_path, md_path, mode, command, server, date, report_parts = table.unpack(arg, 1, 7)
+if not date or (report_parts and report_parts ~= "all" and report_parts ~= "documents") then
+  io.stderr:write("usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]\n")
   os.exit(2)
 end
+local which = report_parts or "all"
 
 local format, concat = string.format, table.concat
 
@@ -160,12 +164,168 @@ for _, op in ipairs { "due_timers", "pending_outbox", "pending_spawns", "list_pa
 end
 
 ------------------------------------------------------------------------
+-- Issue 11's document rows (keys docs.<contender>.r<round>.<op>_ms): the
+-- medians over the rounds, and each ratio as the median of the ratios of
+-- the rounds in which both contenders ran, since the two ran minutes apart
+-- at most there and the machine's drift falls on both.
+
+local DOC_OPS = {
+  { key = "insert_many", what = "insert_many of %s documents", size = 1, unit = "docs/s" },
+  { key = "find", what = "find and decode of %s documents", size = 1, unit = "docs/s" },
+  { key = "update_one", what = "%s single-document update_one", size = 2, unit = "updates/s" },
+  { key = "bulk_write", what = "bulk_write of %s update_one", size = 3, unit = "updates/s" },
+}
+local DOC_WHO = {
+  { key = "lua", name = "mongostore" },
+  { key = "c", name = "libmongoc alone" },
+  { key = "py", name = "pymongo" },
+  { key = "node", name = "Node.js mongodb" },
+}
+
+local function median(list)
+  local t = {}
+  for i, v in ipairs(list) do t[i] = v end
+  table.sort(t)
+  local n = #t
+  if n == 0 then return nil end
+  if n % 2 == 1 then return t[(n + 1) // 2] end
+  return (t[n // 2] + t[n // 2 + 1]) / 2
+end
+
+local function documents_section()
+  local rounds = {}   -- rounds[who][op][round] = ms
+  for key, val in pairs(R) do
+    local who, r, op = key:match("^docs%.(%w+)%.r(%d+)%.([%w_]+)_ms$")
+    if who and tonumber(val) then
+      rounds[who] = rounds[who] or {}
+      rounds[who][op] = rounds[who][op] or {}
+      rounds[who][op][tonumber(r)] = tonumber(val)
+    end
+  end
+  local sizes = {}
+  for v in (R["meta.doc_sizes"] or ""):gmatch("%d+") do sizes[#sizes + 1] = tonumber(v) end
+  local function values(who, op)
+    local list = {}
+    for _, v in pairs(rounds[who] and rounds[who][op] or {}) do list[#list + 1] = v end
+    return list
+  end
+  local function med(who, op) return median(values(who, op)) end
+  -- median over the rounds of a's time / b's time
+  local function paired(a, b, op)
+    local ra, rb = rounds[a] and rounds[a][op], rounds[b] and rounds[b][op]
+    if not (ra and rb) then return nil end
+    local list = {}
+    for r, v in pairs(ra) do
+      if rb[r] and rb[r] > 0 then list[#list + 1] = v / rb[r] end
+    end
+    return median(list)
+  end
+  local function cell(who, op)
+    local m = med(who, op.key)
+    if not m then return "not measured" end
+    local count = sizes[op.size]
+    return count and format("%s ms (%s %s)", f1(m), with_commas(count / (m / 1e3)), op.unit) or format("%s ms", f1(m))
+  end
+  local function what(op)
+    return format(op.what, sizes[op.size] and with_commas(sizes[op.size]) or "?")
+  end
+
+  w("## Documents")
+  w("")
+  w("Issue 11's document rows: the same four operations on the same server, in the same run, by mongostore's document")
+  w("API (`bench/documents.lua`: `mongostore.database(uri, { db = }):collection(name)`, `insert_many`, `find(...):each()`,")
+  w("`update_one`, `bulk_write`), by libmongoc alone in C (`bench/documents_limit.c`, the limit), by pymongo and by the")
+  w("Node.js `mongodb` driver. %s rounds; in each, every contender runs once, as its own process, in an order that turns",
+    R["meta.doc_rounds"] or "?")
+  w("each round; a process connects, runs an untimed warm-up of every operation at a tenth of the sizes, then the timed")
+  w("operations on a fresh collection. Figures are medians over the rounds; a ratio is the median of that ratio in")
+  w("each round.")
+  w("")
+  local versions = {}
+  for _, who in ipairs(DOC_WHO) do
+    local v = R["docs." .. who.key .. ".version"]
+    versions[#versions + 1] = format("%s: %s", who.name, v or "not measured")
+  end
+  w("- contenders: %s", concat(versions, "; "))
+  w("- the document: 12 fields, `_id` and `bytes` int64, `views` int32, `score` a double, `published` a bool,")
+  w("  `created` a date, `title`/`author`/`body`/`status` strings (~330 bytes in all), `tags` an array of 3 strings,")
+  w("  `meta` a document of 3 fields; documents are built in each language before the clock starts, so encoding is in")
+  w("  the timed call (libmongoc: building the `bson_t` is its encoding, inside the clock)")
+  w("- decoding: every field of every document visited, nested ones too (Lua `pairs`, Python `dict.items`, JavaScript")
+  w("  `for...in`, C `bson_iter` reading each value)")
+  w("- updates: `{$set: {score, status}, $inc: {views: 1}}` by `_id`, spread over the collection; inserts and the")
+  w("  bulk_write unordered")
+  local fields, fields_same = {}, true
+  for _, who in ipairs(DOC_WHO) do
+    local v = R["docs." .. who.key .. ".fields"]
+    if v then
+      fields[#fields + 1] = format("%s %s", who.name, with_commas(tonumber(v)))
+      if v ~= R["docs.c.fields"] then fields_same = false end
+    end
+  end
+  w("- fields visited by one find: %s%s", #fields > 0 and concat(fields, ", ") or "n/a",
+    fields_same and "" or " (NOT the same: the contenders did not decode the same documents)")
+  local failed = {}
+  for key, val in pairs(R) do
+    if key:match("^meta%.failed%.") and val:match("^documents ") then failed[#failed + 1] = val end
+  end
+  table.sort(failed)
+  if #failed > 0 then w("- **failed in this run** (not in the medians): %s", concat(failed, "; ")) end
+  local shape = R["docs.lua.shape"]
+  if shape and shape ~= "same" then w("- mongostore's document this run: %s", shape) end
+  w("")
+
+  local head = { "operation" }
+  for _, who in ipairs(DOC_WHO) do head[#head + 1] = who.name end
+  local rows = {}
+  for _, op in ipairs(DOC_OPS) do
+    local row = { what(op) }
+    for _, who in ipairs(DOC_WHO) do row[#row + 1] = cell(who.key, op) end
+    rows[#rows + 1] = row
+  end
+  table_md(head, rows)
+
+  local function met(v, ok) return v and (ok(v) and "yes" or "no") or "not measured" end
+  local rows2 = {}
+  for _, op in ipairs(DOC_OPS) do
+    local lim, py, node = paired("lua", "c", op.key), paired("py", "lua", op.key), paired("node", "lua", op.key)
+    rows2[#rows2 + 1] = {
+      what(op),
+      lim and format("%s (%+.0f%%)", x(lim), (lim - 1) * 100) or "n/a", met(lim, function(v) return v <= 1.10 end),
+      x(py), met(py, function(v) return v >= 2 end),
+      x(node), met(node, function(v) return v > 1 end),
+    }
+  end
+  table_md({ "operation", "mongostore time / libmongoc time", "within 10%", "pymongo time / mongostore time", ">= 2x",
+    "Node time / mongostore time", "ahead" }, rows2)
+  w("\"met\" columns say yes only when this run's ratio meets issue 11's target: mongostore within 10%% of libmongoc")
+  w("alone, at least 2x pymongo, ahead of the Node.js driver.")
+  w("")
+
+  local rows3 = {}
+  for _, op in ipairs(DOC_OPS) do
+    for _, who in ipairs(DOC_WHO) do
+      local list, rs = {}, {}
+      for r in pairs(rounds[who.key] and rounds[who.key][op.key] or {}) do rs[#rs + 1] = r end
+      table.sort(rs)
+      for _, r in ipairs(rs) do list[#list + 1] = f1(rounds[who.key][op.key][r]) end
+      if #list > 0 then rows3[#rows3 + 1] = { op.key, who.name, concat(list, ", ") } end
+    end
+  end
+  w("Every round's time in ms, round 1 first:")
+  w("")
+  table_md({ "operation", "contender", "ms per round" }, rows3)
+end
+
+------------------------------------------------------------------------
 -- The Markdown.
 
 local n_exec = R["ms1.executions"] or "?"
 w("# mongostore benchmarks")
 w("")
-w("Issue 5's benchmarks, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,", mode)
+w("%s, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,",
+  which == "all" and "Issue 5's benchmarks (executions) and issue 11's (documents)" or "Issue 11's document benchmarks",
+  mode)
 w("against one server, with the implementations side by side; nothing is carried over from other runs.")
 w("")
 w("- command: `%s`", command)
@@ -177,272 +337,281 @@ w("- mongostore: commit %s%s", sh(git .. "rev-parse --short HEAD"),
   sh(git .. "status --porcelain -- csrc lua | grep -q . && echo ' plus uncommitted changes in csrc/ or lua/'"))
 w("- load average (1, 5, 15 min) when the measured round started: %s; when it ended: %s (the machine may be shared)",
   R["meta.loadavg_start"] or "?", R["meta.loadavg_end"] or "?")
-w("- harel: 0.9.0, its `DurableRunner` (execution=\"%s\") over its own `MongoStore` (pymongo 4.10.1)", R["h1.mode"] or "?")
+if which == "all" then
+  w("- harel: 0.9.0, its `DurableRunner` (execution=\"%s\") over its own `MongoStore` (pymongo 4.10.1)", R["h1.mode"] or "?")
+end
 w("")
 w("```")
 w("$ free -g")
 w("%s", sh("free -g"))
 w("```")
 w("")
-w("## Summary")
-w("")
-do
-  local failed = {}
-  for key, val in pairs(R) do
-    if key:match("^meta%.failed%.") then failed[#failed + 1] = val end
+if which == "all" then
+  w("## Summary")
+  w("")
+  do
+    local failed = {}
+    for key, val in pairs(R) do
+      if key:match("^meta%.failed%.") then failed[#failed + 1] = val end
+    end
+    table.sort(failed)
+    if #failed > 0 then
+      w("**Failed in this run** (their figures read n/a): %s.", concat(failed, "; "))
+      w("")
+    end
   end
-  table.sort(failed)
-  if #failed > 0 then
-    w("**Failed in this run** (their figures read n/a): %s.", concat(failed, "; "))
+  table_md({ "measure", "measured", "issue 5 target", "met" }, {
+    { "events/s, 1 worker process: mongostore / harel", format("%s / %s = %s", f0(ms1), f0(h1), x(r_h1)), ">= 5x",
+      verdict(r_h1 and r_h1 >= 5, not r_h1 and "not measured") },
+    { "events/s, 4 worker processes: mongostore / harel", format("%s / %s = %s", f0(ms4), f0(h4), x(r_h4)), ">= 5x",
+      verdict(r_h4 and r_h4 >= 5, not r_h4 and "not measured") },
+    { raw_docs and format("1 worker / raw libmongoc loop doing the same work (%s executions x 2 events)",
+        with_commas(raw_docs)) or "1 worker / raw libmongoc loop doing the same work",
+      format("%s / %s = %s", f0(ms1), f0(limit_n), pct(r_lim_n)),
+      ">= 80%", verdict(r_lim_n and r_lim_n >= 0.8, not r_lim_n and "not measured") },
+    { "round trips per delivered event (1 and 4 workers)",
+      (rt1 or rt4) and format("%s, %s", f2(rt1), f2(rt4)) or "n/a (store:stats() not available)", "<= 2.2",
+      verdict(rt_all and rt_all <= 2.2, not rt_all and "not measured (no store:stats())") },
+    { "commit latency, 1st vs 100,000th event", lat_cell, "within 20%", lat_verdict },
+    { "bytes shipped by sweep/relays/listing, " .. (scales[1] and with_commas(scales[1]) or "?") .. " -> " ..
+        (scales[#scales] and with_commas(scales[#scales]) or "?") .. " executions",
+      ship_measured and #ship_rows > 0 and concat(ship_rows, "; ") or "n/a (store:stats() gives no byte counts)",
+      "does not grow", verdict(ship_ok, not (ship_measured and #ship_rows > 0) and "not measured") },
+  })
+  w("\"met\" is yes only when the figure of this run meets the target (bytes: within 20%% + 1 KiB of the smallest scale).")
+  w("harel's events/s depends on how many executions the collection holds (see Events/s); the ratios hold for %s",
+    R["ms1.executions"] or "?")
+  w("executions.")
+  w("")
+
+  w("## Events/s")
+  w("")
+  w("%s executions x 2 events on a flat chart (Start reaches `Waiting`, then `Go` reaches the final `Done`), trace off;",
+    n_exec)
+  w("each worker is its own OS process with its share of the executions. Events/s = events / wall time from the")
+  w("earliest worker start to the latest worker end (connecting excluded). mongostore: `engine:start` + `engine:send`;")
+  w("harel: `DurableRunner.create` + `DurableRunner.process` (which also runs harel's relay pass after each call).")
+  w("Each side starts from an empty database. harel's `process` runs its relay pass after every call, and")
+  w("its MongoStore finds pending outbox and spawn entries by scanning the collection, so harel's events/s falls as")
+  w("the collection grows: the two sides are compared at the same number of executions only.")
+  w("")
+  local rows = {}
+  for _, k in ipairs { 1, 4 } do
+    local m, h = "ms" .. k, "h" .. k
+    rows[#rows + 1] = { k, R[m .. ".executions"], R[m .. ".events"], f0(num(m .. ".eps")), f2(num(m .. ".wall_s")),
+      f0(num(h .. ".eps")), f2(num(h .. ".wall_s")), x(ratio(num(m .. ".eps"), num(h .. ".eps"))) }
+  end
+  table_md({ "workers", "executions", "events", "mongostore events/s", "mongostore wall s", "harel events/s",
+    "harel wall s", "mongostore / harel" }, rows)
+
+  w("## One worker against the raw two-round-trip limit")
+  w("")
+  local docs_s = raw_docs and with_commas(raw_docs) or "?"
+  w("`bench/raw_limit.c`: libmongoc alone, no codec, no interpreter, no Lua, on execution-shaped documents (a ~300-byte")
+  w("`data` string). First the issue's limit: %s iterations of each operation after warm-up on the only document of",
+    R["raw.iterations"] or "?")
+  w("its collection, 1e6 / (find + CAS) events/s; a bare `ping` took %s us. Then the events benchmark's own workload:", f1(num("raw.ping_us")))
+  w("on an empty collection, for each of %s executions in turn an insert (its start) and a find by `_id` plus a CAS", docs_s)
+  w("`update_one` (its event), the round trips mongostore's engine makes for the same two events; the median of three")
+  w("rounds.")
+  w("")
+  table_md({ "loop", "projected find us", "CAS update_one us", "events/s", "mongostore, 1 worker, events/s",
+    "mongostore / loop" }, {
+    { "find + CAS on one document (the issue's limit)", f1(num("raw.find_us")), f1(num("raw.cas_us")), f0(limit),
+      f0(ms1), pct(r_lim) },
+    { format("the events workload, %s executions (insert, find + CAS each): right before / right after", docs_s),
+      "", "", format("%s / %s, mean %s", f0(flow_before), f0(flow_after), f0(limit_n)), f0(ms1), pct(r_lim_n) },
+  })
+  w("The summary compares against the second loop, the same work on the same server, run right before and right after")
+  w("mongostore's own 1-worker run so that the machine's drift falls on both. On this server the one-document")
+  w("figure is not the limit of a workload with many executions: the CAS filter names `_id` and `version`, and")
+  w("mongo-java-server's in-memory backend uses its `_id` index only for a filter on `_id` alone, so every CAS scans")
+  w("the collection, which grows to %s executions during the run (the find, on `_id` alone, uses the index). A real", docs_s)
+  w("MongoDB answers both from the `_id` index.")
+  w("")
+
+  w("## Round trips per delivered event")
+  w("")
+  if R["ms1.commands"] and R["ms1.commands"] ~= "n/a" then
+    w("Commands counted by `store:stats()` (libmongoc command monitoring) while the workers ran, divided by the events.")
+    w("")
+    local names, seen = {}, {}
+    for key in pairs(R) do
+      local name = key:match("^ms[14]%.cmd%.(.+)$")
+      if name and not seen[name] then seen[name] = true names[#names + 1] = name end
+    end
+    table.sort(names)
+    local rows2 = {}
+    for _, k in ipairs { 1, 4 } do
+      local m = "ms" .. k
+      local parts = {}
+      for _, name in ipairs(names) do
+        local c = num(m .. ".cmd." .. name)
+        if c then parts[#parts + 1] = format("%s %.2f", name, c / num(m .. ".events")) end
+      end
+      rows2[#rows2 + 1] = { k, R[m .. ".commands"], R[m .. ".events"], f2(num(m .. ".rt_per_event")), concat(parts, ", ") }
+    end
+    table_md({ "workers", "commands", "events", "per event", "per event, by command" }, rows2)
+  else
+    w("n/a: this build of mongostore has no `store:stats()`, so the commands could not be counted.")
     w("")
   end
-end
-table_md({ "measure", "measured", "issue 5 target", "met" }, {
-  { "events/s, 1 worker process: mongostore / harel", format("%s / %s = %s", f0(ms1), f0(h1), x(r_h1)), ">= 5x",
-    verdict(r_h1 and r_h1 >= 5, not r_h1 and "not measured") },
-  { "events/s, 4 worker processes: mongostore / harel", format("%s / %s = %s", f0(ms4), f0(h4), x(r_h4)), ">= 5x",
-    verdict(r_h4 and r_h4 >= 5, not r_h4 and "not measured") },
-  { raw_docs and format("1 worker / raw libmongoc loop doing the same work (%s executions x 2 events)",
-      with_commas(raw_docs)) or "1 worker / raw libmongoc loop doing the same work",
-    format("%s / %s = %s", f0(ms1), f0(limit_n), pct(r_lim_n)),
-    ">= 80%", verdict(r_lim_n and r_lim_n >= 0.8, not r_lim_n and "not measured") },
-  { "round trips per delivered event (1 and 4 workers)",
-    (rt1 or rt4) and format("%s, %s", f2(rt1), f2(rt4)) or "n/a (store:stats() not available)", "<= 2.2",
-    verdict(rt_all and rt_all <= 2.2, not rt_all and "not measured (no store:stats())") },
-  { "commit latency, 1st vs 100,000th event", lat_cell, "within 20%", lat_verdict },
-  { "bytes shipped by sweep/relays/listing, " .. (scales[1] and with_commas(scales[1]) or "?") .. " -> " ..
-      (scales[#scales] and with_commas(scales[#scales]) or "?") .. " executions",
-    ship_measured and #ship_rows > 0 and concat(ship_rows, "; ") or "n/a (store:stats() gives no byte counts)",
-    "does not grow", verdict(ship_ok, not (ship_measured and #ship_rows > 0) and "not measured") },
-})
-w("\"met\" is yes only when the figure of this run meets the target (bytes: within 20%% + 1 KiB of the smallest scale).")
-w("harel's events/s depends on how many executions the collection holds (see Events/s); the ratios hold for %s",
-  R["ms1.executions"] or "?")
-w("executions.")
-w("")
 
-w("## Events/s")
-w("")
-w("%s executions x 2 events on a flat chart (Start reaches `Waiting`, then `Go` reaches the final `Done`), trace off;",
-  n_exec)
-w("each worker is its own OS process with its share of the executions. Events/s = events / wall time from the")
-w("earliest worker start to the latest worker end (connecting excluded). mongostore: `engine:start` + `engine:send`;")
-w("harel: `DurableRunner.create` + `DurableRunner.process` (which also runs harel's relay pass after each call).")
-w("Each side starts from an empty database. harel's `process` runs its relay pass after every call, and")
-w("its MongoStore finds pending outbox and spawn entries by scanning the collection, so harel's events/s falls as")
-w("the collection grows: the two sides are compared at the same number of executions only.")
-w("")
-local rows = {}
-for _, k in ipairs { 1, 4 } do
-  local m, h = "ms" .. k, "h" .. k
-  rows[#rows + 1] = { k, R[m .. ".executions"], R[m .. ".events"], f0(num(m .. ".eps")), f2(num(m .. ".wall_s")),
-    f0(num(h .. ".eps")), f2(num(h .. ".wall_s")), x(ratio(num(m .. ".eps"), num(h .. ".eps"))) }
-end
-table_md({ "workers", "executions", "events", "mongostore events/s", "mongostore wall s", "harel events/s",
-  "harel wall s", "mongostore / harel" }, rows)
-
-w("## One worker against the raw two-round-trip limit")
-w("")
-local docs_s = raw_docs and with_commas(raw_docs) or "?"
-w("`bench/raw_limit.c`: libmongoc alone, no codec, no interpreter, no Lua, on execution-shaped documents (a ~300-byte")
-w("`data` string). First the issue's limit: %s iterations of each operation after warm-up on the only document of",
-  R["raw.iterations"] or "?")
-w("its collection, 1e6 / (find + CAS) events/s; a bare `ping` took %s us. Then the events benchmark's own workload:", f1(num("raw.ping_us")))
-w("on an empty collection, for each of %s executions in turn an insert (its start) and a find by `_id` plus a CAS", docs_s)
-w("`update_one` (its event), the round trips mongostore's engine makes for the same two events; the median of three")
-w("rounds.")
-w("")
-table_md({ "loop", "projected find us", "CAS update_one us", "events/s", "mongostore, 1 worker, events/s",
-  "mongostore / loop" }, {
-  { "find + CAS on one document (the issue's limit)", f1(num("raw.find_us")), f1(num("raw.cas_us")), f0(limit),
-    f0(ms1), pct(r_lim) },
-  { format("the events workload, %s executions (insert, find + CAS each): right before / right after", docs_s),
-    "", "", format("%s / %s, mean %s", f0(flow_before), f0(flow_after), f0(limit_n)), f0(ms1), pct(r_lim_n) },
-})
-w("The summary compares against the second loop, the same work on the same server, run right before and right after")
-w("mongostore's own 1-worker run so that the machine's drift falls on both. On this server the one-document")
-w("figure is not the limit of a workload with many executions: the CAS filter names `_id` and `version`, and")
-w("mongo-java-server's in-memory backend uses its `_id` index only for a filter on `_id` alone, so every CAS scans")
-w("the collection, which grows to %s executions during the run (the find, on `_id` alone, uses the index). A real", docs_s)
-w("MongoDB answers both from the `_id` index.")
-w("")
-
-w("## Round trips per delivered event")
-w("")
-if R["ms1.commands"] and R["ms1.commands"] ~= "n/a" then
-  w("Commands counted by `store:stats()` (libmongoc command monitoring) while the workers ran, divided by the events.")
+  w("## Commit latency as one execution's history grows")
   w("")
-  local names, seen = {}, {}
-  for key in pairs(R) do
-    local name = key:match("^ms[14]%.cmd%.(.+)$")
-    if name and not seen[name] then seen[name] = true names[#names + 1] = name end
-  end
-  table.sort(names)
-  local rows2 = {}
-  for _, k in ipairs { 1, 4 } do
-    local m = "ms" .. k
-    local parts = {}
-    for _, name in ipairs(names) do
-      local c = num(m .. ".cmd." .. name)
-      if c then parts[#parts + 1] = format("%s %.2f", name, c / num(m .. ".events")) end
-    end
-    rows2[#rows2 + 1] = { k, R[m .. ".commands"], R[m .. ".events"], f2(num(m .. ".rt_per_event")), concat(parts, ", ") }
-  end
-  table_md({ "workers", "commands", "events", "per event", "per event, by command" }, rows2)
-else
-  w("n/a: this build of mongostore has no `store:stats()`, so the commands could not be counted.")
-  w("")
-end
-
-w("## Commit latency as one execution's history grows")
-w("")
--- Shorter series with a small dedupe window (keys lat.commit.w<W>.*) go
--- next to the default one.
-local wins = {}
-do
-  local seen = {}
-  for key, val in pairs(R) do
-    local win, p = key:match("^lat%.commit%.w(%d+)%.p(%d+)%.median_us$")
-    if win then
-      win, p = tonumber(win), tonumber(p)
-      if not seen[win] then
-        seen[win] = { win = win, lat = {} }
-        wins[#wins + 1] = seen[win]
+  -- Shorter series with a small dedupe window (keys lat.commit.w<W>.*) go
+  -- next to the default one.
+  local wins = {}
+  do
+    local seen = {}
+    for key, val in pairs(R) do
+      local win, p = key:match("^lat%.commit%.w(%d+)%.p(%d+)%.median_us$")
+      if win then
+        win, p = tonumber(win), tonumber(p)
+        if not seen[win] then
+          seen[win] = { win = win, lat = {} }
+          wins[#wins + 1] = seen[win]
+        end
+        seen[win].lat[p] = { p = p, v = tonumber(val) }
       end
-      seen[win].lat[p] = { p = p, v = tonumber(val) }
+    end
+    table.sort(wins, function(a, b) return a.win < b.win end)
+  end
+  local default_window = num("lat.commit.dedupe_window") and with_commas(num("lat.commit.dedupe_window")) or "?"
+  w("`store:commit` of one execution with a fresh `processed_event_id` each time (so the dedupe mark is written, as for")
+  w("every delivered event); median of the 200 commits around each point. The run stops after %s s; a point it",
+    R["meta.commit_budget_s"] or "?")
+  w("does not reach by then reads \"not reached\". The execution keeps its last `dedupe_window` event ids (default %s);",
+    default_window)
+  if #wins > 0 then
+    local ws = {}
+    for i, s2 in ipairs(wins) do ws[i] = tostring(s2.win) end
+    w("a shorter series runs the same commits with a window of %s.", concat(ws, " and "))
+  else
+    w("no shorter series with a smaller window was measured in this run.")
+  end
+  w("")
+  local all_pts, seen_pt = {}, {}
+  local function add_pt(p)
+    if not seen_pt[p] then
+      seen_pt[p] = true
+      all_pts[#all_pts + 1] = p
     end
   end
-  table.sort(wins, function(a, b) return a.win < b.win end)
-end
-local default_window = num("lat.commit.dedupe_window") and with_commas(num("lat.commit.dedupe_window")) or "?"
-w("`store:commit` of one execution with a fresh `processed_event_id` each time (so the dedupe mark is written, as for")
-w("every delivered event); median of the 200 commits around each point. The run stops after %s s; a point it",
-  R["meta.commit_budget_s"] or "?")
-w("does not reach by then reads \"not reached\". The execution keeps its last `dedupe_window` event ids (default %s);",
-  default_window)
-if #wins > 0 then
-  local ws = {}
-  for i, s2 in ipairs(wins) do ws[i] = tostring(s2.win) end
-  w("a shorter series runs the same commits with a window of %s.", concat(ws, " and "))
-else
-  w("no shorter series with a smaller window was measured in this run.")
-end
-w("")
-local all_pts, seen_pt = {}, {}
-local function add_pt(p)
-  if not seen_pt[p] then
-    seen_pt[p] = true
-    all_pts[#all_pts + 1] = p
+  for _, pt in ipairs(points) do add_pt(pt.p) end
+  for _, s2 in ipairs(wins) do for p in pairs(s2.lat) do add_pt(p) end end
+  table.sort(all_pts)
+  local function lat_cells(series, p)
+    local pt, one = series[p], series[1] and series[1].v
+    if not pt then return "not measured", "" end
+    if not pt.v then return "not reached", "" end
+    return f0(pt.v), one and x(pt.v / one) or "n/a"
   end
-end
-for _, pt in ipairs(points) do add_pt(pt.p) end
-for _, s2 in ipairs(wins) do for p in pairs(s2.lat) do add_pt(p) end end
-table.sort(all_pts)
-local function lat_cells(series, p)
-  local pt, one = series[p], series[1] and series[1].v
-  if not pt then return "not measured", "" end
-  if not pt.v then return "not reached", "" end
-  return f0(pt.v), one and x(pt.v / one) or "n/a"
-end
-local head3 = { "event", format("median us, dedupe_window %s (default)", default_window), "vs 1st" }
-for _, s2 in ipairs(wins) do
-  head3[#head3 + 1] = format("median us, dedupe_window %d", s2.win)
-  head3[#head3 + 1] = "vs 1st"
-end
-local rows3 = {}
-for _, p in ipairs(all_pts) do
-  local row = { with_commas(p) }
-  row[2], row[3] = lat_cells(lat, p)
+  local head3 = { "event", format("median us, dedupe_window %s (default)", default_window), "vs 1st" }
   for _, s2 in ipairs(wins) do
-    local v, r = lat_cells(s2.lat, p)
-    row[#row + 1] = v
-    row[#row + 1] = r
+    head3[#head3 + 1] = format("median us, dedupe_window %d", s2.win)
+    head3[#head3 + 1] = "vs 1st"
   end
-  rows3[#rows3 + 1] = row
-end
-table_md(head3, rows3)
-w("The window is kept as the ids of the last 16 events in `processed` plus one binary field of 8-byte digests of the")
-w("last %s ids, so the document does not grow with the window by one element per id. That matters on this server,", default_window)
-w("which copies the whole document element by element on every update:")
-if num("raw.cas_window_us") and num("raw.cas_us") then
-  w("in the same run `bench/raw_limit.c` (libmongoc alone) timed a bare CAS `update_one` at %s us on a document with",
-    f1(num("raw.cas_us")))
-  w("an empty `processed` array and at %s us on one whose array holds %s event ids (%s), which is what a window of",
-    f1(num("raw.cas_window_us")), R["raw.window_ids"] or "?", x(ratio(num("raw.cas_window_us"), num("raw.cas_us"))))
-  w("plain ids in the array would cost.")
-else
-  w("a window of plain ids in the array would make each commit slower by one element per id.")
-end
-w("The default series committed %s events in %s s; the median of its last 200 commits was %s us.",
-  R["lat.commit.reached"] or "?", R["lat.commit.elapsed_s"] or "?", R["lat.commit.tail_median_us"] or "?")
-if sbs_ratio then
-  w("The medians above are minutes apart on a shared machine. Side by side, after the default series, in 40")
-  w("alternating rounds of 10 commits to a fresh execution (its events 1-10, the first an insert) and 10 to the long")
-  w("one (events %s-%s): %s us against %s us, %s. The summary uses this figure once the long execution is past its",
-    with_commas(sbs_from or 0), with_commas(num("lat.commit.sbs.old_to") or 0), f0(sbs_y), f0(sbs_o), x(sbs_ratio))
-  w("100,000th event.")
-end
-for _, s2 in ipairs(wins) do
-  local k = format("lat.commit.w%d.", s2.win)
-  w("The series with dedupe_window %d committed %s events in %s s; the median of its last 200 commits was %s us.",
-    s2.win, R[k .. "reached"] or "?", R[k .. "elapsed_s"] or "?", R[k .. "tail_median_us"] or "?")
-end
-w("")
+  local rows3 = {}
+  for _, p in ipairs(all_pts) do
+    local row = { with_commas(p) }
+    row[2], row[3] = lat_cells(lat, p)
+    for _, s2 in ipairs(wins) do
+      local v, r = lat_cells(s2.lat, p)
+      row[#row + 1] = v
+      row[#row + 1] = r
+    end
+    rows3[#rows3 + 1] = row
+  end
+  table_md(head3, rows3)
+  w("The window is kept as the ids of the last 16 events in `processed` plus one binary field of 8-byte digests of the")
+  w("last %s ids, so the document does not grow with the window by one element per id. That matters on this server,", default_window)
+  w("which copies the whole document element by element on every update:")
+  if num("raw.cas_window_us") and num("raw.cas_us") then
+    w("in the same run `bench/raw_limit.c` (libmongoc alone) timed a bare CAS `update_one` at %s us on a document with",
+      f1(num("raw.cas_us")))
+    w("an empty `processed` array and at %s us on one whose array holds %s event ids (%s), which is what a window of",
+      f1(num("raw.cas_window_us")), R["raw.window_ids"] or "?", x(ratio(num("raw.cas_window_us"), num("raw.cas_us"))))
+    w("plain ids in the array would cost.")
+  else
+    w("a window of plain ids in the array would make each commit slower by one element per id.")
+  end
+  w("The default series committed %s events in %s s; the median of its last 200 commits was %s us.",
+    R["lat.commit.reached"] or "?", R["lat.commit.elapsed_s"] or "?", R["lat.commit.tail_median_us"] or "?")
+  if sbs_ratio then
+    w("The medians above are minutes apart on a shared machine. Side by side, after the default series, in 40")
+    w("alternating rounds of 10 commits to a fresh execution (its events 1-10, the first an insert) and 10 to the long")
+    w("one (events %s-%s): %s us against %s us, %s. The summary uses this figure once the long execution is past its",
+      with_commas(sbs_from or 0), with_commas(num("lat.commit.sbs.old_to") or 0), f0(sbs_y), f0(sbs_o), x(sbs_ratio))
+    w("100,000th event.")
+  end
+  for _, s2 in ipairs(wins) do
+    local k = format("lat.commit.w%d.", s2.win)
+    w("The series with dedupe_window %d committed %s events in %s s; the median of its last 200 commits was %s us.",
+      s2.win, R[k .. "reached"] or "?", R[k .. "elapsed_s"] or "?", R[k .. "tail_median_us"] or "?")
+  end
+  w("")
 
-w("## Sweeps, relays and listing with many executions")
-w("")
-w("The executions are clones of documents mongostore wrote (half RUNNING with a timer far in the future, half DONE,")
-w("1%% FAILED), inserted in bulk; besides them 10 timers are due, 10 outbox entries and 10 spawns are pending at")
-w("every scale.")
-w("Each call: median of up to %s calls (fewer once %s s are spent on one call); rows = what the call returned;",
-  R["meta.reps"] or "?", R["meta.op_budget_s"] or "?")
-w("commands and bytes in (bytes the server shipped back) from `store:stats()` when it counts them, else n/a.")
-w("`list_page` is a first page of 50;")
-w("`list_failed` a first page of 50 FAILED executions.")
-w("")
-local rows4 = {}
-for _, n in ipairs(scales) do
-  for _, op in ipairs { "due_timers", "pending_outbox", "pending_spawns", "list_page", "list_failed" } do
-    local k = format("lat.scale.%d.%s", n, op)
-    if R[k .. ".ms"] then
-      local rws = R[k .. ".rows"]
-      if R[k .. ".rows_min"] and R[k .. ".rows_min"] ~= rws then rws = R[k .. ".rows_min"] .. "-" .. rws end
-      rows4[#rows4 + 1] = { with_commas(n), op, R[k .. ".ms"], R[k .. ".ms"] == "skipped" and "" or rws,
-        R[k .. ".commands"] or "", R[k .. ".bytes"] or "", R[k .. ".calls"] or "" }
+  w("## Sweeps, relays and listing with many executions")
+  w("")
+  w("The executions are clones of documents mongostore wrote (half RUNNING with a timer far in the future, half DONE,")
+  w("1%% FAILED), inserted in bulk; besides them 10 timers are due, 10 outbox entries and 10 spawns are pending at")
+  w("every scale.")
+  w("Each call: median of up to %s calls (fewer once %s s are spent on one call); rows = what the call returned;",
+    R["meta.reps"] or "?", R["meta.op_budget_s"] or "?")
+  w("commands and bytes in (bytes the server shipped back) from `store:stats()` when it counts them, else n/a.")
+  w("`list_page` is a first page of 50;")
+  w("`list_failed` a first page of 50 FAILED executions.")
+  w("")
+  local rows4 = {}
+  for _, n in ipairs(scales) do
+    for _, op in ipairs { "due_timers", "pending_outbox", "pending_spawns", "list_page", "list_failed" } do
+      local k = format("lat.scale.%d.%s", n, op)
+      if R[k .. ".ms"] then
+        local rws = R[k .. ".rows"]
+        if R[k .. ".rows_min"] and R[k .. ".rows_min"] ~= rws then rws = R[k .. ".rows_min"] .. "-" .. rws end
+        rows4[#rows4 + 1] = { with_commas(n), op, R[k .. ".ms"], R[k .. ".ms"] == "skipped" and "" or rws,
+          R[k .. ".commands"] or "", R[k .. ".bytes"] or "", R[k .. ".calls"] or "" }
+      end
     end
   end
-end
-table_md({ "executions", "call", "ms", "rows", "commands", "bytes in", "calls" }, rows4)
-local ins = {}
-for _, n in ipairs(scales) do
-  if R[format("lat.scale.%d.insert_s", n)] then
-    ins[#ins + 1] = format("%s in %s s", with_commas(n), R[format("lat.scale.%d.insert_s", n)])
+  table_md({ "executions", "call", "ms", "rows", "commands", "bytes in", "calls" }, rows4)
+  local ins = {}
+  for _, n in ipairs(scales) do
+    if R[format("lat.scale.%d.insert_s", n)] then
+      ins[#ins + 1] = format("%s in %s s", with_commas(n), R[format("lat.scale.%d.insert_s", n)])
+    end
   end
-end
-w("Filling the collection up to each size took: %s.", #ins > 0 and concat(ins, ", ") or "n/a")
-if mode == "quick" then
-  w("Quick mode stops at %s executions; the full mode (`bench/run.sh`) goes on to 1,000,000.",
-    scales[#scales] and with_commas(scales[#scales]) or "?")
-end
-w("A call marked skipped was not run at that size: at the previous size its median, times the growth in executions,")
-w("predicted more than %s s per call.", R["meta.skip_s"] or "?")
-w("")
+  w("Filling the collection up to each size took: %s.", #ins > 0 and concat(ins, ", ") or "n/a")
+  if mode == "quick" then
+    w("Quick mode stops at %s executions; the full mode (`bench/run.sh`) goes on to 1,000,000.",
+      scales[#scales] and with_commas(scales[#scales]) or "?")
+  end
+  w("A call marked skipped was not run at that size: at the previous size its median, times the growth in executions,")
+  w("predicted more than %s s per call.", R["meta.skip_s"] or "?")
+  w("")
 
-w("## Resident memory of a worker")
-w("")
-table_md({ "workers", "mongostore VmRSS KiB (max)", "harel VmRSS KiB (max)" }, {
-  { 1, R["ms1.rss_kb_max"], R["h1.rss_kb_max"] },
-  { 4, R["ms4.rss_kb_max"], R["h4.rss_kb_max"] },
-})
-w("VmRSS from /proc/self/status at the end of each worker's timed loop.")
-w("")
+  w("## Resident memory of a worker")
+  w("")
+  table_md({ "workers", "mongostore VmRSS KiB (max)", "harel VmRSS KiB (max)" }, {
+    { 1, R["ms1.rss_kb_max"], R["h1.rss_kb_max"] },
+    { 4, R["ms4.rss_kb_max"], R["h4.rss_kb_max"] },
+  })
+  w("VmRSS from /proc/self/status at the end of each worker's timed loop.")
+  w("")
+end
+documents_section()
 
 local text = concat(out, "\n")
 local f = assert(io.open(md_path, "w"))
 f:write(text, "\n")
 f:close()
 
--- The console gets the summary and the events table.
-local stop = text:find("\n## One worker", 1, true)
-io.stdout:write(text:sub((text:find("## Summary", 1, true)) or 1, stop or #text), "\n")
+-- The console gets the summary, the events table and the document rows.
+if which == "all" then
+  local stop = text:find("\n## One worker", 1, true)
+  io.stdout:write(text:sub((text:find("## Summary", 1, true)) or 1, stop or #text), "\n")
+end
+local docs_at = text:find("## Documents", 1, true)
+io.stdout:write(text:sub(docs_at or #text + 1, (text:find("Every round's time", docs_at or 1, true) or #text + 1) - 1))
 io.stdout:write("(full report: ", md_path, ")\n")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick] - issue 5's benchmarks, side by side in one run
-# (`make bench` runs the full mode; never part of `make test`).
+# bench/run.sh [--quick] [--documents] - issue 5's and issue 11's benchmarks,
+# side by side in one run (`make bench` runs the full mode; never part of
+# `make test`).
 #
 # Builds the core (make mongostore/core.so) and bench/raw_limit.c, starts one
 # test server (tools/test-server: mongo-java-server 1.47.0, in-memory) unless
@@ -15,35 +16,59 @@
 #                          the default dedupe window, and with a window of 10
 #                          up to the 10,000th event); sweep, relay and listing
 #                          calls at 10k/100k/1M executions
+#   the document rows      insert_many of 10,000 documents, find and decode of
+#                          10,000, 1,000 single update_one, one bulk_write of
+#                          1,000 update_one, by mongostore's document API
+#                          (bench/documents.lua), libmongoc alone
+#                          (bench/documents_limit.c), pymongo 4.10.1
+#                          (bench/documents_pymongo.py) and the Node.js
+#                          mongodb driver (bench/documents_node.js, the
+#                          version bench/package-lock.json pins, installed
+#                          with npm ci under bench/out/node); one process per
+#                          contender and round, the contenders' order turning
+#                          each round, the median of the rounds counts
 # prints the summary with its ratios and writes bench/RESULTS.md.
 #
 # --quick: fewer executions and iterations, commit latency up to the 10,000th
 # event, 10k and 100k executions; about 3 minutes. The full mode goes to the
 # 100,000th event and 1M executions and takes far longer (20-40 minutes on a
-# small machine, more when the store is slow).
+# small machine, more when the store is slow). The document rows: 5 rounds in
+# quick mode, 9 in full mode (about 10 s a round).
+#
+# --documents: the document rows only (warm-up included), reported to
+# bench/out/documents-<mode>.md unless BENCH_RESULTS is set.
 #
 # Environment: MONGOSTORE_URI (use that server; its databases named
 # msbench_<pid>_* are dropped at the end), LUA (default lua5.4),
-# BENCH_RESULTS (default bench/RESULTS.md).
+# BENCH_RESULTS (default bench/RESULTS.md), NODE (default node; without node
+# and npm the Node row reads "not measured").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 mode=full
+parts=all
 for a in "$@"; do
     case $a in
         --quick) mode=quick ;;
+        --documents) parts=documents ;;
         -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$a' (use --quick or nothing)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown argument '$a' (use --quick, --documents or nothing)" >&2; exit 2 ;;
     esac
 done
 command="bench/run.sh${*:+ $*}"
 lua=${LUA:-lua5.4}
 out=$here/out
-md=${BENCH_RESULTS:-$here/RESULTS.md}
 mkdir -p "$out"
-results=$out/results-$mode.txt
-log=$out/run-$mode.log
+if [[ $parts == documents ]]; then
+    md=${BENCH_RESULTS:-$out/documents-$mode.md}
+    results=$out/results-documents-$mode.txt
+    log=$out/run-documents-$mode.log
+else
+    md=${BENCH_RESULTS:-$here/RESULTS.md}
+    results=$out/results-$mode.txt
+    log=$out/run-$mode.log
+fi
 : >"$results"
 : >"$log"
 started=$SECONDS
@@ -56,13 +81,17 @@ if [[ $mode == quick ]]; then
     points=1,1000,10000 commit_budget=30
     short_window=10 short_points=1,1000,10000 short_budget=30
     scales=10000,100000 reps=3 op_budget=8 skip=60
+    doc_rounds=5
 else
     raw_iters=20000 raw_warm=3000
     n_events=5000
     points=1,1000,10000,100000 commit_budget=900
     short_window=10 short_points=1,1000,10000 short_budget=60
     scales=10000,100000,1000000 reps=5 op_budget=30 skip=300
+    doc_rounds=9
 fi
+# the issue's sizes, in both modes: documents, single updates, bulk updates
+doc_n=10000 doc_updates=1000 doc_bulk=1000
 
 # ---- build
 note "building the core and raw_limit"
@@ -71,8 +100,39 @@ make -C "$root" --no-print-directory mongostore/core.so >>"$log" 2>&1 ||
 # shellcheck disable=SC2046
 cc -O2 -o "$out/raw_limit" "$here/raw_limit.c" $(pkg-config --cflags --libs libmongoc-1.0) >>"$log" 2>&1 ||
     { tail -n 30 "$log" >&2; echo "run.sh: could not build bench/raw_limit.c" >&2; exit 1; }
+# shellcheck disable=SC2046
+cc -O2 -o "$out/documents_limit" "$here/documents_limit.c" $(pkg-config --cflags --libs libmongoc-1.0) >>"$log" 2>&1 ||
+    { tail -n 30 "$log" >&2; echo "run.sh: could not build bench/documents_limit.c" >&2; exit 1; }
+# tools/pyenv's venv pins pymongo 4.10.1 (tools/requirements-test.txt), the
+# pymongo contender of the document rows.
 py=$("$root/tools/pyenv")
 export PYTHONDONTWRITEBYTECODE=1   # no __pycache__ in bench/
+
+# The Node.js driver, exactly as bench/package-lock.json pins it, installed
+# once per lockfile under bench/out/node (npm ci: the lockfile or nothing).
+node=${NODE:-node}
+node_dir=$out/node
+node_ok=""
+if command -v "$node" >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    want=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)
+    if [[ -f $node_dir/.stamp && $(cat "$node_dir/.stamp") == "$want" && -d $node_dir/node_modules/mongodb ]]; then
+        node_ok=yes
+    else
+        note "installing the Node.js mongodb driver (npm ci under bench/out/node)"
+        rm -rf "$node_dir"
+        mkdir -p "$node_dir"
+        cp "$here/package.json" "$here/package-lock.json" "$node_dir/"
+        if (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) >>"$log" 2>&1; then
+            echo "$want" >"$node_dir/.stamp"
+            node_ok=yes
+        else
+            tail -n 20 "$log" >&2
+            note "npm ci failed: the Node row reads not measured"
+        fi
+    fi
+else
+    note "no $node or npm on PATH: the Node row reads not measured"
+fi
 
 # ---- server
 prefix="msbench_$$_"
@@ -125,16 +185,40 @@ warm() {
     "$@" >/dev/null 2>>"$log"
 }
 
+# doc_contender <label> <round> <n> <updates> <bulk> <db>: one round of the
+# document rows by one contender (lua: mongostore, c: libmongoc alone, py:
+# pymongo, node: the Node.js driver).
+doc_contender() {
+    local label=$1 round=$2 n=$3 updates=$4 bulk=$5 db=$6
+    case $label in
+        lua) "$lua" "$here/documents.lua" "$uri" "$db" lua "$round" "$n" "$updates" "$bulk" ;;
+        c) "$out/documents_limit" "$uri" "$db" c "$round" "$n" "$updates" "$bulk" ;;
+        py) "$py" "$here/documents_pymongo.py" "$uri" "$db" py "$round" "$n" "$updates" "$bulk" ;;
+        node) NODE_PATH=$node_dir/node_modules "$node" "$here/documents_node.js" "$uri" "$db" node "$round" "$n" \
+            "$updates" "$bulk" ;;
+    esac
+}
+doc_labels=(lua c py)
+[[ -n $node_ok ]] && doc_labels+=(node)
+declare -A doc_names=([lua]="mongostore" [c]="libmongoc alone" [py]="pymongo" [node]="Node.js mongodb")
+
 # ---- warm-up: every benchmark once, small, results thrown away (a cold JVM
 # runs 2-4x slower)
 note "warming the server (throwaway round)"
-warm "$out/raw_limit" "$uri" 3000 1000 "${prefix}warm_raw" 500
-warm "$lua" "$here/events.lua" "$uri" --n 500 --workers 1 --db "${prefix}warm_ms1"
-warm "$lua" "$here/events.lua" "$uri" --n 500 --workers 4 --db "${prefix}warm_ms4"
-warm "$py" "$here/harel_events.py" "$uri" --n 200 --workers 1 --db "${prefix}warm_h1"
-warm "$py" "$here/harel_events.py" "$uri" --n 200 --workers 4 --db "${prefix}warm_h4"
-warm "$lua" "$here/latency.lua" "$uri" --part commit --points 1,1000 --budget 20 --db "${prefix}warm_lat"
-warm "$lua" "$here/latency.lua" "$uri" --part scale --scales 2000 --reps 2 --python "$py" --db "${prefix}warm_lat"
+if [[ $parts == all ]]; then
+    warm "$out/raw_limit" "$uri" 3000 1000 "${prefix}warm_raw" 500
+    warm "$lua" "$here/events.lua" "$uri" --n 500 --workers 1 --db "${prefix}warm_ms1"
+    warm "$lua" "$here/events.lua" "$uri" --n 500 --workers 4 --db "${prefix}warm_ms4"
+    warm "$py" "$here/harel_events.py" "$uri" --n 200 --workers 1 --db "${prefix}warm_h1"
+    warm "$py" "$here/harel_events.py" "$uri" --n 200 --workers 4 --db "${prefix}warm_h4"
+    warm "$lua" "$here/latency.lua" "$uri" --part commit --points 1,1000 --budget 20 --db "${prefix}warm_lat"
+    warm "$lua" "$here/latency.lua" "$uri" --part scale --scales 2000 --reps 2 --python "$py" --db "${prefix}warm_lat"
+fi
+# the document rows' warm-up; a contender that cannot run fails again, and
+# is reported, in the measured round
+for label in "${doc_labels[@]}"; do
+    warm doc_contender "$label" 0 1000 100 100 "${prefix}warm_docs_$label" || true
+done
 "$py" - "$uri" "${prefix}warm" >/dev/null 2>&1 <<'EOF' || true
 import sys, pymongo
 c = pymongo.MongoClient(sys.argv[1])
@@ -151,33 +235,50 @@ EOF
     echo "RESULT meta.op_budget_s $op_budget"
     echo "RESULT meta.skip_s $skip"
 } >>"$results"
-run "raw load + CAS limit ($raw_iters iterations) and the events workload in raw libmongoc ($n_events executions)" \
-    "$out/raw_limit" "$uri" "$raw_iters" "$raw_warm" "${prefix}raw" "$n_events"
-run "mongostore events/s, 1 worker ($n_events executions)" \
-    "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 1 --db "${prefix}ms1" --label ms1
-# the raw workload again right after, so the limit brackets mongostore's run
-# in time (its keys renamed raw.after.flow.*; the one-document loops dropped)
-run "the events workload in raw libmongoc again, right after mongostore's 1-worker run" \
-    bash -c 'set -o pipefail; "$@" | sed -n "s/^RESULT raw\.flow\./RESULT raw.after.flow./p"' _ \
-    "$out/raw_limit" "$uri" 1000 100 "${prefix}raw2" "$n_events"
-run "harel events/s, 1 worker ($n_events executions)" \
-    "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 1 --db "${prefix}h1" --label h1
-run "mongostore events/s, 4 workers ($n_events executions)" \
-    "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 4 --db "${prefix}ms4" --label ms4
-run "harel events/s, 4 workers ($n_events executions)" \
-    "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 4 --db "${prefix}h4" --label h4
-run "commit latency at events $points (budget ${commit_budget}s)" \
-    "$lua" "$here/latency.lua" "$uri" --part commit --points "$points" --budget "$commit_budget" --db "${prefix}lat"
-run "commit latency with dedupe_window $short_window at events $short_points (budget ${short_budget}s)" \
-    "$lua" "$here/latency.lua" "$uri" --part commit --points "$short_points" --budget "$short_budget" \
-    --dedupe-window "$short_window" --db "${prefix}lat"
-run "sweeps, relays and listing at $scales executions" \
-    "$lua" "$here/latency.lua" "$uri" --part scale --scales "$scales" --reps "$reps" --op-budget "$op_budget" \
-    --skip "$skip" --python "$py" --db "${prefix}lat"
+# The document rows: every contender once per round, in an order that turns
+# each round, so the machine's drift falls on all of them alike; first, while
+# the server holds nothing but what they write.
+echo "RESULT meta.doc_rounds $doc_rounds" >>"$results"
+echo "RESULT meta.doc_sizes $doc_n $doc_updates $doc_bulk" >>"$results"
+echo "RESULT meta.doc_contenders ${doc_labels[*]}" >>"$results"
+for ((r = 1; r <= doc_rounds; r++)); do
+    k=${#doc_labels[@]}
+    for ((j = 0; j < k; j++)); do
+        label=${doc_labels[$(((j + r - 1) % k))]}
+        run "documents round $r/$doc_rounds: ${doc_names[$label]}" \
+            doc_contender "$label" "$r" "$doc_n" "$doc_updates" "$doc_bulk" "${prefix}docs_$label"
+    done
+done
+
+if [[ $parts == all ]]; then
+    run "raw load + CAS limit ($raw_iters iterations) and the events workload in raw libmongoc ($n_events executions)" \
+        "$out/raw_limit" "$uri" "$raw_iters" "$raw_warm" "${prefix}raw" "$n_events"
+    run "mongostore events/s, 1 worker ($n_events executions)" \
+        "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 1 --db "${prefix}ms1" --label ms1
+    # the raw workload again right after, so the limit brackets mongostore's run
+    # in time (its keys renamed raw.after.flow.*; the one-document loops dropped)
+    run "the events workload in raw libmongoc again, right after mongostore's 1-worker run" \
+        bash -c 'set -o pipefail; "$@" | sed -n "s/^RESULT raw\.flow\./RESULT raw.after.flow./p"' _ \
+        "$out/raw_limit" "$uri" 1000 100 "${prefix}raw2" "$n_events"
+    run "harel events/s, 1 worker ($n_events executions)" \
+        "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 1 --db "${prefix}h1" --label h1
+    run "mongostore events/s, 4 workers ($n_events executions)" \
+        "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 4 --db "${prefix}ms4" --label ms4
+    run "harel events/s, 4 workers ($n_events executions)" \
+        "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 4 --db "${prefix}h4" --label h4
+    run "commit latency at events $points (budget ${commit_budget}s)" \
+        "$lua" "$here/latency.lua" "$uri" --part commit --points "$points" --budget "$commit_budget" --db "${prefix}lat"
+    run "commit latency with dedupe_window $short_window at events $short_points (budget ${short_budget}s)" \
+        "$lua" "$here/latency.lua" "$uri" --part commit --points "$short_points" --budget "$short_budget" \
+        --dedupe-window "$short_window" --db "${prefix}lat"
+    run "sweeps, relays and listing at $scales executions" \
+        "$lua" "$here/latency.lua" "$uri" --part scale --scales "$scales" --reps "$reps" --op-budget "$op_budget" \
+        --skip "$skip" --python "$py" --db "${prefix}lat"
+fi
 
 echo "RESULT meta.loadavg_end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results"
 echo "RESULT meta.elapsed_s $((SECONDS - started))" >>"$results"
 note "done in $((SECONDS - started)) s (build, warm-up and measured round); writing $md"
 echo >&2
-"$lua" "$here/report.lua" "$results" "$md" "$mode" "$command" "$server" "$(date -u '+%Y-%m-%d %H:%M UTC')"
+"$lua" "$here/report.lua" "$results" "$md" "$mode" "$command" "$server" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$parts"
 ((failures == 0)) || { echo "run.sh: $failures benchmark step(s) failed (see $log)" >&2; exit 1; }
