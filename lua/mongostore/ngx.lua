@@ -48,9 +48,38 @@ local function with_timeouts(uri, seconds)
   return uri
 end
 
+-- A Lua module name: dotted identifiers (what require takes from app code).
+local MODULE_NAME = "^[%a_][%w_]*$"
+local function is_module_name(s)
+  for part in (s .. "."):gmatch("([^.]*)%.") do
+    if not part:match(MODULE_NAME) then return false end
+  end
+  return true
+end
+
+-- run_modules: the modules msngx.run may call, each a module name or a
+-- prefix ending with "." (every module below it). A copy is kept.
+local function check_run_modules(list)
+  if list == nil then return {} end
+  local what = "mongostore.ngx.configure: run_modules must be a list of module names or prefixes ending with '.'"
+  if type(list) ~= "table" then error(what, 3) end
+  local out = {}
+  for i, name in ipairs(list) do
+    if type(name) ~= "string" then error(what .. ", entry " .. i .. " is a " .. type(name), 3) end
+    local bare = name:sub(-1) == "." and name:sub(1, -2) or name
+    if bare == "" or not is_module_name(bare) then error(what .. ", got '" .. name .. "'", 3) end
+    out[i] = name
+  end
+  local n = 0
+  for _ in pairs(list) do n = n + 1 end
+  if n ~= #out then error(what .. " (a list)", 3) end
+  return out
+end
+
 -- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, trace_max,
 --                  thread_pool = "mongostore", charts = "module.returning.charts",
---                  trace = false, max_inflight = 32, call_timeout = 30 }
+--                  trace = false, max_inflight = 32, call_timeout = 30,
+--                  run_modules = { "app.", "shop.orders" } }
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
@@ -71,7 +100,9 @@ function M.configure(cfg)
   if sst ~= nil and (type(sst) ~= "number" or not (sst >= 0.1 and sst <= 3600)) then
     error("mongostore.ngx.configure: server_selection_timeout must be a number of seconds from 0.1 to 3600", 2)
   end
+  local run_modules = check_run_modules(cfg.run_modules)
   config = {
+    run_modules = run_modules,
     uri = with_timeouts(cfg.uri, sst or DEFAULT_SELECTION_TIMEOUT), db = cfg.db or "harel", prefix = cfg.prefix,
     wait = cfg.wait or 0,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
@@ -120,24 +151,31 @@ local function thread_call(timeout, func, ...)
   return res
 end
 
-local function run(kind, method, ...)
-  if not config then error("mongostore.ngx: call configure{...} first", 3) end
-  local args, aerr = encode_args(...)
-  if not args then return nil, format("%s: %s", method, tostring(aerr)), "invalid" end
-  local res, werr = thread_call(config.call_timeout, kind, config, method, args)
-  if not res then return nil, format("%s: %s", method, werr), "unavailable" end
+-- What a thread call answered (thread_call's res, or nil, werr), as the
+-- call's results; label starts the messages of mongostore.ngx's own errors.
+local function results(label, res, werr)
+  if not res then return nil, format("%s: %s", label, werr), "unavailable" end
   if not res[1] then error(res[2], 0) end
   if not res[2] then
-    return nil, format("%s: worker thread failed: %s", method, tostring(res[3])), "unavailable"
+    return nil, format("%s: worker thread failed: %s", label, tostring(res[3])), "unavailable"
   end
   local out = type(res[3]) == "string" and decode(res[3])
   if type(out) ~= "table" or type(out.v) ~= "table" then
-    return nil, method .. ": unreadable answer from the worker thread", "server"
+    return nil, label .. ": unreadable answer from the worker thread", "server"
   end
+  -- a raise in an msngx.run function: its traceback, for the operator
+  if type(out.log) == "string" then ngx.log(ngx.ERR, "mongostore.ngx ", out.log) end
   local v, null = out.v, require("mongostore.core").null
   local n = #v
   for i = 1, n do if v[i] == null then v[i] = nil end end -- a nil result travels as null
   return unpack(v, 1, n)
+end
+
+local function run(kind, method, ...)
+  if not config then error("mongostore.ngx: call configure{...} first", 3) end
+  local args, aerr = encode_args(...)
+  if not args then return nil, format("%s: %s", method, tostring(aerr)), "invalid" end
+  return results(method, thread_call(config.call_timeout, kind, config, method, args))
 end
 
 -- Store calls: msngx.load(id), msngx.list_executions{...}, msngx.read_trace(id), ...
@@ -158,6 +196,53 @@ end
 -- another chart is nil, msg, "conflict" rather than that execution's id.
 for name in pairs(ENGINE_CALLS) do
   M[name] = function(...) return run("engine", name, ...) end
+end
+
+------------------------------------------------------------------------
+-- msngx.run: the application's own functions in a worker thread
+
+local function run_allowed(module)
+  for _, name in ipairs(config.run_modules) do
+    if name == module or (name:sub(-1) == "." and module:sub(1, #name) == name) then return true end
+  end
+  return false
+end
+
+-- msngx.run(module, fn, ...) calls require(module)[fn](...) in a worker
+-- thread's VM and answers what it returns: the handler yields meanwhile,
+-- so the function may block (document operations, any C library). The
+-- arguments and the results cross as JSON text (mongostore.json: integers
+-- stay exact, int64 boxes beyond 2^53 included, arrays stay arrays, a nil
+-- travels as null); they take the same in-flight slots as every other call
+-- (max_inflight, call_timeout), with the same errors. Failures:
+--   what fn returns, unchanged (its own nil, msg, code)
+--   nil, "run m.f: ... not encodable ...", "invalid"   an argument JSON cannot carry
+--   nil, "run m.f: no module m ...", "invalid"         require found no such module
+--   nil, "run m.f: module m has no function f", "invalid"
+--   nil, "run m.f: Lua error: ...", "server"           a raise in fn or while loading m
+--   nil, "run m.f: answer not encodable: ...", "server"
+--   nil, "run m.f: too many calls in flight ...", "unavailable" (or the thread failed)
+-- module and fn are the app's choice, never a client's: module must be
+-- listed in configure's run_modules (a name, or a prefix ending with "."),
+-- else the call raises, as it does for a name that is not a string or not
+-- a module or function name.
+function M.run(module, fn, ...)
+  if not config then error("mongostore.ngx.run: call configure{...} first", 2) end
+  if type(module) ~= "string" then error("mongostore.ngx.run: module must be a string, got " .. type(module), 2) end
+  if type(fn) ~= "string" then error("mongostore.ngx.run: fn must be a string, got " .. type(fn), 2) end
+  if not is_module_name(module) then
+    error("mongostore.ngx.run: module must be a module name (a.b.c), got '" .. module .. "'", 2)
+  end
+  if not fn:match(MODULE_NAME) then
+    error("mongostore.ngx.run: fn must be a function name, got '" .. fn .. "'", 2)
+  end
+  if not run_allowed(module) then
+    error("mongostore.ngx.run: module '" .. module .. "' is not in configure's run_modules", 2)
+  end
+  local label = "run " .. module .. "." .. fn
+  local args, aerr = encode_args(...)
+  if not args then return nil, format("%s: %s", label, tostring(aerr)), "invalid" end
+  return results(label, thread_call(config.call_timeout, "run", config, module, fn, args))
 end
 
 ------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 -- nginx worker thread (its own Lua VM). It keeps one store and one engine per
 -- configuration for the life of the thread's VM; arguments arrive and
 -- results leave as JSON text, so boxed int64s and empty arrays survive.
-local type, ipairs, tostring, select, pcall = type, ipairs, tostring, select, pcall
+local type, ipairs, pairs, tostring, select, pcall, xpcall = type, ipairs, pairs, tostring, select, pcall, xpcall
 local unpack = unpack or table.unpack
 
 local M = {}
@@ -39,7 +39,7 @@ end
 
 -- The results travel as one JSON text, { v = [ ... ] }: a copy across the
 -- thread boundary would drop the marks that keep empty arrays arrays.
-local function pack(...)
+local function pack_labelled(label, ...)
   local core = require "mongostore.core"
   local n = select("#", ...)
   local values = { ... }
@@ -50,10 +50,13 @@ local function pack(...)
   end
   local text, err = core.json_encode({ v = core.array(values) })
   if not text then
-    text = core.json_encode({ v = core.array({ core.null, "answer not encodable: " .. tostring(err), "server" }) })
+    local msg = (label and label .. ": " or "") .. "answer not encodable: " .. tostring(err)
+    text = core.json_encode({ v = core.array({ core.null, msg, "server" }) })
   end
   return text
 end
+
+local function pack(...) return pack_labelled(nil, ...) end
 
 -- A raise inside the call (a wrong argument from the handler) comes back as
 -- nil, msg, "invalid" rather than as a failed thread.
@@ -177,6 +180,98 @@ function M.engine(cfg, method, args)
     if type(fn) ~= "function" then return nil, "no engine method " .. tostring(method), "invalid" end
     return fn(h.engine, ...)
   end)
+end
+
+------------------------------------------------------------------------
+-- msngx.run: an application function in this thread's VM
+
+-- The configuration of the msngx.run call this VM is running (a thread VM
+-- runs one call at a time), for M.config and M.database.
+local current
+
+-- A copy of msngx.configure's settings (uri with the timeouts mongostore.ngx
+-- wrote into it, db, prefix, wait, ...), for a module that opens its own
+-- handles; only during an msngx.run call.
+function M.config()
+  if not current then error("mongostore.ngx_thread.config: only inside an msngx.run call", 2) end
+  local copy = {}
+  for k, v in pairs(current) do copy[k] = v end
+  return copy
+end
+
+local databases = {}
+
+-- The Database of configure's uri (opts.db, else configure's db), opened on
+-- the first call in this VM and kept for its life: each later msngx.run on
+-- this VM reuses it. Only during an msngx.run call. db or nil, msg, code.
+function M.database(opts)
+  if not current then error("mongostore.ngx_thread.database: only inside an msngx.run call", 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("mongostore.ngx_thread.database: opts must be a table, got " .. type(opts), 2)
+  end
+  local name = opts and opts.db or current.db
+  if type(name) ~= "string" then error("mongostore.ngx_thread.database: opts.db must be a string", 2) end
+  local key = current.uri .. "\0" .. name
+  local db = databases[key]
+  if db then return db end
+  local ms = require "mongostore"
+  if type(ms.database) ~= "function" then return nil, "database: mongostore.database is missing", "unavailable" end
+  local err, code
+  db, err, code = ms.database(current.uri, { db = name, wait = current.wait })
+  if not db then return nil, err, code end
+  databases[key] = db
+  return db
+end
+
+-- A raise inside the function: its message (for the answer) and the
+-- traceback (for nginx's error log, which mongostore.ngx writes: a thread
+-- VM has no ngx.log).
+local function lua_error(e)
+  return { msg = tostring(e), traceback = debug.traceback(tostring(e), 2) }
+end
+
+-- The answer to a raise: nil, msg, "server", the traceback beside it.
+local function pack_raise(label, what, traceback)
+  local core = require "mongostore.core"
+  local msg = label .. ": " .. what
+  return core.json_encode({ v = core.array({ core.null, msg, "server" }), log = msg .. "\n" .. traceback })
+end
+
+-- require(module), told apart: nil, "missing" when no such module exists,
+-- nil, { msg, traceback } when loading it raised.
+local function load_module(module)
+  local ok, mod = xpcall(require, lua_error, module)
+  if ok then return mod end
+  if mod.msg:find("module '" .. module .. "' not found", 1, true) then return nil, "missing" end
+  return nil, mod
+end
+
+function M.run(cfg, module, fn, args)
+  local label = "run " .. tostring(module) .. "." .. tostring(fn)
+  if type(module) ~= "string" or type(fn) ~= "string" then
+    return pack(nil, label .. ": module and fn must be strings", "invalid")
+  end
+  local mod, lerr = load_module(module)
+  if lerr == "missing" then return pack(nil, label .. ": no module " .. module .. " on lua_package_path", "invalid") end
+  if lerr then return pack_raise(label, "Lua error loading " .. module .. ": " .. lerr.msg, lerr.traceback) end
+  local f = type(mod) == "table" and mod[fn]
+  if type(f) ~= "function" then
+    return pack(nil, label .. ": module " .. module .. " has no function " .. fn, "invalid")
+  end
+  local function go(ok, ...)
+    if not ok then return nil, label .. ": unreadable arguments", "invalid" end
+    return f(...)
+  end
+  local function finish(ok, ...)
+    current = nil
+    if not ok then
+      local e = ...
+      return pack_raise(label, "Lua error: " .. e.msg, e.traceback)
+    end
+    return pack_labelled(label, ...)
+  end
+  current = cfg
+  return finish(xpcall(function() return go(unpack_args(args)) end, lua_error))
 end
 
 -- One step of the ngx worker (start_worker): spawns, the outbox and, when

@@ -99,6 +99,28 @@ M.render = render
 local Server = {}
 Server.__index = Server
 
+-- The rendered config with a spec's additions (M.start's opts): `http`,
+-- directives put before init_by_lua; `locations`, put before /ping;
+-- `package_path`, entries put first in lua_package_path.
+local function add_to_config(conf, opts)
+  if not (opts.http or opts.locations or opts.package_path) then return end
+  local text = assert(read(conf))
+  local function put(pattern, add, what)
+    local n
+    text, n = text:gsub(pattern, function(at) return add .. at end, 1)
+    assert(n == 1, "the example config has no " .. what)
+  end
+  if opts.http then put("\n[ ]*init_by_lua_block", "\n" .. opts.http, "init_by_lua_block") end
+  if opts.locations then put("\n[ ]*location = /ping", "\n" .. opts.locations, "/ping location") end
+  if opts.package_path then
+    local entries = type(opts.package_path) == "table" and table.concat(opts.package_path, ";") or opts.package_path
+    local n
+    text, n = text:gsub('(lua_package_path ")', function(at) return at .. entries .. ";" end, 1)
+    assert(n == 1, "the example config has no lua_package_path")
+  end
+  write(conf, text)
+end
+
 -- Renders the example into a fresh prefix; returns prefix, conf path.
 local function new_prefix(port, opts)
   local prefix = (sh("mktemp -d /tmp/mongostore-ngx.XXXXXX"):gsub("%s+$", ""))
@@ -106,6 +128,7 @@ local function new_prefix(port, opts)
   local conf = render.render{ prefix = prefix, port = port, workers = opts.workers or 2, threads = opts.threads or 8,
                               vm_pool = opts.vm_pool or tonumber(os.getenv("MONGOSTORE_NGX_VM_POOL") or ""),
                               log_level = "info" }
+  add_to_config(conf, opts)
   return prefix, conf
 end
 
@@ -121,8 +144,10 @@ function M.config_test(prefix, conf, db)
 end
 
 -- Starts nginx with the example config on a free port and its own database;
--- returns a server once /ping answers. opts: db, workers, threads, uri
--- (MongoDB's, default the test server's).
+-- returns a server once /ping answers. opts: db, workers, threads, vm_pool,
+-- uri (MongoDB's, default the test server's), and additions to the config:
+-- http (directives), locations (location blocks), package_path (a list of
+-- lua_package_path entries, such as root .. "/spec/fixtures/?.lua").
 function M.start(opts)
   opts = opts or {}
   M.check_prerequisites()
