@@ -184,6 +184,39 @@ int  ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e);
 #define MS_ORDER_ANY 0
 #define MS_ORDER_STRICT 1
 int  ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int mode, ms_err_t *e);
+/* Each table ms_push_document makes carries a shape as its metatable, one
+ * per distinct shape, cached per state: a document's shape holds its keys in
+ * order ([1], a list), a type letter per key ([2], a string: 'i' int32,
+ * 'd' double, '-' anything else) and the keys as a set ([3]); an array's
+ * holds [2] and, at [0], the array mark, which is what makes it an array. */
+#define MS_SHAPE_INT32 'i'
+#define MS_SHAPE_DOUBLE 'd'
+#define MS_SHAPE_OTHER '-'
+void ms_open_shapes(lua_State *L);                        /* the per-state shape cache */
+
+/* bsontypes.c: the boxes, typed values for the BSON types Lua has none for */
+#define MS_BOX_OBJECTID 1
+#define MS_BOX_DATE 2
+#define MS_BOX_BINARY 3
+#define MS_BOX_DECIMAL 4
+#define MS_BOX_INT32 5
+#define MS_BOX_TIMESTAMP 6
+#define MS_BOX_REGEX 7
+#define MS_BOX_MINKEY 8
+#define MS_BOX_MAXKEY 9
+#define MS_BOX_CODE 10
+#define MS_BOX_CODEWSCOPE 11
+#define MS_BOX_SYMBOL 12
+#define MS_BOX_UNDEFINED 13
+#define MS_BOX_DBPOINTER 14
+#define MS_BOX_LAST 14
+int  ms_box_kind(lua_State *L, int idx);                  /* MS_BOX_*, or 0 when not a box */
+/* Pushes the box for the value under it (1), or pushes nothing (0) for a
+ * type that is not a box's. */
+int  ms_push_box(lua_State *L, const bson_iter_t *it);
+/* Appends the box at idx under key (1), or does nothing (0) when not a box. */
+int  ms_append_box(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen);
+void ms_open_bsontypes(lua_State *L);                     /* constructors, minkey, maxkey, undefined */
 
 /* json.c: Lua <-> JSON text, harel's serialisation of Execution and Event */
 int  ms_json_encode(lua_State *L, int idx, bson_string_t *out, ms_path_t *p, ms_err_t *e);

@@ -25,11 +25,19 @@ void ms_mark_array(lua_State *L, int idx) {
   lua_setmetatable(L, idx);
 }
 
+/* The one rule (values.lua's is_array says the same): a table is marked as
+ * an array when its metatable is the mark itself, or an array's shape,
+ * which holds the mark at [0]. */
 int ms_is_marked_array(lua_State *L, int idx) {
   int r = 0;
   if (lua_getmetatable(L, idx)) {
     luaL_getmetatable(L, MS_ARRAY_MT);
     r = lua_rawequal(L, -1, -2);
+    if (!r) {
+      lua_rawgeti(L, -2, 0);
+      r = lua_rawequal(L, -1, -2);
+      lua_pop(L, 1);
+    }
     lua_pop(L, 2);
   }
   return r;
@@ -132,7 +140,14 @@ int ms_check_number(lua_Number n, ms_path_t *p, ms_err_t *e) {
  * strings. Anything else (mixed, sparse, boolean or float keys) is an error,
  * because it has no faithful BSON or JSON form. An empty unmarked table is a
  * document. */
+static int table_kind(lua_State *L, int idx, size_t *n, size_t *nkeys, ms_err_t *e);
+
 int ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e) {
+  size_t nkeys;
+  return table_kind(L, idx, n, &nkeys, e);
+}
+
+static int table_kind(lua_State *L, int idx, size_t *n, size_t *nkeys, ms_err_t *e) {
   size_t nstr = 0, nint = 0;
   lua_Integer maxk = 0;
   int marked = ms_is_marked_array(L, idx);
@@ -162,6 +177,7 @@ int ms_table_kind(lua_State *L, int idx, size_t *n, ms_err_t *e) {
     return -1;
   }
   *n = nint;
+  *nkeys = nstr;
   return (nint || marked) ? MS_KIND_ARRAY : MS_KIND_DOC;
 }
 
@@ -271,26 +287,41 @@ static void open_int64(lua_State *L) {
   lua_setfield(L, -2, "int64");
 }
 
+static int table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, size_t *nkeys, ms_err_t *e);
+
 int ms_table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, ms_err_t *e) {
+  size_t nkeys;
+  return table_enter(L, idx, p, n, &nkeys, e);
+}
+
+static int table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, size_t *nkeys, ms_err_t *e) {
   int kind;
   if (ms_path_enter(p, L, idx, e)) return -1;
-  kind = ms_table_kind(L, idx, n, e);
+  kind = table_kind(L, idx, n, nkeys, e);
   if (kind < 0) {
     ms_err_prefix(e, p->buf);
     ms_path_leave(p);
     return -1;
   }
-  luaL_checkstack(L, 4, "mongostore: value too deep");
+  luaL_checkstack(L, 10, "mongostore: value too deep");
   return kind;
 }
 
 /* ---- Lua -> BSON ---- */
 
+/* Marks a document's shape metatable (a light userdata key: no Lua code can
+ * set it, so no other metatable passes for a shape). */
+static const char shape_key = 0;
+
 static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
                         ms_path_t *p, ms_err_t *e);
 
-int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
-                    ms_path_t *p, ms_err_t *e) {
+/* hint: the type letter a shape remembers for the field (MS_SHAPE_*): an
+ * int32 stays one while the value fits, a double stays one even when
+ * integral (LuaJIT, where every number is a double) or not finite (it came
+ * from BSON that way); any other value is written by its own type. */
+static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
+                        ms_path_t *p, ms_err_t *e, int hint) {
   int t = lua_type(L, idx);
   int kl = (int)keylen;
   switch (t) {
@@ -299,8 +330,17 @@ int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t 
     return 0;
   case LUA_TNUMBER: {
     int64_t iv;
-    if (ms_to_int64(L, idx, &iv)) {
-      bson_append_int64(doc, key, kl, iv);
+    if (hint == MS_SHAPE_DOUBLE
+#if LUA_VERSION_NUM >= 503
+        && !lua_isinteger(L, idx)
+#endif
+    ) {
+      bson_append_double(doc, key, kl, (double)lua_tonumber(L, idx));
+    } else if (ms_to_int64(L, idx, &iv)) {
+      if (hint == MS_SHAPE_INT32 && iv >= INT32_MIN && iv <= INT32_MAX)
+        bson_append_int32(doc, key, kl, (int32_t)iv);
+      else
+        bson_append_int64(doc, key, kl, iv);
     } else {
       lua_Number n = lua_tonumber(L, idx);
       if (ms_check_number(n, p, e)) return -1;
@@ -325,6 +365,7 @@ int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t 
     break;
   case LUA_TUSERDATA: {
     int64_t iv;
+    if (ms_append_box(L, idx, doc, key, keylen)) return 0;
     if (ms_to_int64(L, idx, &iv)) {
       bson_append_int64(doc, key, kl, iv);
       return 0;
@@ -338,15 +379,87 @@ int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t 
   return -1;
 }
 
+int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
+                    ms_path_t *p, ms_err_t *e) {
+  return append_value(L, idx, doc, key, keylen, p, e, MS_SHAPE_OTHER);
+}
+
+static int append_field(lua_State *L, int kidx, int vidx, bson_t *doc, ms_path_t *p, ms_err_t *e, int hint) {
+  size_t kl, oldlen = p->len;
+  const char *k = lua_tolstring(L, kidx, &kl);
+  int rc;
+  ms_path_push_key(p, k, kl);
+  rc = ms_check_string(k, kl, 1, p, e);
+  if (rc == 0) rc = append_value(L, vidx, doc, k, kl, p, e, hint);
+  ms_path_pop_key(p, oldlen);
+  return rc;
+}
+
+/* The fields of the document table at idx (nkeys string keys), in its
+ * shape's order when it has one, then the keys the shape does not hold. */
+static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, ms_path_t *p, ms_err_t *e) {
+  int top = lua_gettop(L), rc = 0, shaped = 0;
+  if (lua_getmetatable(L, idx)) {
+    lua_rawgetp(L, top + 1, &shape_key);
+    lua_rawgeti(L, top + 1, 1);                       /* top + 3: the keys in order */
+    lua_rawgeti(L, top + 1, 2);                       /* top + 4: a type letter per key */
+    lua_rawgeti(L, top + 1, 3);                       /* top + 5: the keys as a set */
+    shaped = lua_toboolean(L, top + 2) && lua_type(L, top + 3) == LUA_TTABLE &&
+             lua_type(L, top + 5) == LUA_TTABLE;
+  }
+  if (shaped) {
+    size_t tl = 0, written = 0, i, nk = (size_t)lua_rawlen(L, top + 3);
+    const char *types = lua_type(L, top + 4) == LUA_TSTRING ? lua_tolstring(L, top + 4, &tl) : "";
+    for (i = 1; i <= nk && rc == 0; i++) {
+      lua_rawgeti(L, top + 3, (lua_Integer)i);
+      if (lua_type(L, -1) == LUA_TSTRING) {
+        lua_pushvalue(L, -1);
+        lua_rawget(L, idx);
+        if (!lua_isnil(L, -1)) {
+          rc = append_field(L, -2, -1, doc, p, e, i <= tl ? types[i - 1] : MS_SHAPE_OTHER);
+          written++;
+        }
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+    }
+    if (rc == 0 && written < nkeys) {
+      lua_pushnil(L);
+      while (rc == 0 && lua_next(L, idx)) {
+        lua_pushvalue(L, -2);
+        lua_rawget(L, top + 5);
+        if (lua_isnil(L, -1)) rc = append_field(L, -3, -2, doc, p, e, MS_SHAPE_OTHER);
+        lua_pop(L, 2);
+      }
+    }
+  } else {
+    lua_settop(L, top);
+    lua_pushnil(L);
+    while (rc == 0 && lua_next(L, idx)) {
+      rc = append_field(L, -2, -1, doc, p, e, MS_SHAPE_OTHER);
+      lua_pop(L, 1);
+    }
+  }
+  lua_settop(L, top);
+  return rc;
+}
+
 static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
                         ms_path_t *p, ms_err_t *e) {
   bson_t child;
-  size_t n = 0;
+  size_t n = 0, nkeys = 0;
   int kind, rc = 0;
   idx = lua_absindex(L, idx);
-  if ((kind = ms_table_enter(L, idx, p, &n, e)) < 0) return -1;
+  if ((kind = table_enter(L, idx, p, &n, &nkeys, e)) < 0) return -1;
   if (kind == MS_KIND_ARRAY) {
-    size_t i;
+    size_t i, tl = 0;
+    const char *types = "";
+    int top = lua_gettop(L);
+    /* an array's shape: a type letter per item at [2] */
+    if (lua_getmetatable(L, idx)) {
+      lua_rawgeti(L, -1, 2);
+      if (lua_type(L, -1) == LUA_TSTRING) types = lua_tolstring(L, -1, &tl);
+    }
     bson_append_array_begin(doc, key, (int)keylen, &child);
     for (i = 1; i <= n && rc == 0; i++) {
       char ibuf[24];
@@ -355,24 +468,15 @@ static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, siz
       size_t ilen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ibuf, sizeof ibuf);
       lua_rawgeti(L, idx, (lua_Integer)i);
       ms_path_push_index(p, i);
-      rc = ms_append_value(L, -1, &child, ikey, ilen, p, e);
+      rc = append_value(L, -1, &child, ikey, ilen, p, e, i <= tl ? types[i - 1] : MS_SHAPE_OTHER);
       ms_path_pop_key(p, oldlen);
       lua_pop(L, 1);
     }
     bson_append_array_end(doc, &child);
+    lua_settop(L, top);
   } else {
     bson_append_document_begin(doc, key, (int)keylen, &child);
-    lua_pushnil(L);
-    while (rc == 0 && lua_next(L, idx)) {
-      size_t kl, oldlen = p->len;
-      const char *k = lua_tolstring(L, -2, &kl);   /* keys are strings: checked above */
-      ms_path_push_key(p, k, kl);
-      rc = ms_check_string(k, kl, 1, p, e);
-      if (rc == 0) rc = ms_append_value(L, -1, &child, k, kl, p, e);
-      ms_path_pop_key(p, oldlen);
-      lua_pop(L, 1);
-    }
-    if (rc != 0) lua_pop(L, 1);                      /* the key lua_next left */
+    rc = append_fields(L, idx, &child, nkeys, p, e);
     bson_append_document_end(doc, &child);
   }
   ms_path_leave(p);
@@ -381,8 +485,8 @@ static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, siz
 
 int ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_err_t *e) {
   ms_path_t p;
-  size_t n;
-  int kind, rc = 0;
+  size_t n, nkeys;
+  int kind;
   idx = lua_absindex(L, idx);
   ms_path_init(&p, what);
   if (lua_type(L, idx) != LUA_TTABLE) {
@@ -390,24 +494,14 @@ int ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_er
     return -1;
   }
   if (ms_path_enter(&p, L, idx, e)) return -1;
-  kind = ms_table_kind(L, idx, &n, e);
+  kind = table_kind(L, idx, &n, &nkeys, e);
   if (kind != MS_KIND_DOC) {
     if (kind == MS_KIND_ARRAY) ms_err_set(e, "invalid", "%s: expected a table with string keys, got an array", what);
     else ms_err_prefix(e, what);
     return -1;
   }
-  lua_pushnil(L);
-  while (rc == 0 && lua_next(L, idx)) {
-    size_t kl, oldlen = p.len;
-    const char *k = lua_tolstring(L, -2, &kl);
-    ms_path_push_key(&p, k, kl);
-    rc = ms_check_string(k, kl, 1, &p, e);
-    if (rc == 0) rc = ms_append_value(L, -1, doc, k, kl, &p, e);
-    ms_path_pop_key(&p, oldlen);
-    lua_pop(L, 1);
-  }
-  if (rc != 0) lua_pop(L, 1);
-  return rc;
+  luaL_checkstack(L, 8, "mongostore: value too deep");
+  return append_fields(L, idx, doc, nkeys, &p, e);
 }
 
 /* ---- BSON -> Lua ---- */
@@ -517,8 +611,305 @@ int ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e) {
 
 /* ---- the document API's forms ---- */
 
+/* Shapes are cached per state in a table of SHAPE_SLOTS open-addressed
+ * slots, keyed by the shape's bytes ('D' then a type letter, the key and its
+ * NUL per field; 'A' then a type letter per item); a cache past SHAPE_MAX
+ * shapes (documents with ever new keys) starts again empty. The metatables
+ * live in a Lua list (the registry's, at &shapes_list_key), the slot holds
+ * the index. */
+#define SHAPE_SLOTS 4096
+#define SHAPE_MAX 2048
+/* A table is made sized for as many fields as the last one decoded at the
+ * same depth (documents of one cursor are mostly alike), up to this. */
+#define SHAPE_HINT_MAX 64
+
+typedef struct shape_slot {
+  uint64_t hash;
+  uint32_t len;
+  int ref;
+  char *bytes;
+} shape_slot_t;
+
+typedef struct shapes {
+  shape_slot_t slot[SHAPE_SLOTS];
+  int count;
+  char *buf;          /* the shapes being read, one after the other by depth */
+  size_t cap, len;
+  int hint_doc[MS_MAX_DEPTH + 1], hint_arr[MS_MAX_DEPTH + 1];
+} shapes_t;
+
+static const char shapes_key = 0, shapes_list_key = 0;
+#define MS_SHAPES_MT "mongostore.shapes"
+
+static void shapes_clear(shapes_t *sh) {
+  int i;
+  for (i = 0; i < SHAPE_SLOTS; i++) {
+    free(sh->slot[i].bytes);
+    sh->slot[i].bytes = NULL;
+  }
+  sh->count = 0;
+}
+
+static int shapes_gc(lua_State *L) {
+  shapes_t *sh = (shapes_t *)luaL_checkudata(L, 1, MS_SHAPES_MT);
+  shapes_clear(sh);
+  free(sh->buf);
+  sh->buf = NULL;
+  sh->cap = sh->len = 0;
+  return 0;
+}
+
+void ms_open_shapes(lua_State *L) {
+  shapes_t *sh;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  if (!lua_isnil(L, -1)) { lua_pop(L, 1); return; }
+  lua_pop(L, 1);
+  sh = (shapes_t *)lua_newuserdatauv(L, sizeof *sh, 0);
+  memset(sh, 0, sizeof *sh);
+  if (luaL_newmetatable(L, MS_SHAPES_MT)) {
+    lua_pushcfunction(L, shapes_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  lua_newtable(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
+}
+
+/* What one ms_push_document call reads with: the cache, and the stack
+ * slots of the metatable list and the array mark. */
+typedef struct dctx {
+  shapes_t *sh;
+  int list, mark;
+  ms_err_t *e;
+} dctx_t;
+
+static void shape_put(lua_State *L, shapes_t *sh, const char *s, size_t n) {
+  if (sh->len + n > sh->cap) {
+    size_t cap = sh->cap ? sh->cap : 1024;
+    char *nb;
+    while (cap < sh->len + n) cap *= 2;
+    if ((nb = (char *)realloc(sh->buf, cap)) == NULL) luaL_error(L, "mongostore: out of memory");
+    sh->buf = nb;
+    sh->cap = cap;
+  }
+  memcpy(sh->buf + sh->len, s, n);
+  sh->len += n;
+}
+
+/* 64-bit FNV-1a over 8-byte words: the keys of a shape are short and many */
+static uint64_t shape_hash(const char *s, size_t n) {
+  uint64_t h = 14695981039346656037ULL;
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, s, 8);
+    h = (h ^ w) * 1099511628211ULL;
+    h ^= h >> 29;
+    s += 8;
+    n -= 8;
+  }
+  while (n--) h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
+  return h ^ (h >> 32);
+}
+
+/* Pushes a new shape metatable for the bytes s[0..n). */
+static void shape_build(lua_State *L, dctx_t *c, const char *s, size_t n) {
+  size_t i, count = 0;
+  char *types;
+  if (s[0] == 'A') {
+    lua_createtable(L, 2, 1);
+    lua_pushvalue(L, c->mark);
+    lua_rawseti(L, -2, 0);
+    lua_pushlstring(L, s + 1, n - 1);
+    lua_rawseti(L, -2, 2);
+    lua_pushliteral(L, "array");
+    lua_setfield(L, -2, "__name");
+    return;
+  }
+  for (i = 1; i < n; i += 2 + strlen(s + i + 1)) count++;
+  lua_createtable(L, 3, 2);                          /* the metatable */
+  types = (char *)lua_newuserdatauv(L, count + 1, 0); /* scratch for the letters */
+  lua_createtable(L, (int)count, 0);                 /* keys in order */
+  lua_createtable(L, 0, (int)count);                 /* keys as a set */
+  count = 0;
+  for (i = 1; i < n; ) {
+    size_t kl = strlen(s + i + 1);
+    lua_pushlstring(L, s + i + 1, kl);
+    lua_pushvalue(L, -1);
+    lua_rawget(L, -3);
+    if (lua_isnil(L, -1)) {                          /* a repeated key keeps its first place */
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1);
+      lua_rawseti(L, -4, (lua_Integer)(count + 1));
+      lua_pushinteger(L, (lua_Integer)(count + 1));
+      lua_rawset(L, -3);
+      types[count++] = s[i];
+    } else {
+      lua_pop(L, 2);
+    }
+    i += 2 + kl;
+  }
+  lua_rawseti(L, -4, 3);
+  lua_rawseti(L, -3, 1);
+  lua_pushlstring(L, types, count);
+  lua_rawseti(L, -3, 2);
+  lua_pop(L, 1);                                     /* the scratch */
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, -2, &shape_key);
+  lua_pushliteral(L, "mongostore.document");
+  lua_setfield(L, -2, "__name");
+}
+
+/* Pushes the shape metatable for the bytes from start to the end of the
+ * buffer: the cached one, or a new one, cached. */
+static void shape_push(lua_State *L, dctx_t *c, size_t start) {
+  shapes_t *sh = c->sh;
+  const char *s = sh->buf + start;
+  size_t n = sh->len - start, j;
+  uint64_t h = shape_hash(s, n);
+  shape_slot_t *slot;
+  char *copy;
+  for (j = h & (SHAPE_SLOTS - 1); sh->slot[j].bytes; j = (j + 1) & (SHAPE_SLOTS - 1)) {
+    slot = &sh->slot[j];
+    if (slot->hash == h && slot->len == n && memcmp(slot->bytes, s, n) == 0) {
+      lua_rawgeti(L, c->list, slot->ref);
+      return;
+    }
+  }
+  if (sh->count >= SHAPE_MAX) {
+    shapes_clear(sh);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
+    lua_replace(L, c->list);
+    j = h & (SHAPE_SLOTS - 1);
+  }
+  shape_build(L, c, s, n);
+  if (n > UINT32_MAX || (copy = (char *)malloc(n)) == NULL) return;   /* used, not cached */
+  memcpy(copy, s, n);
+  slot = &sh->slot[j];
+  slot->hash = h;
+  slot->len = (uint32_t)n;
+  slot->ref = ++sh->count;
+  slot->bytes = copy;
+  lua_pushvalue(L, -1);
+  lua_rawseti(L, c->list, slot->ref);
+}
+
+static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int depth);
+
+static int doc_value(lua_State *L, dctx_t *c, const bson_iter_t *it, int depth) {
+  bson_iter_t child;
+  switch (bson_iter_type(it)) {
+  case BSON_TYPE_DOUBLE: lua_pushnumber(L, bson_iter_double(it)); break;
+  case BSON_TYPE_UTF8: {
+    uint32_t len;
+    const char *s = bson_iter_utf8(it, &len);
+    lua_pushlstring(L, s, len);
+    break;
+  }
+  case BSON_TYPE_INT32:
+#if LUA_VERSION_NUM >= 503
+    lua_pushinteger(L, (lua_Integer)bson_iter_int32(it));
+#else
+    lua_pushnumber(L, (lua_Number)bson_iter_int32(it));
+#endif
+    break;
+  case BSON_TYPE_INT64: ms_push_int64(L, bson_iter_int64(it)); break;
+  case BSON_TYPE_BOOL: lua_pushboolean(L, bson_iter_bool(it)); break;
+  case BSON_TYPE_NULL: ms_push_null(L); break;
+  case BSON_TYPE_DOCUMENT:
+  case BSON_TYPE_ARRAY:
+    /* the same bound as ms_push_bson_value's: what is read can be written */
+    if (depth >= MS_MAX_DEPTH) {
+      ms_err_set(c->e, "invalid", "document nested deeper than %d levels", MS_MAX_DEPTH);
+      return -1;
+    }
+    if (!bson_iter_recurse(it, &child)) {
+      ms_err_set(c->e, "server", "corrupt document from the server");
+      return -1;
+    }
+    return doc_table(L, c, &child, bson_iter_type(it) == BSON_TYPE_ARRAY, depth);
+  default:
+    if (!ms_push_box(L, it)) {
+      ms_err_set(c->e, "server", "document holds an unknown BSON type 0x%02x", (unsigned)bson_iter_type(it));
+      return -1;
+    }
+    break;
+  }
+  return 0;
+}
+
+static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int depth) {
+  shapes_t *sh = c->sh;
+  size_t start = sh->len;
+  int n = 0, typed = 0;
+  int *hint = is_array ? &sh->hint_arr[depth] : &sh->hint_doc[depth];
+  luaL_checkstack(L, 6, "mongostore: document too deep");
+  lua_createtable(L, is_array ? *hint : 0, is_array ? 0 : *hint);
+  shape_put(L, sh, is_array ? "A" : "D", 1);
+  while (bson_iter_next(it)) {
+    bson_type_t t = bson_iter_type(it);
+    char letter = t == BSON_TYPE_INT32 ? MS_SHAPE_INT32 : t == BSON_TYPE_DOUBLE ? MS_SHAPE_DOUBLE : MS_SHAPE_OTHER;
+    shape_put(L, sh, &letter, 1);
+    if (is_array) {
+      typed |= letter != MS_SHAPE_OTHER;
+      if (doc_value(L, c, it, depth + 1)) { lua_pop(L, 1); return -1; }
+      lua_rawseti(L, -2, (lua_Integer)++n);
+    } else {
+      uint32_t kl = bson_iter_key_len(it);
+      const char *k = bson_iter_key(it);
+      shape_put(L, sh, k, (size_t)kl + 1);
+      lua_pushlstring(L, k, kl);
+      if (doc_value(L, c, it, depth + 1)) { lua_pop(L, 2); return -1; }
+      lua_rawset(L, -3);
+      n++;
+    }
+  }
+  if (it->err_off != 0) {
+    lua_pop(L, 1);
+    ms_err_set(c->e, "server", "corrupt document from the server (at byte %u)", (unsigned)it->err_off);
+    return -1;
+  }
+  *hint = n < SHAPE_HINT_MAX ? n : SHAPE_HINT_MAX;
+  /* an empty document needs no shape, nor an array whose items write back
+   * as they are; every other table gets its shape */
+  if (is_array && !typed) {
+    lua_pushvalue(L, c->mark);
+    lua_setmetatable(L, -2);
+  } else if (n > 0) {
+    shape_push(L, c, start);
+    lua_setmetatable(L, -2);
+  }
+  sh->len = start;
+  return 0;
+}
+
 int ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e) {
-  return ms_push_bson_doc(L, doc, e);
+  bson_iter_t it;
+  dctx_t c;
+  int rc;
+  if (!bson_iter_init(&it, doc)) {
+    ms_err_set(e, "server", "corrupt document from the server");
+    return -1;
+  }
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    ms_open_shapes(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  }
+  c.sh = (shapes_t *)lua_touserdata(L, -1);
+  c.sh->len = 0;                                     /* a read cut short by a Lua error left some */
+  c.e = e;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
+  c.list = lua_gettop(L);
+  luaL_getmetatable(L, MS_ARRAY_MT);
+  c.mark = lua_gettop(L);
+  rc = doc_table(L, &c, &it, 0, 0);
+  if (rc == 0) lua_replace(L, c.list - 1);
+  lua_settop(L, c.list - 1 - (rc != 0));
+  return rc;
 }
 
 /* 1 when the table at idx is a non-empty list of {string, value} pairs. */
@@ -642,7 +1033,7 @@ static int l_bson_encode(lua_State *L) {
  * bson_encode takes back: UTF-8 keys and strings (libbson 1.23's
  * bson_validate lets a string value that is not UTF-8 through whatever the
  * flags, and binary reads as a Lua string), finite doubles, the depth limit. */
-static int check_rules(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
+static int check_rules(bson_iter_t *it, int depth, int document, ms_path_t *p, ms_err_t *e) {
   while (bson_iter_next(it)) {
     size_t oldlen = p->len;
     const char *k = bson_iter_key(it);
@@ -654,8 +1045,14 @@ static int check_rules(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
     if (ms_check_string(k, klen, 1, p, e)) return -1;
     switch (bson_iter_type(it)) {
     case BSON_TYPE_UTF8: s = bson_iter_utf8(it, &len); break;
-    case BSON_TYPE_BINARY: bson_iter_binary(it, NULL, &len, (const uint8_t **)&s); break;
-    case BSON_TYPE_DOUBLE: rc = ms_check_number(bson_iter_double(it), p, e); break;
+    /* the document form reads binary as a box and keeps a double's type,
+     * so any bytes and any double write back */
+    case BSON_TYPE_BINARY:
+      if (!document) bson_iter_binary(it, NULL, &len, (const uint8_t **)&s);
+      break;
+    case BSON_TYPE_DOUBLE:
+      if (!document) rc = ms_check_number(bson_iter_double(it), p, e);
+      break;
     case BSON_TYPE_DOCUMENT:
     case BSON_TYPE_ARRAY:
       if (depth >= MS_MAX_DEPTH) {
@@ -666,7 +1063,7 @@ static int check_rules(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
         ms_err_set(e, "invalid", "%s: malformed document", p->buf);
         return -1;
       }
-      rc = check_rules(&child, depth + 1, p, e);
+      rc = check_rules(&child, depth + 1, document, p, e);
       break;
     default: break;
     }
@@ -682,8 +1079,10 @@ static int check_rules(bson_iter_t *it, int depth, ms_path_t *p, ms_err_t *e) {
   return 0;
 }
 
-/* bson_decode(bytes) -> table, or nil, msg, "invalid" when the bytes are not
- * exactly one well-formed document under the value rules. */
+/* bson_decode(bytes [, opts]) -> table, or nil, msg, "invalid" when the bytes
+ * are not exactly one well-formed document under the value rules. With
+ * opts.document, the document API's form (ms_push_document): boxes, and
+ * tables that remember their order and numeric types. */
 static int l_bson_decode(lua_State *L) {
   size_t len;
   const char *s;
@@ -692,8 +1091,16 @@ static int l_bson_decode(lua_State *L) {
   bson_iter_t it;
   ms_path_t p;
   ms_err_t e;
+  int document = 0;
   if (lua_type(L, 1) != LUA_TSTRING)
     return luaL_error(L, "bson_decode: bytes must be a string, got %s", luaL_typename(L, 1));
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TTABLE)
+      return luaL_error(L, "bson_decode: opts must be a table or nil, got %s", luaL_typename(L, 2));
+    lua_getfield(L, 2, "document");
+    document = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
   s = lua_tolstring(L, 1, &len);
   if (len > INT32_MAX || !bson_init_static(&doc, (const uint8_t *)s, len)) {
     ms_err_set(&e, "invalid", "bson_decode: not a BSON document (%zu bytes)", len);
@@ -704,8 +1111,8 @@ static int l_bson_decode(lua_State *L) {
     return ms_push_error(L, &e);
   }
   ms_path_init(&p, "bson_decode");
-  if (!bson_iter_init(&it, &doc) || check_rules(&it, 1, &p, &e)) return ms_push_error(L, &e);
-  if (ms_push_bson_doc(L, &doc, &e)) {
+  if (!bson_iter_init(&it, &doc) || check_rules(&it, 1, document, &p, &e)) return ms_push_error(L, &e);
+  if ((document ? ms_push_document : ms_push_bson_doc)(L, &doc, &e)) {
     ms_err_prefix(&e, "bson_decode");
     return ms_push_error(L, &e);
   }
@@ -731,4 +1138,6 @@ void ms_open_value(lua_State *L) {
   lua_pushcfunction(L, l_bson_decode);
   lua_setfield(L, -2, "bson_decode");
   open_int64(L);
+  ms_open_shapes(L);
+  ms_open_bsontypes(L);
 }
