@@ -50,7 +50,7 @@ function TestSessions:test_transaction_unavailable_runs_nothing()
   -- every option is checked all the same
   v, err, code = self.db:transaction(function() ran = true end, { timeout = 5, read_concern = "majority",
                                                                 write_concern = { w = 1 } })
-  lu.assertEquals({ v, code, ran }, { nil, "unavailable", false })
+  lu.assertEquals({ v, code, ran }, { nil, "unavailable", false }, err)
 end
 
 function TestSessions:test_session_without_server_support()
@@ -86,7 +86,7 @@ function TestSessions:test_not_a_session_refused()
     lu.assertEquals(code, "invalid")
     lu.assertStrContains(err, "session")
     v, err, code = self.c:find_one({ _id = "seed" }, { session = bad })
-    lu.assertEquals({ v, code }, { nil, "invalid" })
+    lu.assertEquals({ v, code }, { nil, "invalid" }, err)
   end
   lu.assertEquals(rawdb.count(self.name, "things"), 1)
 end
@@ -97,7 +97,7 @@ function TestSessions:test_closed_database()
   lu.assertNil(v)
   lu.assertEquals(code, "closed", err)
   v, err, code = self.db:session()
-  lu.assertNil(v)
+  lu.assertNil(v, err)
   lu.assertEquals(code, "closed", err)
   self.db = nil
 end
