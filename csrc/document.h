@@ -16,6 +16,8 @@
 #define MS_CURSOR_MT "mongostore.Cursor"
 #define MS_SESSION_MT "mongostore.Session"
 
+struct ms_cursor;
+
 /* A database handle: one client from the process's pool (the one connect()
  * uses for the same URI), held for the handle's life, since a session's
  * operations must all go through the client that started it. */
@@ -28,6 +30,8 @@ typedef struct ms_database {
   int32_t max_bson;
   int32_t socket_timeout_ms;
   double op_started;        /* when the current call began: network vs timeout */
+  struct ms_cursor *cursors; /* open cursors: closing the database closes them first,
+                              * since a cursor's kill goes through the client */
 } ms_database_t;
 
 /* A collection of a database; keeps its database alive (db_ref, a
@@ -38,6 +42,18 @@ typedef struct ms_collection {
   mongoc_collection_t *coll;
   char *name;
 } ms_collection_t;
+
+/* A cursor of a find, an aggregate or a listing; keeps its database alive
+ * and sits on the database's list of open cursors until closed. */
+typedef struct ms_cursor {
+  ms_database_t *db;         /* NULL once closed */
+  int db_ref;
+  mongoc_cursor_t *cur;      /* NULL once closed or exhausted */
+  bson_t *first;             /* the first document, read when the cursor was made */
+  int closed;                /* by cursor:close() or with its database */
+  char doing[160];           /* "find articles": the prefix of its errors */
+  struct ms_cursor *next, *prev;
+} ms_cursor_t;
 
 /* A session of a database (db:session()); keeps its database alive. */
 typedef struct ms_session {
@@ -60,6 +76,21 @@ int ms_document_closed(lua_State *L, const char *doing);   /* nil, "<doing>: ...
 int ms_document_push_error(lua_State *L, ms_database_t *db, const bson_error_t *be, const bson_t *reply,
                            const char *doing);
 
+/* Drains cur (destroying it) into a list of documents: returns 1, or
+ * pushes nil, msg, code. */
+int ms_document_push_list(lua_State *L, ms_database_t *db, mongoc_cursor_t *cur, const char *doing);
+/* Pushes the Database userdata of a registry reference. */
+void ms_database_push_ref(lua_State *L, int db_ref);
+
+/* ---- from cursor.c ---- */
+
+/* Pushes a Cursor owning cur, of db (the Database userdata at db_idx, which
+ * the cursor keeps alive), having read its first document: returns 1, or
+ * pushes nil, msg, code (the query failed; cur destroyed) and returns 3+.
+ * doing prefixes its errors ("find articles"). */
+int ms_cursor_new(lua_State *L, int db_idx, ms_database_t *db, mongoc_cursor_t *cur, const char *doing);
+void ms_cursor_close(lua_State *L, ms_cursor_t *c);   /* idempotent: kills the server cursor */
+
 /* ---- from session.c ---- */
 
 /* Reads opts.session from the options table at opts_idx (0: none) and, when
@@ -76,6 +107,8 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db);
 void ms_session_close_all(lua_State *L, ms_database_t *db);
 
 /* ---- each file's methods and metatables (database.c assembles them) ---- */
+
+void ms_open_database(lua_State *L);    /* database.c: module.database and every document metatable */
 
 void ms_open_collection(lua_State *L);  /* collection.c: the Collection metatable */
 void ms_open_cursor(lua_State *L);      /* cursor.c: the Cursor metatable */

@@ -6,12 +6,10 @@
  * (lua/mongostore/store.lua) turns Executions and Events into JSON text and
  * back; no C file sees an Execution as a Lua object.
  */
-#include "store.h"
+#include "document.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <mongoc/mongoc.h>
 
@@ -34,20 +32,8 @@ int ms_push_closed(lua_State *L, const char *doing) {
   return ms_push_error(L, &e);
 }
 
-/* Removes the URI's password from a message wherever libmongoc echoed it. */
-static void scrub(const ms_store_t *s, ms_err_t *e) {
-  const char *pw = s ? s->password : NULL;
-  size_t pl;
-  char *hit;
-  if (!pw || !(pl = strlen(pw))) return;
-  while ((hit = strstr(e->msg, pw)) != NULL) {
-    memmove(hit + 3, hit + pl, strlen(hit + pl) + 1);
-    memcpy(hit, "***", 3);
-  }
-}
-
 int ms_store_push_err(lua_State *L, const ms_store_t *s, ms_err_t *e) {
-  scrub(s, e);
+  ms_scrub(s ? s->password : NULL, e);
   return ms_push_error(L, e);
 }
 
@@ -166,44 +152,6 @@ static int opt_field(lua_State *L, int opts, const char *name) {
   return lua_getfield(L, opts, name);
 }
 
-/* A name for databases and collection prefixes: what MongoDB accepts. */
-static int valid_name(const char *s, size_t n, int allow_dash) {
-  size_t i;
-  if (n == 0 || n > 60) return 0;
-  for (i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-          (allow_dash && c == '-')))
-      return 0;
-  }
-  return 1;
-}
-
-static int ping(mongoc_client_t *client, bson_error_t *be) {
-  bson_t cmd = BSON_INITIALIZER;
-  int ok;
-  bson_append_int32(&cmd, "ping", 4, 1);
-  ok = mongoc_client_command_simple(client, "admin", &cmd, NULL, NULL, be);
-  bson_destroy(&cmd);
-  return ok;
-}
-
-static int32_t read_max_bson(mongoc_client_t *client) {
-  bson_error_t be;
-  int32_t max = MS_DEFAULT_MAX_BSON;
-  mongoc_server_description_t *sd = mongoc_client_select_server(client, true, NULL, &be);
-  if (sd) {
-    const bson_t *hello = mongoc_server_description_hello_response(sd);
-    bson_iter_t it;
-    if (hello && bson_iter_init_find(&it, hello, "maxBsonObjectSize") && BSON_ITER_HOLDS_NUMBER(&it)) {
-      int64_t v = bson_iter_as_int64(&it);
-      if (v > 1024 && v < INT32_MAX) max = (int32_t)v;
-    }
-    mongoc_server_description_destroy(sd);
-  }
-  return max;
-}
-
 /* fields: up to three keys, ascending, NULL-terminated */
 static int create_index(ms_store_t *s, const char *coll, const char *name, const char *const *fields,
                         bson_error_t *be) {
@@ -255,7 +203,7 @@ static int read_name_opt(lua_State *L, const char *what, int allow_dash, size_t 
   size_t n;
   ms_arg_string(L, -1, what, NULL);
   *out = lua_tolstring(L, -1, &n);
-  return valid_name(*out, n, allow_dash) && n <= max ? 0 : -1;
+  return ms_valid_name(*out, n, allow_dash) && n <= max ? 0 : -1;
 }
 
 /* connect's opts: a wrong type raises; a value out of range is invalid. */
@@ -301,53 +249,6 @@ static int read_connect_opts(lua_State *L, int opts, connect_opts_t *o, ms_err_t
   return 0;
 }
 
-/* The URI with our timeouts where it names none: each connection attempt
- * and server selection take at most one attempt_ms, a reply at most
- * MS_SOCKET_TIMEOUT_MS. NULL with e set when it is malformed. */
-static mongoc_uri_t *parse_uri(const char *uristr, size_t urilen, int32_t attempt_ms, ms_err_t *e) {
-  bson_error_t be;
-  mongoc_uri_t *uri;
-  if (strlen(uristr) != urilen) {
-    ms_err_set(e, "invalid", "connect: the URI contains a NUL byte");
-    return NULL;
-  }
-  ms_log_quiet = 1;
-  uri = mongoc_uri_new_with_error(uristr, &be);
-  ms_log_quiet = 0;
-  if (!uri) {
-    /* The message may quote the URI: report only that it is malformed. */
-    ms_err_set(e, "invalid", "connect: malformed MongoDB URI (%s)",
-               strstr(be.message, "://") ? "see the URI format" : be.message);
-    return NULL;
-  }
-  if (!mongoc_uri_has_option(uri, MONGOC_URI_CONNECTTIMEOUTMS))
-    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, attempt_ms);
-  if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
-    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, attempt_ms);
-  if (!mongoc_uri_has_option(uri, MONGOC_URI_SOCKETTIMEOUTMS))
-    mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
-  return uri;
-}
-
-/* Pings until the server answers or `wait` seconds have passed. The pool's
- * monitor reconnects in the background; each ping waits at most one
- * attempt for a server, and the loop keeps trying until `wait` is up. */
-static int wait_for_server(ms_store_t *s, double wait, int32_t attempt_ms, bson_error_t *be) {
-  double deadline = ms_now() + wait;
-  while (!ping(s->client, be)) {
-    double left, pause;
-    struct timespec ts;
-    /* another attempt may take attempt_ms: do not start one that ends past `wait` */
-    if (be->domain == MONGOC_ERROR_SERVER || ms_now() + attempt_ms / 1000.0 > deadline + 0.05) return 0;
-    left = deadline - ms_now();
-    pause = left < 0.25 ? (left > 0 ? left : 0) : 0.25;
-    ts.tv_sec = 0;
-    ts.tv_nsec = (long)(pause * 1e9);
-    nanosleep(&ts, NULL);
-  }
-  return 1;
-}
-
 /* The store's two collections, named <prefix>_executions and
  * <prefix>_counters (or without a prefix). */
 static void open_collections(ms_store_t *s, const char *prefix) {
@@ -372,8 +273,8 @@ static int l_connect(lua_State *L) {
   int32_t attempt_ms;
 
   if (read_connect_opts(L, lua_isnoneornil(L, 2) ? 0 : 2, &o, &e)) return ms_push_error(L, &e);
-  attempt_ms = (int32_t)fmin(fmax(o.wait * 1000.0, 100.0), MS_CONNECT_ATTEMPT_MS);
-  if (!(uri = parse_uri(uristr, urilen, attempt_ms, &e))) return ms_push_error(L, &e);
+  attempt_ms = ms_attempt_ms(o.wait);
+  if (!(uri = ms_parse_uri(uristr, urilen, attempt_ms, "connect", &e))) return ms_push_error(L, &e);
 
   s = (ms_store_t *)lua_newuserdatauv(L, sizeof *s, 1);
   memset(s, 0, sizeof *s);
@@ -391,11 +292,11 @@ static int l_connect(lua_State *L) {
   s->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
   mongoc_uri_destroy(uri);
   s->client = ms_pool_pop(s->pool);
-  if (!wait_for_server(s, o.wait, attempt_ms, &be)) {
+  if (!ms_wait_for_server(s->client, o.wait, attempt_ms, &be)) {
     ms_err_from_bson(&e, &be, "connect");
     return ms_store_push_err(L, s, &e);
   }
-  s->max_bson = read_max_bson(s->client);
+  s->max_bson = ms_read_max_bson(s->client);
   open_collections(s, o.prefix);
   if (!ensure_indexes(s, &be)) return ms_store_push_bson_err(L, s, &be, "connect: create indexes");
   return 1;
@@ -490,4 +391,5 @@ void ms_open_store(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_connect);
   lua_setfield(L, -2, "connect");
+  ms_open_database(L);   /* the document API, on the same pools */
 }

@@ -65,6 +65,18 @@ int ms_check_storable(const bson_t *doc, const char *what, ms_err_t *e);
 int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count, int64_t *first,
                 bson_error_t *be);
 
+/* ---- from connect.c: the connect steps the Store and the Database share ---- */
+
+int ms_valid_name(const char *s, size_t n, int allow_dash);   /* a database name MongoDB accepts */
+int32_t ms_attempt_ms(double wait);                            /* one connection attempt's bound (ms) */
+/* The URI with the core's timeouts where it names none, or NULL with e set
+ * ("<doing>: malformed MongoDB URI", never quoting it). */
+mongoc_uri_t *ms_parse_uri(const char *uristr, size_t urilen, int32_t attempt_ms, const char *doing, ms_err_t *e);
+/* Pings until the server answers or `wait` seconds have passed. */
+int ms_wait_for_server(mongoc_client_t *client, double wait, int32_t attempt_ms, bson_error_t *be);
+int32_t ms_read_max_bson(mongoc_client_t *client);             /* the server's maxBsonObjectSize */
+void ms_scrub(const char *password, ms_err_t *e);              /* the password out of e->msg */
+
 /* ---- from pool.c: the client pool of a process and URI ---- */
 
 ms_pool_t *ms_pool_for(const mongoc_uri_t *uri, bson_error_t *be);  /* this process's pool for uri */

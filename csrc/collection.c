@@ -1,0 +1,1102 @@
+/*
+ * collection.c - the Collection userdata (mongostore.Collection, from
+ * db:collection(name)): inserts, finds, counts, updates, replaces, deletes,
+ * find-and-modify, bulk writes, aggregate, distinct and indexes. The Lua
+ * half (lua/mongostore/database.lua) checks argument types and option keys
+ * first; every input is encoded before any libmongoc call, and no Lua
+ * error is raised while one is on the C stack.
+ */
+#include "document.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <mongoc/mongoc.h>
+
+typedef struct call {
+  ms_collection_t *c;
+  ms_database_t *db;
+  int opts;              /* stack index of the options table, 0 for none */
+  char doing[160];       /* "insert_one articles" */
+} call_t;
+
+/* The first line of every method: the collection, its options at opts_idx
+ * and the prefix of its errors; 0 when its database is closed. */
+static int begin(lua_State *L, call_t *k, const char *op, int opts_idx) {
+  k->c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
+  k->db = k->c->db;
+  k->opts = opts_idx && lua_istable(L, opts_idx) ? opts_idx : 0;
+  snprintf(k->doing, sizeof k->doing, "%s %s", op, k->c->name);
+  if (!k->db->client) return 0;
+  k->db->op_started = ms_now();
+  ms_failed_reset();
+  return 1;
+}
+
+#define BEGIN(L, k, op, opts_idx) \
+  call_t k;                       \
+  if (!begin(L, &k, op, opts_idx)) return ms_document_closed(L, k.doing)
+
+static int fail(lua_State *L, const call_t *k, ms_err_t *e) {
+  ms_err_prefix(e, k->doing);
+  ms_scrub(k->db->password, e);
+  return ms_push_error(L, e);
+}
+
+static int fail_bson(lua_State *L, const call_t *k, const bson_error_t *be, const bson_t *reply) {
+  return ms_document_push_error(L, k->db, be, reply, k->doing);
+}
+
+/* ---- encoding arguments and options (no Lua error, no libmongoc) ---- */
+
+/* A document argument (filter, update, replacement); nil is {} when
+ * may_be_nil. */
+static int doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_nil, ms_err_t *e) {
+  if (lua_isnoneornil(L, idx) && may_be_nil) return 0;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, idx));
+    return -1;
+  }
+  return ms_table_to_bson(L, idx, out, what, e);
+}
+
+/* A list argument (a pipeline, an update pipeline) as a BSON array under key
+ * in out. */
+static int list_arg(lua_State *L, int idx, bson_t *out, const char *key, const char *what, ms_err_t *e) {
+  bson_t arr;
+  ms_path_t p;
+  size_t n, i;
+  int rc = 0;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s must be a list, got %s", what, luaL_typename(L, idx));
+    return -1;
+  }
+  ms_path_init(&p, what);
+  if ((rc = ms_table_enter(L, idx, &p, &n, e)) < 0) return -1;
+  if (rc != MS_KIND_ARRAY) {
+    lua_pushnil(L);
+    n = lua_next(L, idx) ? 1 : 0;
+    lua_pop(L, n ? 2 : 0);
+    ms_path_leave(&p);
+    if (n) {
+      ms_err_set(e, "invalid", "%s must be a list, got a table with keys", what);
+      return -1;
+    }
+  }
+  rc = 0;
+  bson_append_array_begin(out, key, -1, &arr);
+  for (i = 1; i <= n && rc == 0; i++) {
+    char kb[16];
+    const char *ks;
+    size_t kl, old = p.len;
+    lua_rawgeti(L, idx, (lua_Integer)i);
+    kl = bson_uint32_to_string((uint32_t)(i - 1), &ks, kb, sizeof kb);
+    ms_path_push_index(&p, i);
+    rc = ms_append_value(L, -1, &arr, ks, kl, &p, e);
+    ms_path_pop_key(&p, old);
+    lua_pop(L, 1);
+  }
+  bson_append_array_end(out, &arr);
+  ms_path_leave(&p);
+  return rc;
+}
+
+/* 1 when the table at idx is a non-empty list (an update pipeline). */
+static int is_list(lua_State *L, int idx) {
+  size_t n;
+  ms_err_t e;
+  return lua_type(L, idx) == LUA_TTABLE && lua_rawlen(L, idx) > 0 && ms_table_kind(L, idx, &n, &e) == MS_KIND_ARRAY;
+}
+
+/* An update: a document of operators, or a pipeline (a list of stages),
+ * which libmongoc takes as a document keyed "0", "1", ... */
+static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, ms_err_t *e) {
+  if (is_list(L, idx)) {
+    bson_t tmp = BSON_INITIALIZER;
+    bson_iter_t it;
+    int rc = list_arg(L, idx, &tmp, "u", what, e);
+    if (rc == 0 && bson_iter_init_find(&it, &tmp, "u")) {
+      uint32_t len;
+      const uint8_t *data;
+      bson_t arr;
+      bson_iter_array(&it, &len, &data);
+      if (bson_init_static(&arr, data, len)) bson_concat(out, &arr);
+    }
+    bson_destroy(&tmp);
+    return rc;
+  }
+  return doc_arg(L, idx, out, what, 0, e);
+}
+
+/* Reads an option: its Lua type, with the value pushed (nil pushed when there
+ * are no options). */
+static int opt(lua_State *L, const call_t *k, const char *name) {
+  if (!k->opts) {
+    lua_pushnil(L);
+    return LUA_TNIL;
+  }
+  return lua_getfield(L, k->opts, name);
+}
+
+/* A non-negative integer option into o under key; absent is fine. */
+static int int_opt(lua_State *L, const call_t *k, const char *name, bson_t *o, const char *key, ms_err_t *e) {
+  int64_t v;
+  int t = opt(L, k, name), rc = 0;
+  if (t != LUA_TNIL) {
+    if (!ms_to_int64(L, -1, &v) || v < 0) {
+      ms_err_set(e, "invalid", "opts.%s must be an integer >= 0", name);
+      rc = -1;
+    } else {
+      bson_append_int64(o, key, -1, v);
+    }
+  }
+  lua_pop(L, 1);
+  return rc;
+}
+
+static int bool_opt(lua_State *L, const call_t *k, const char *name, int *out) {
+  int t = opt(L, k, name);
+  *out = t == LUA_TBOOLEAN ? lua_toboolean(L, -1) : 0;
+  lua_pop(L, 1);
+  return t == LUA_TNIL || t == LUA_TBOOLEAN ? 0 : -1;
+}
+
+/* An ordered option (sort, projection, keys, hint given as a document) into
+ * o under key. */
+static int ordered_opt(lua_State *L, const call_t *k, const char *name, bson_t *o, const char *key, int mode,
+                       ms_err_t *e) {
+  int t = opt(L, k, name), rc = 0;
+  if (t == LUA_TSTRING && strcmp(name, "hint") == 0) {
+    size_t n;
+    const char *s = lua_tolstring(L, -1, &n);
+    bson_append_utf8(o, key, -1, s, (int)n);
+  } else if (t != LUA_TNIL) {
+    bson_t child = BSON_INITIALIZER;
+    char what[32];
+    snprintf(what, sizeof what, "opts.%s", name);
+    rc = ms_ordered_to_bson(L, -1, &child, what, mode, e);
+    if (rc == 0) bson_append_document(o, key, -1, &child);
+    bson_destroy(&child);
+  }
+  lua_pop(L, 1);
+  return rc;
+}
+
+static int session_opt(lua_State *L, const call_t *k, bson_t *o, ms_err_t *e) {
+  return ms_session_append(L, k->opts, k->db, o, e);
+}
+
+/* Refuses a document over the server's limit before it is sent. */
+static int size_ok(const call_t *k, const bson_t *doc, const char *what, ms_err_t *e) {
+  if ((int64_t)doc->len > (int64_t)k->db->max_bson) {
+    ms_err_set(e, "too_large", "%s is %u bytes, over the server's limit of %d", what, (unsigned)doc->len,
+               (int)k->db->max_bson);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- results ---- */
+
+static int64_t reply_int(const bson_t *reply, const char *key) {
+  bson_iter_t it;
+  if (bson_iter_init_find(&it, reply, key) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
+  return 0;
+}
+
+/* Pushes the value under key of doc through the document codec, or nil. */
+static int push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t *e) {
+  bson_iter_t it;
+  bson_t one = BSON_INITIALIZER;
+  int rc;
+  if (!bson_iter_init_find(&it, doc, key)) {
+    lua_pushnil(L);
+    return 0;
+  }
+  bson_append_iter(&one, "v", 1, &it);
+  rc = ms_push_document(L, &one, e);
+  bson_destroy(&one);
+  if (rc) return -1;
+  lua_getfield(L, -1, "v");
+  lua_remove(L, -2);
+  return 0;
+}
+
+/* ---- inserts ---- */
+
+/* The document at idx encoded with an _id first: its own, or an ObjectId
+ * made here, so the caller knows the id of what it inserted. */
+static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, const char *what, ms_err_t *e) {
+  bson_t body = BSON_INITIALIZER;
+  bson_iter_t it;
+  int rc = doc_arg(L, idx, &body, what, 0, e);
+  if (rc == 0) rc = ms_check_storable(&body, what, e);
+  if (rc == 0) {
+    if (bson_iter_init_find(&it, &body, "_id")) {
+      bson_copy_to(&body, out);
+    } else {
+      bson_oid_t oid;
+      bson_oid_init(&oid, NULL);
+      bson_init(out);
+      bson_append_oid(out, "_id", 3, &oid);
+      bson_concat(out, &body);
+    }
+    rc = size_ok(k, out, what, e);
+    if (rc) bson_destroy(out);
+  }
+  bson_destroy(&body);
+  return rc;
+}
+
+/* c:insert_one(doc, opts) -> { inserted_id = id } */
+static int l_insert_one(lua_State *L) {
+  bson_t doc, opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  int ok, n;
+  BEGIN(L, k, "insert_one", 3);
+  if (session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  if (encode_insert(L, &k, 2, &doc, "doc", &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  ok = mongoc_collection_insert_one(k.c->coll, &doc, &opts, &reply, &be);
+  bson_destroy(&opts);
+  if (!ok) {
+    n = fail_bson(L, &k, &be, &reply);
+  } else {
+    lua_createtable(L, 0, 1);
+    if (push_field(L, &doc, "_id", &e)) n = fail(L, &k, &e);
+    else {
+      lua_setfield(L, -2, "inserted_id");
+      n = 1;
+    }
+  }
+  bson_destroy(&reply);
+  bson_destroy(&doc);
+  return n;
+}
+
+/* The writeErrors of a bulk reply as { { index = i (1-based, + base),
+ * code =, server_code =, message = } }, and the 1-based indexes that failed
+ * into failed[] (when given). */
+static void push_write_errors(lua_State *L, const call_t *k, const bson_t *reply, char *failed, size_t nops) {
+  bson_iter_t it, arr, doc;
+  lua_Integer i = 0;
+  lua_newtable(L);
+  ms_mark_array(L, -1);
+  if (!bson_iter_init_find(&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+    return;
+  while (bson_iter_next(&arr)) {
+    int64_t index = -1, code = 0;
+    const char *msg = "";
+    ms_err_t e;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &doc)) continue;
+    while (bson_iter_next(&doc)) {
+      const char *key = bson_iter_key(&doc);
+      if (strcmp(key, "index") == 0 && BSON_ITER_HOLDS_NUMBER(&doc)) index = bson_iter_as_int64(&doc);
+      else if (strcmp(key, "code") == 0 && BSON_ITER_HOLDS_NUMBER(&doc)) code = bson_iter_as_int64(&doc);
+      else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&doc)) msg = bson_iter_utf8(&doc, NULL);
+    }
+    if (failed && index >= 0 && (size_t)index < nops) failed[index] = 1;
+    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)", k->doing, msg,
+               (int)code);
+    ms_scrub(k->db->password, &e);
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, (lua_Integer)(index + 1));
+    lua_setfield(L, -2, "index");
+    lua_pushstring(L, e.code);
+    lua_setfield(L, -2, "code");
+    lua_pushinteger(L, (lua_Integer)code);
+    lua_setfield(L, -2, "server_code");
+    lua_pushstring(L, e.msg);
+    lua_setfield(L, -2, "message");
+    lua_rawseti(L, -2, ++i);
+  }
+}
+
+/* A bulk's options: ordered (default true) and the session. */
+static int bulk_opts(lua_State *L, const call_t *k, bson_t *o, ms_err_t *e) {
+  int ordered = 1;
+  if (opt(L, k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  bson_append_bool(o, "ordered", 7, ordered);
+  return session_opt(L, k, o, e);
+}
+
+/* A reply that holds no write errors yet failed (a network error, a write
+ * concern error, a refused command): the whole call failed. */
+static int whole_failure(const bson_t *reply) {
+  bson_iter_t it;
+  return !(bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+           bson_iter_recurse(&it, &it) && bson_iter_next(&it));
+}
+
+/* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
+ * errors = { { index =, code =, message = } } }: every document is encoded
+ * (and refused whole, nothing written) before any is sent. */
+static int l_insert_many(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER, reply, *docs = NULL;
+  bson_error_t be;
+  ms_err_t e;
+  mongoc_bulk_operation_t *bulk = NULL;
+  size_t n = 0, i, made = 0;
+  char *failed = NULL;
+  int rc = 0, nret;
+  BEGIN(L, k, "insert_many", 3);
+  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
+    ms_err_set(&e, "invalid", "docs must be a non-empty list of documents");
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  if (bulk_opts(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  docs = (bson_t *)bson_malloc0(n * sizeof *docs);
+  for (i = 0; i < n && rc == 0; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "docs[%zu]", i + 1);
+    lua_rawgeti(L, 2, (lua_Integer)(i + 1));
+    rc = encode_insert(L, &k, -1, &docs[i], what, &e);
+    lua_pop(L, 1);
+    if (rc == 0) made++;
+  }
+  if (rc == 0) {
+    bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
+    for (i = 0; i < n && rc == 0; i++) {
+      if (!mongoc_bulk_operation_insert_with_opts(bulk, &docs[i], NULL, &be)) {
+        ms_err_set(&e, "invalid", "docs[%zu]: %s", i + 1, be.message);
+        rc = -1;
+      }
+    }
+  }
+  bson_destroy(&opts);
+  if (rc) {
+    nret = fail(L, &k, &e);
+  } else {
+    failed = (char *)bson_malloc0(n);
+    if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
+      nret = fail_bson(L, &k, &be, &reply);
+    } else {
+      size_t first_failed = n;
+      int ordered = 1;
+      if (opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      lua_createtable(L, 0, 2);
+      push_write_errors(L, &k, &reply, failed, n);
+      for (i = 0; i < n; i++)
+        if (failed[i] && i < first_failed) first_failed = i;
+      lua_newtable(L);
+      for (i = 0; i < n && rc == 0; i++) {
+        /* an ordered insert stops at its first error */
+        if (failed[i] || (ordered && i > first_failed)) continue;
+        if (push_field(L, &docs[i], "_id", &e)) rc = -1;
+        else lua_rawseti(L, -2, (lua_Integer)(i + 1));
+      }
+      if (rc) nret = fail(L, &k, &e);
+      else {
+        lua_setfield(L, -3, "inserted");
+        lua_setfield(L, -2, "errors");
+        nret = 1;
+      }
+    }
+    bson_destroy(&reply);
+  }
+  if (bulk) mongoc_bulk_operation_destroy(bulk);
+  for (i = 0; i < made; i++) bson_destroy(&docs[i]);
+  bson_free(docs);
+  bson_free(failed);
+  return nret;
+}
+
+/* ---- finds ---- */
+
+/* find's options into o: projection, sort, skip, limit, batch_size, hint,
+ * session. */
+static int find_opts(lua_State *L, const call_t *k, bson_t *o, ms_err_t *e) {
+  if (ordered_opt(L, k, "projection", o, "projection", MS_ORDER_ANY, e) ||
+      ordered_opt(L, k, "sort", o, "sort", MS_ORDER_STRICT, e) || int_opt(L, k, "skip", o, "skip", e) ||
+      int_opt(L, k, "limit", o, "limit", e) || int_opt(L, k, "batch_size", o, "batchSize", e) ||
+      ordered_opt(L, k, "hint", o, "hint", MS_ORDER_STRICT, e) || session_opt(L, k, o, e))
+    return -1;
+  return 0;
+}
+
+/* c:find(filter, opts) -> a Cursor (the first batch already read). */
+static int l_find(lua_State *L) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+  ms_err_t e;
+  mongoc_cursor_t *cur;
+  BEGIN(L, k, "find", 3);
+  if (doc_arg(L, 2, &filter, "filter", 1, &e) || find_opts(L, &k, &opts, &e)) {
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  cur = mongoc_collection_find_with_opts(k.c->coll, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  ms_database_push_ref(L, k.c->db_ref);
+  return ms_cursor_new(L, -1, k.db, cur, k.doing);
+}
+
+/* c:find_one(filter, { projection, sort, skip, hint, session }) -> doc, or
+ * nil when nothing matches. */
+static int l_find_one(lua_State *L) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+  bson_error_t be;
+  const bson_t *doc, *reply = NULL;
+  ms_err_t e;
+  mongoc_cursor_t *cur;
+  int n;
+  BEGIN(L, k, "find_one", 3);
+  if (doc_arg(L, 2, &filter, "filter", 1, &e) || find_opts(L, &k, &opts, &e)) {
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  bson_append_int64(&opts, "limit", 5, 1);
+  bson_append_bool(&opts, "singleBatch", 11, true);
+  cur = mongoc_collection_find_with_opts(k.c->coll, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  if (mongoc_cursor_next(cur, &doc)) {
+    n = ms_push_document(L, doc, &e) ? fail(L, &k, &e) : 1;
+  } else if (mongoc_cursor_error_document(cur, &be, &reply)) {
+    n = fail_bson(L, &k, &be, reply);
+  } else {
+    lua_pushnil(L);
+    n = 1;
+  }
+  mongoc_cursor_destroy(cur);
+  return n;
+}
+
+/* c:count(filter, { skip, limit, hint, session }) -> n */
+static int l_count(lua_State *L) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  int64_t count;
+  int n;
+  BEGIN(L, k, "count", 3);
+  if (doc_arg(L, 2, &filter, "filter", 1, &e) || int_opt(L, &k, "skip", &opts, "skip", &e) ||
+      int_opt(L, &k, "limit", &opts, "limit", &e) || ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) ||
+      session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  count = mongoc_collection_count_documents(k.c->coll, &filter, &opts, NULL, &reply, &be);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  if (count < 0) n = fail_bson(L, &k, &be, &reply);
+  else {
+    lua_pushinteger(L, (lua_Integer)count);
+    n = 1;
+  }
+  bson_destroy(&reply);
+  return n;
+}
+
+/* ---- updates, replaces, deletes ---- */
+
+enum { W_UPDATE_ONE, W_UPDATE_MANY, W_REPLACE_ONE, W_DELETE_ONE, W_DELETE_MANY };
+
+static int write_one(lua_State *L, int kind, const char *op) {
+  bson_t filter = BSON_INITIALIZER, body = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  int is_delete = kind == W_DELETE_ONE || kind == W_DELETE_MANY, ok = 0, n, rc, upsert = 0;
+  BEGIN(L, k, op, is_delete ? 3 : 4);
+  rc = doc_arg(L, 2, &filter, "filter", 0, &e);
+  if (rc == 0 && kind == W_REPLACE_ONE) {
+    rc = doc_arg(L, 3, &body, "replacement", 0, &e);
+    if (rc == 0) rc = ms_check_storable(&body, "replacement", &e);
+    if (rc == 0) rc = size_ok(&k, &body, "replacement", &e);
+  } else if (rc == 0 && !is_delete) {
+    rc = update_arg(L, 3, &body, "update", &e);
+  }
+  if (rc == 0 && !is_delete) {
+    if (bool_opt(L, &k, "upsert", &upsert)) {
+      ms_err_set(&e, "invalid", "opts.upsert must be a boolean");
+      rc = -1;
+    } else if (upsert) {
+      bson_append_bool(&opts, "upsert", 6, true);
+    }
+  }
+  if (rc == 0) rc = session_opt(L, &k, &opts, &e);
+  if (rc) {
+    bson_destroy(&filter);
+    bson_destroy(&body);
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  switch (kind) {
+  case W_UPDATE_ONE: ok = mongoc_collection_update_one(k.c->coll, &filter, &body, &opts, &reply, &be); break;
+  case W_UPDATE_MANY: ok = mongoc_collection_update_many(k.c->coll, &filter, &body, &opts, &reply, &be); break;
+  case W_REPLACE_ONE: ok = mongoc_collection_replace_one(k.c->coll, &filter, &body, &opts, &reply, &be); break;
+  case W_DELETE_ONE: ok = mongoc_collection_delete_one(k.c->coll, &filter, &opts, &reply, &be); break;
+  default: ok = mongoc_collection_delete_many(k.c->coll, &filter, &opts, &reply, &be); break;
+  }
+  bson_destroy(&filter);
+  bson_destroy(&body);
+  bson_destroy(&opts);
+  if (!ok) {
+    n = fail_bson(L, &k, &be, &reply);
+  } else if (is_delete) {
+    lua_createtable(L, 0, 1);
+    lua_pushinteger(L, (lua_Integer)reply_int(&reply, "deletedCount"));
+    lua_setfield(L, -2, "deleted");
+    n = 1;
+  } else {
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, (lua_Integer)reply_int(&reply, "matchedCount"));
+    lua_setfield(L, -2, "matched");
+    lua_pushinteger(L, (lua_Integer)reply_int(&reply, "modifiedCount"));
+    lua_setfield(L, -2, "modified");
+    if (push_field(L, &reply, "upsertedId", &e)) n = fail(L, &k, &e);
+    else {
+      lua_setfield(L, -2, "upserted_id");
+      n = 1;
+    }
+  }
+  bson_destroy(&reply);
+  return n;
+}
+
+/* c:update_one(filter, update, { upsert, session }) -> { matched, modified, upserted_id } */
+static int l_update_one(lua_State *L) { return write_one(L, W_UPDATE_ONE, "update_one"); }
+static int l_update_many(lua_State *L) { return write_one(L, W_UPDATE_MANY, "update_many"); }
+/* c:replace_one(filter, doc, { upsert, session }) -> { matched, modified, upserted_id } */
+static int l_replace_one(lua_State *L) { return write_one(L, W_REPLACE_ONE, "replace_one"); }
+/* c:delete_one(filter, { session }) -> { deleted } */
+static int l_delete_one(lua_State *L) { return write_one(L, W_DELETE_ONE, "delete_one"); }
+static int l_delete_many(lua_State *L) { return write_one(L, W_DELETE_MANY, "delete_many"); }
+
+/* ---- find and modify ---- */
+
+static int find_and_modify(lua_State *L, int remove, const char *op) {
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, sort = BSON_INITIALIZER,
+         fields = BSON_INITIALIZER, extra = BSON_INITIALIZER, reply, tmp = BSON_INITIALIZER;
+  bson_error_t be;
+  ms_err_t e;
+  mongoc_find_and_modify_opts_t *fam;
+  bson_iter_t it;
+  int rc, ok, n, upsert = 0, ret_new = 0, flags = MONGOC_FIND_AND_MODIFY_NONE;
+  BEGIN(L, k, op, remove ? 3 : 4);
+  rc = doc_arg(L, 2, &filter, "filter", 0, &e);
+  if (rc == 0 && !remove) rc = update_arg(L, 3, &update, "update", &e);
+  if (rc == 0) rc = ordered_opt(L, &k, "sort", &tmp, "sort", MS_ORDER_STRICT, &e);
+  if (rc == 0) rc = ordered_opt(L, &k, "projection", &tmp, "projection", MS_ORDER_ANY, &e);
+  if (rc == 0 && !remove && (bool_opt(L, &k, "upsert", &upsert) || bool_opt(L, &k, "new", &ret_new))) {
+    ms_err_set(&e, "invalid", "opts.upsert and opts.new must be booleans");
+    rc = -1;
+  }
+  if (rc == 0) rc = session_opt(L, &k, &extra, &e);
+  if (rc) {
+    bson_destroy(&filter);
+    bson_destroy(&update);
+    bson_destroy(&sort);
+    bson_destroy(&fields);
+    bson_destroy(&extra);
+    bson_destroy(&tmp);
+    return fail(L, &k, &e);
+  }
+  fam = mongoc_find_and_modify_opts_new();
+  if (remove) flags |= MONGOC_FIND_AND_MODIFY_REMOVE;
+  else mongoc_find_and_modify_opts_set_update(fam, &update);
+  if (upsert) flags |= MONGOC_FIND_AND_MODIFY_UPSERT;
+  if (ret_new) flags |= MONGOC_FIND_AND_MODIFY_RETURN_NEW;
+  mongoc_find_and_modify_opts_set_flags(fam, (mongoc_find_and_modify_flags_t)flags);
+  if (bson_iter_init_find(&it, &tmp, "sort")) {
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    bson_destroy(&sort);
+    bson_init_static(&sort, data, len);
+    mongoc_find_and_modify_opts_set_sort(fam, &sort);
+  }
+  if (bson_iter_init_find(&it, &tmp, "projection")) {
+    uint32_t len;
+    const uint8_t *data;
+    bson_iter_document(&it, &len, &data);
+    bson_destroy(&fields);
+    bson_init_static(&fields, data, len);
+    mongoc_find_and_modify_opts_set_fields(fam, &fields);
+  }
+  mongoc_find_and_modify_opts_append(fam, &extra);
+  ok = mongoc_collection_find_and_modify_with_opts(k.c->coll, &filter, fam, &reply, &be);
+  mongoc_find_and_modify_opts_destroy(fam);
+  bson_destroy(&filter);
+  bson_destroy(&update);
+  bson_destroy(&sort);
+  bson_destroy(&fields);
+  bson_destroy(&extra);
+  bson_destroy(&tmp);
+  if (!ok) n = fail_bson(L, &k, &be, &reply);
+  else if (bson_iter_init_find(&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&it))
+    n = push_field(L, &reply, "value", &e) ? fail(L, &k, &e) : 1;
+  else {
+    lua_pushnil(L);
+    n = 1;
+  }
+  bson_destroy(&reply);
+  return n;
+}
+
+/* c:find_one_and_update(filter, update, { new, upsert, sort, projection,
+ * session }) -> the document before (or after, with new) the update, or nil */
+static int l_find_one_and_update(lua_State *L) { return find_and_modify(L, 0, "find_one_and_update"); }
+/* c:find_one_and_delete(filter, { sort, projection, session }) -> the deleted document, or nil */
+static int l_find_one_and_delete(lua_State *L) { return find_and_modify(L, 1, "find_one_and_delete"); }
+
+/* ---- bulk_write ---- */
+
+static const char *const op_names[] = {"insert_one", "update_one", "update_many", "replace_one", "delete_one",
+                                       "delete_many", NULL};
+
+/* The op's field: by name, or by position (filter 1, update/replacement 2). */
+static int op_field(lua_State *L, int idx, const char *name, int pos) {
+  if (lua_getfield(L, idx, name) != LUA_TNIL) return 1;
+  lua_pop(L, 1);
+  return lua_rawgeti(L, idx, pos) != LUA_TNIL;
+}
+
+/* Adds ops[i] (the table at idx) to bulk; -1 with e set (invalid) when it
+ * is malformed or libmongoc refuses it. */
+static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
+  const char *kind = NULL;
+  int which = -1, nkeys = 0, rc = 0, spec, upsert = 0;
+  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
+  bson_error_t be;
+  char what[48];
+  int ok = 1;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "ops[%zu] must be a table, got %s", i, luaL_typename(L, idx));
+    return -1;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    int j;
+    nkeys++;
+    for (j = 0; op_names[j]; j++)
+      if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), op_names[j]) == 0) which = j;
+    lua_pop(L, 1);
+  }
+  if (nkeys != 1 || which < 0) {
+    ms_err_set(e, "invalid", "ops[%zu] must hold one of insert_one, update_one, update_many, replace_one, "
+               "delete_one, delete_many", i);
+    return -1;
+  }
+  kind = op_names[which];
+  lua_getfield(L, idx, kind);
+  spec = lua_gettop(L);
+  snprintf(what, sizeof what, "ops[%zu].%s", i, kind);
+  if (which == 0) {
+    bson_destroy(&a);
+    rc = encode_insert(L, k, spec, &a, what, e);
+    if (rc == 0) {
+      ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, NULL, &be);
+      bson_destroy(&a);
+    }
+    bson_init(&a);
+  } else if (lua_type(L, spec) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
+    rc = -1;
+  } else {
+    char fw[64];
+    snprintf(fw, sizeof fw, "%s.filter", what);
+    if (!op_field(L, spec, "filter", 1)) {
+      ms_err_set(e, "invalid", "%s needs a filter", what);
+      rc = -1;
+    } else {
+      rc = doc_arg(L, -1, &a, fw, 0, e);
+    }
+    lua_pop(L, 1);
+    if (rc == 0 && which <= 3) {
+      const char *bn = which == 3 ? "replacement" : "update";
+      snprintf(fw, sizeof fw, "%s.%s", what, bn);
+      if (!op_field(L, spec, bn, 2)) {
+        ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
+        rc = -1;
+      } else if (which == 3) {
+        rc = doc_arg(L, -1, &b, fw, 0, e);
+        if (rc == 0) rc = ms_check_storable(&b, fw, e);
+        if (rc == 0) rc = size_ok(k, &b, fw, e);
+      } else {
+        rc = update_arg(L, -1, &b, fw, e);
+      }
+      lua_pop(L, 1);
+      lua_getfield(L, spec, "upsert");
+      if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) {
+        ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
+        rc = -1;
+      }
+      upsert = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      if (upsert) bson_append_bool(&o, "upsert", 6, true);
+    }
+    if (rc == 0) {
+      switch (which) {
+      case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
+      case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
+      case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
+      case 4: ok = mongoc_bulk_operation_remove_one_with_opts(bulk, &a, NULL, &be); break;
+      default: ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &a, NULL, &be); break;
+      }
+    }
+  }
+  lua_settop(L, idx);
+  if (rc == 0 && !ok) {
+    ms_err_set(e, "invalid", "%s: %s", what, be.message);
+    rc = -1;
+  }
+  bson_destroy(&a);
+  bson_destroy(&b);
+  bson_destroy(&o);
+  return rc;
+}
+
+/* upserted: [{ index, _id }] as { [i] = id } */
+static int push_upserted(lua_State *L, const bson_t *reply, ms_err_t *e) {
+  bson_iter_t it, arr;
+  lua_newtable(L);
+  if (!bson_iter_init_find(&it, reply, "upserted") || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+    return 0;
+  while (bson_iter_next(&arr)) {
+    uint32_t len;
+    const uint8_t *data;
+    bson_t one;
+    int64_t index;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+    bson_iter_document(&arr, &len, &data);
+    if (!bson_init_static(&one, data, len)) continue;
+    index = reply_int(&one, "index");
+    if (push_field(L, &one, "_id", e)) return -1;
+    lua_rawseti(L, -2, (lua_Integer)(index + 1));
+  }
+  return 0;
+}
+
+/* c:bulk_write(ops, { ordered = true, session }) -> { inserted, matched,
+ * modified, deleted, upserted (counts), upserted_ids = { [i] = id }, errors =
+ * { { index =, code =, message = } } }; every op is checked before any is
+ * sent. */
+static int l_bulk_write(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  mongoc_bulk_operation_t *bulk;
+  size_t n = 0, i;
+  int rc = 0, nret;
+  BEGIN(L, k, "bulk_write", 3);
+  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
+    ms_err_set(&e, "invalid", "ops must be a non-empty list of operations");
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  if (bulk_opts(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
+  bson_destroy(&opts);
+  for (i = 1; i <= n && rc == 0; i++) {
+    lua_rawgeti(L, 2, (lua_Integer)i);
+    rc = add_op(L, &k, bulk, -1, i, &e);
+    lua_pop(L, 1);
+  }
+  if (rc) {
+    mongoc_bulk_operation_destroy(bulk);
+    return fail(L, &k, &e);
+  }
+  if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
+    nret = fail_bson(L, &k, &be, &reply);
+  } else {
+    static const char *const counts[][2] = {{"inserted", "nInserted"}, {"matched", "nMatched"},
+                                            {"modified", "nModified"}, {"deleted", "nRemoved"},
+                                            {"upserted", "nUpserted"}};
+    lua_createtable(L, 0, 7);
+    for (i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+      lua_pushinteger(L, (lua_Integer)reply_int(&reply, counts[i][1]));
+      lua_setfield(L, -2, counts[i][0]);
+    }
+    push_write_errors(L, &k, &reply, NULL, 0);
+    lua_setfield(L, -2, "errors");
+    if (push_upserted(L, &reply, &e)) nret = fail(L, &k, &e);
+    else {
+      lua_setfield(L, -2, "upserted_ids");
+      nret = 1;
+    }
+  }
+  bson_destroy(&reply);
+  mongoc_bulk_operation_destroy(bulk);
+  return nret;
+}
+
+/* ---- aggregate, distinct ---- */
+
+/* c:aggregate(pipeline, { batch_size, hint, session }) -> a Cursor */
+static int l_aggregate(lua_State *L) {
+  bson_t pipeline = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+  ms_err_t e;
+  mongoc_cursor_t *cur;
+  BEGIN(L, k, "aggregate", 3);
+  if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &e) || int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
+      ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) || session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&pipeline);
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  cur = mongoc_collection_aggregate(k.c->coll, MONGOC_QUERY_NONE, &pipeline, &opts, NULL);
+  bson_destroy(&pipeline);
+  bson_destroy(&opts);
+  ms_database_push_ref(L, k.c->db_ref);
+  return ms_cursor_new(L, -1, k.db, cur, k.doing);
+}
+
+/* c:distinct(field, filter, { session }) -> the list of distinct values */
+static int l_distinct(lua_State *L) {
+  bson_t cmd = BSON_INITIALIZER, filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  size_t fl = 0;
+  const char *field;
+  int n, ok;
+  BEGIN(L, k, "distinct", 4);
+  field = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &fl) : NULL;
+  if (!field || ms_text_error(field, fl)) {
+    ms_err_set(&e, "invalid", "field must be a non-empty UTF-8 string without NUL");
+    bson_destroy(&cmd);
+    return fail(L, &k, &e);
+  }
+  if (doc_arg(L, 3, &filter, "filter", 1, &e) || session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&cmd);
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  bson_append_utf8(&cmd, "distinct", 8, k.c->name, -1);
+  bson_append_utf8(&cmd, "key", 3, field, (int)fl);
+  bson_append_document(&cmd, "query", 5, &filter);
+  ok = mongoc_collection_read_command_with_opts(k.c->coll, &cmd, NULL, &opts, &reply, &be);
+  bson_destroy(&cmd);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  if (!ok) n = fail_bson(L, &k, &be, &reply);
+  else if (push_field(L, &reply, "values", &e)) n = fail(L, &k, &e);
+  else {
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      lua_newtable(L);
+      ms_mark_array(L, -1);
+    }
+    n = 1;
+  }
+  bson_destroy(&reply);
+  return n;
+}
+
+/* ---- indexes and drop ---- */
+
+/* c:create_index(keys, { unique, name, partial_filter, sparse,
+ * expire_after, session }) -> the index's name. libmongoc 1.23 has no index
+ * model: this is the createIndexes command. */
+static int l_create_index(lua_State *L) {
+  bson_t keys = BSON_INITIALIZER, tmp = BSON_INITIALIZER, cmd = BSON_INITIALIZER, opts = BSON_INITIALIZER, idxs,
+         idx, reply;
+  bson_error_t be;
+  ms_err_t e;
+  char *name = NULL;
+  int rc, ok, n, unique = 0, sparse = 0;
+  BEGIN(L, k, "create_index", 3);
+  rc = ms_ordered_to_bson(L, 2, &keys, "keys", MS_ORDER_STRICT, &e);
+  if (rc == 0 && bson_count_keys(&keys) == 0) {
+    ms_err_set(&e, "invalid", "keys: an index needs at least one key");
+    rc = -1;
+  }
+  if (rc == 0 && (bool_opt(L, &k, "unique", &unique) || bool_opt(L, &k, "sparse", &sparse))) {
+    ms_err_set(&e, "invalid", "opts.unique and opts.sparse must be booleans");
+    rc = -1;
+  }
+  if (rc == 0 && opt(L, &k, "name") != LUA_TNIL) {
+    size_t nl;
+    const char *s = lua_tolstring(L, -1, &nl);
+    if (!s || ms_text_error(s, nl)) {
+      ms_err_set(&e, "invalid", "opts.name must be a non-empty UTF-8 string without NUL");
+      rc = -1;
+    } else {
+      name = bson_strdup(s);
+    }
+  }
+  if (rc == 0) lua_pop(L, 1);
+  if (rc == 0 && opt(L, &k, "partial_filter") != LUA_TNIL) {
+    bson_t pf = BSON_INITIALIZER;
+    rc = doc_arg(L, -1, &pf, "opts.partial_filter", 0, &e);
+    if (rc == 0) bson_append_document(&tmp, "partialFilterExpression", -1, &pf);
+    bson_destroy(&pf);
+  }
+  if (rc == 0) lua_pop(L, 1);
+  if (rc == 0) rc = int_opt(L, &k, "expire_after", &tmp, "expireAfterSeconds", &e);
+  if (rc == 0) rc = session_opt(L, &k, &opts, &e);
+  if (rc) {
+    bson_destroy(&keys);
+    bson_destroy(&tmp);
+    bson_destroy(&cmd);
+    bson_destroy(&opts);
+    bson_free(name);
+    return fail(L, &k, &e);
+  }
+  if (!name) name = mongoc_collection_keys_to_index_string(&keys);
+  bson_append_utf8(&cmd, "createIndexes", -1, k.c->name, -1);
+  bson_append_array_begin(&cmd, "indexes", -1, &idxs);
+  bson_append_document_begin(&idxs, "0", 1, &idx);
+  bson_append_document(&idx, "key", 3, &keys);
+  bson_append_utf8(&idx, "name", 4, name ? name : "", -1);
+  if (unique) bson_append_bool(&idx, "unique", 6, true);
+  if (sparse) bson_append_bool(&idx, "sparse", 6, true);
+  bson_concat(&idx, &tmp);
+  bson_append_document_end(&idxs, &idx);
+  bson_append_array_end(&cmd, &idxs);
+  ok = mongoc_collection_write_command_with_opts(k.c->coll, &cmd, &opts, &reply, &be);
+  if (!ok) n = fail_bson(L, &k, &be, &reply);
+  else {
+    lua_pushstring(L, name ? name : "");
+    n = 1;
+  }
+  bson_destroy(&reply);
+  bson_destroy(&keys);
+  bson_destroy(&tmp);
+  bson_destroy(&cmd);
+  bson_destroy(&opts);
+  bson_free(name);
+  return n;
+}
+
+/* c:list_indexes({ session }) -> a list of index entries ({ key, name, ... }) */
+static int l_list_indexes(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER;
+  ms_err_t e;
+  mongoc_cursor_t *cur;
+  BEGIN(L, k, "list_indexes", 2);
+  if (session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  cur = mongoc_collection_find_indexes_with_opts(k.c->coll, &opts);
+  bson_destroy(&opts);
+  return ms_document_push_list(L, k.db, cur, k.doing);
+}
+
+/* c:drop_index(name, { session }) -> true */
+static int l_drop_index(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER;
+  bson_error_t be;
+  ms_err_t e;
+  size_t nl = 0;
+  const char *name;
+  BEGIN(L, k, "drop_index", 3);
+  name = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &nl) : NULL;
+  if (!name || ms_text_error(name, nl)) {
+    ms_err_set(&e, "invalid", "name must be a non-empty UTF-8 string without NUL");
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  if (session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  if (!mongoc_collection_drop_index_with_opts(k.c->coll, name, &opts, &be)) {
+    bson_destroy(&opts);
+    return fail_bson(L, &k, &be, NULL);
+  }
+  bson_destroy(&opts);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* c:drop({ session }) -> true; a collection that does not exist is dropped
+ * already. */
+static int l_drop(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER;
+  bson_error_t be;
+  ms_err_t e;
+  BEGIN(L, k, "drop", 2);
+  if (session_opt(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return fail(L, &k, &e);
+  }
+  if (!mongoc_collection_drop_with_opts(k.c->coll, &opts, &be) &&
+      !(be.domain == MONGOC_ERROR_SERVER && be.code == 26) && !strstr(be.message, "ns not found")) {
+    bson_destroy(&opts);
+    return fail_bson(L, &k, &be, NULL);
+  }
+  bson_destroy(&opts);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_name(lua_State *L) {
+  ms_collection_t *c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
+  lua_pushstring(L, c->name);
+  return 1;
+}
+
+static int l_gc(lua_State *L) {
+  ms_collection_t *c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
+  if (c->coll) mongoc_collection_destroy(c->coll);
+  c->coll = NULL;
+  bson_free(c->name);
+  c->name = NULL;
+  if (c->db_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, c->db_ref);
+  c->db_ref = LUA_NOREF;
+  return 0;
+}
+
+static int l_tostring(lua_State *L) {
+  ms_collection_t *c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
+  lua_pushfstring(L, "mongostore.Collection (%s.%s)", c->db->name ? c->db->name : "?", c->name ? c->name : "?");
+  return 1;
+}
+
+void ms_open_collection(lua_State *L) {
+  static const luaL_Reg methods[] = {
+    {"insert_one", l_insert_one},
+    {"insert_many", l_insert_many},
+    {"find_one", l_find_one},
+    {"find", l_find},
+    {"count", l_count},
+    {"update_one", l_update_one},
+    {"update_many", l_update_many},
+    {"replace_one", l_replace_one},
+    {"delete_one", l_delete_one},
+    {"delete_many", l_delete_many},
+    {"find_one_and_update", l_find_one_and_update},
+    {"find_one_and_delete", l_find_one_and_delete},
+    {"bulk_write", l_bulk_write},
+    {"aggregate", l_aggregate},
+    {"distinct", l_distinct},
+    {"create_index", l_create_index},
+    {"list_indexes", l_list_indexes},
+    {"drop_index", l_drop_index},
+    {"drop", l_drop},
+    {"name", l_name},
+    {NULL, NULL}
+  };
+  if (luaL_newmetatable(L, MS_COLLECTION_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+}

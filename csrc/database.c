@@ -1,0 +1,430 @@
+/*
+ * database.c - the Database userdata (mongostore.database): opening one on
+ * the process's client pool, collection, command, list_collections, info,
+ * session and close; how a failed operation of the document API reaches
+ * Lua (ms_document_push_error); and the module's document metatables.
+ */
+#include "document.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <mongoc/mongoc.h>
+
+/* ---- handles and errors ---- */
+
+ms_database_t *ms_database_check(lua_State *L, int idx) {
+  ms_database_t *db = (ms_database_t *)luaL_checkudata(L, idx, MS_DATABASE_MT);
+  if (!db->client) return NULL;
+  db->op_started = ms_now();
+  ms_failed_reset();
+  return db;
+}
+
+int ms_document_closed(lua_State *L, const char *doing) {
+  ms_err_t e;
+  ms_err_set(&e, "closed", "%s: the database is closed", doing);
+  return ms_push_error(L, &e);
+}
+
+void ms_database_push_ref(lua_State *L, int db_ref) { lua_rawgeti(L, LUA_REGISTRYINDEX, db_ref); }
+
+/* The first write error of a reply (insert, update, delete, bulk), if any. */
+static int first_write_error(const bson_t *reply, bson_iter_t *err) {
+  bson_iter_t it;
+  if (!reply || !bson_iter_init_find(&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+      !bson_iter_recurse(&it, err))
+    return 0;
+  return bson_iter_next(err) && BSON_ITER_HOLDS_DOCUMENT(err);
+}
+
+static int32_t int_field(const bson_iter_t *doc, const char *key, int32_t dflt) {
+  bson_iter_t it;
+  if (bson_iter_recurse(doc, &it) && bson_iter_find(&it, key) && BSON_ITER_HOLDS_NUMBER(&it))
+    return (int32_t)bson_iter_as_int64(&it);
+  return dflt;
+}
+
+/* A duplicate key error names the key: servers that leave "dup key" out of
+ * the message (or write keyValue only) get it appended from keyValue. */
+static void name_duplicate_key(ms_err_t *e, const bson_t *reply) {
+  bson_iter_t err, kv;
+  if (strstr(e->msg, "dup key") || !first_write_error(reply, &err) || !bson_iter_recurse(&err, &kv) ||
+      !bson_iter_find(&kv, "keyValue") || !BSON_ITER_HOLDS_DOCUMENT(&kv))
+    return;
+  {
+    uint32_t len;
+    const uint8_t *data;
+    bson_t key;
+    char *json;
+    bson_iter_document(&kv, &len, &data);
+    if (!bson_init_static(&key, data, len)) return;
+    json = bson_as_relaxed_extended_json(&key, NULL);
+    if (json) {
+      size_t ml = strlen(e->msg);
+      snprintf(e->msg + ml, sizeof e->msg - ml, " (dup key: %s)", json);
+      bson_free(json);
+    }
+  }
+}
+
+static void push_labels(lua_State *L, const bson_t *reply) {
+  bson_iter_t it, child;
+  lua_Integer n = 0;
+  lua_newtable(L);
+  if (reply && bson_iter_init_find(&it, reply, "errorLabels") && BSON_ITER_HOLDS_ARRAY(&it) &&
+      bson_iter_recurse(&it, &child)) {
+    while (bson_iter_next(&child)) {
+      if (BSON_ITER_HOLDS_UTF8(&child)) {
+        lua_pushstring(L, bson_iter_utf8(&child, NULL));
+        lua_rawseti(L, -2, ++n);
+      }
+    }
+  }
+  ms_mark_array(L, -1);
+}
+
+int ms_document_push_error(lua_State *L, ms_database_t *db, const bson_error_t *be, const bson_t *reply,
+                           const char *doing) {
+  ms_err_t e;
+  bson_iter_t werr;
+  int64_t failed_us = ms_failed_attempt_us();
+  double took_ms = failed_us >= 0 ? (double)failed_us / 1000.0 : (ms_now() - db->op_started) * 1000.0;
+  uint32_t server_code = 0;
+  int transient;
+  int from_server = be->domain == MONGOC_ERROR_SERVER || be->domain == MONGOC_ERROR_WRITE_CONCERN;
+  ms_err_from_bson_timed(&e, be, doing, took_ms, db->socket_timeout_ms);
+  if (from_server) server_code = be->code;
+  else if (first_write_error(reply, &werr)) server_code = (uint32_t)int_field(&werr, "code", 0);
+  if (server_code == 11000 || server_code == 11001) {
+    e.code = "duplicate";
+    name_duplicate_key(&e, reply);
+  }
+  transient = reply && mongoc_error_has_label(reply, "TransientTransactionError");
+  if (transient) e.code = "transient";
+  ms_scrub(db->password, &e);
+  ms_push_error(L, &e);
+  if (!server_code && !transient) return 3;
+  lua_createtable(L, 0, 2);
+  if (server_code) {
+    lua_pushinteger(L, (lua_Integer)server_code);
+    lua_setfield(L, -2, "server_code");
+  }
+  push_labels(L, reply);
+  lua_setfield(L, -2, "labels");
+  return 4;
+}
+
+/* ---- mongostore.database(uri, opts) ---- */
+
+typedef struct db_opts {
+  const char *name;
+  double wait;
+} db_opts_t;
+
+/* The Lua half has checked the option keys and types; what is left are the
+ * values. The database name defaults to the URI's own. */
+static int read_db_opts(lua_State *L, int opts, const mongoc_uri_t *uri, db_opts_t *o, ms_err_t *e) {
+  size_t n;
+  o->name = NULL;
+  o->wait = MS_CONNECT_WAIT;
+  if (opts && lua_getfield(L, opts, "wait") != LUA_TNIL) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400) {
+      ms_err_set(e, "invalid", "database: opts.wait must be a number of seconds from 0 to 86400");
+      return -1;
+    }
+    o->wait = lua_tonumber(L, -1);
+  }
+  if (opts) lua_getfield(L, opts, "db");
+  else lua_pushnil(L);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    o->name = lua_tolstring(L, -1, &n);
+    if (strlen(o->name) != n || !ms_valid_name(o->name, n, 1)) {
+      ms_err_set(e, "invalid", "database: database name '%s' is not valid (letters, digits, _ and -)", o->name);
+      return -1;
+    }
+  } else if (!lua_isnil(L, -1)) {
+    ms_err_set(e, "invalid", "database: opts.db must be a string");
+    return -1;
+  } else if (uri && mongoc_uri_get_database(uri)) {
+    o->name = mongoc_uri_get_database(uri);
+  } else {
+    ms_err_set(e, "invalid", "database: no database named (opts.db, or one in the URI)");
+    return -1;
+  }
+  return 0;
+}
+
+static int l_open(lua_State *L) {
+  size_t urilen;
+  const char *uristr = luaL_checklstring(L, 1, &urilen);
+  int opts = lua_istable(L, 2) ? 2 : 0;
+  mongoc_uri_t *uri;
+  bson_error_t be;
+  ms_err_t e;
+  ms_database_t *db;
+  db_opts_t o;
+  int32_t attempt_ms;
+  double wait = MS_CONNECT_WAIT;
+
+  /* the URI is parsed with the attempt bound of opts.wait, so the pool is
+   * the one connect() makes with the same wait */
+  if (opts && lua_getfield(L, opts, "wait") == LUA_TNUMBER) wait = lua_tonumber(L, -1);
+  lua_settop(L, 2);
+  attempt_ms = ms_attempt_ms(wait >= 0 ? wait : 0);
+  if (!(uri = ms_parse_uri(uristr, urilen, attempt_ms, "database", &e))) return ms_push_error(L, &e);
+  if (read_db_opts(L, opts, uri, &o, &e)) {
+    mongoc_uri_destroy(uri);
+    return ms_push_error(L, &e);
+  }
+  db = (ms_database_t *)lua_newuserdatauv(L, sizeof *db, 1);
+  memset(db, 0, sizeof *db);
+  luaL_setmetatable(L, MS_DATABASE_MT);
+  db->password = mongoc_uri_get_password(uri) ? bson_strdup(mongoc_uri_get_password(uri)) : NULL;
+  db->name = bson_strdup(o.name);
+  db->pool = ms_pool_for(uri, &be);
+  db->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
+  mongoc_uri_destroy(uri);
+  if (!db->pool) {
+    ms_err_set(&e, "invalid", "database: %s", be.message);
+    ms_scrub(db->password, &e);
+    return ms_push_error(L, &e);
+  }
+  db->client = ms_pool_pop(db->pool);
+  db->op_started = ms_now();
+  ms_failed_reset();
+  if (!ms_wait_for_server(db->client, o.wait, attempt_ms, &be)) {
+    ms_err_from_bson(&e, &be, "database");
+    ms_scrub(db->password, &e);
+    return ms_push_error(L, &e);
+  }
+  db->max_bson = ms_read_max_bson(db->client);
+  db->db = mongoc_client_get_database(db->client, db->name);
+  return 1;
+}
+
+/* ---- lifecycle ---- */
+
+static void database_release(lua_State *L, ms_database_t *db) {
+  while (db->cursors) ms_cursor_close(L, db->cursors);
+  if (db->client) ms_session_close_all(L, db);
+  if (db->db) mongoc_database_destroy(db->db);
+  if (db->client) ms_pool_push(db->pool, db->client);
+  bson_free(db->password);
+  bson_free(db->name);
+  db->db = NULL;
+  db->client = NULL;
+  db->password = db->name = NULL;
+}
+
+/* db:close(): idempotent; its cursors and sessions end first, and every
+ * later call on it or its collections is nil, msg, "closed". */
+static int l_close(lua_State *L) {
+  database_release(L, (ms_database_t *)luaL_checkudata(L, 1, MS_DATABASE_MT));
+  return 0;
+}
+
+static int l_tostring(lua_State *L) {
+  ms_database_t *db = (ms_database_t *)luaL_checkudata(L, 1, MS_DATABASE_MT);
+  if (db->client) lua_pushfstring(L, "mongostore.Database (%s)", db->name);
+  else lua_pushliteral(L, "mongostore.Database (closed)");
+  return 1;
+}
+
+/* ---- methods ---- */
+
+#define DB_OR_CLOSED(L, db, doing)             \
+  ms_database_t *db = ms_database_check(L, 1); \
+  if (!db) return ms_document_closed(L, doing)
+
+/* db:collection(name): a name MongoDB takes (non-empty UTF-8, no NUL, no
+ * '$', within 200 bytes); a bad one is nil, msg, "invalid". */
+static int l_collection(lua_State *L) {
+  size_t n;
+  const char *name, *why;
+  ms_collection_t *c;
+  ms_err_t e;
+  DB_OR_CLOSED(L, db, "collection");
+  name = ms_arg_string(L, 2, "collection: name", &n);
+  if ((why = ms_text_error(name, n)) != NULL || memchr(name, '$', n) || n > 200) {
+    ms_err_set(&e, "invalid", "collection: name %s", why ? why : n > 200 ? "is longer than 200 bytes" : "holds '$'");
+    return ms_push_error(L, &e);
+  }
+  c = (ms_collection_t *)lua_newuserdatauv(L, sizeof *c, 1);
+  memset(c, 0, sizeof *c);
+  c->db_ref = LUA_NOREF;
+  luaL_setmetatable(L, MS_COLLECTION_MT);
+  c->db = db;
+  c->name = bson_strdup(name);
+  c->coll = mongoc_database_get_collection(db->db, name);
+  lua_pushvalue(L, 1);
+  c->db_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
+/* db:command(cmd, opts) -> the server's reply, as a document. cmd is
+ * ordered (its first key names the command): a list of pairs, or a table
+ * of one key. */
+static int l_command(lua_State *L) {
+  bson_t cmd = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  int n, ok;
+  DB_OR_CLOSED(L, db, "command");
+  if (ms_ordered_to_bson(L, 2, &cmd, "command", MS_ORDER_STRICT, &e) ||
+      ms_session_append(L, lua_istable(L, 3) ? 3 : 0, db, &opts, &e)) {
+    bson_destroy(&cmd);
+    bson_destroy(&opts);
+    ms_err_prefix(&e, "command");
+    return ms_push_error(L, &e);
+  }
+  ok = mongoc_database_command_with_opts(db->db, &cmd, NULL, &opts, &reply, &be);
+  bson_destroy(&cmd);
+  bson_destroy(&opts);
+  if (!ok) n = ms_document_push_error(L, db, &be, &reply, "command");
+  else if (ms_push_document(L, &reply, &e)) n = ms_push_error(L, &e);
+  else n = 1;
+  bson_destroy(&reply);
+  return n;
+}
+
+/* Drains a cursor of listings (collections, indexes) into a list. */
+int ms_document_push_list(lua_State *L, ms_database_t *db, mongoc_cursor_t *cur, const char *doing) {
+  const bson_t *doc;
+  bson_error_t be;
+  const bson_t *reply = NULL;
+  ms_err_t e;
+  lua_Integer i = 0;
+  int n;
+  lua_newtable(L);
+  ms_mark_array(L, -1);
+  while (mongoc_cursor_next(cur, &doc)) {
+    if (ms_push_document(L, doc, &e)) {
+      mongoc_cursor_destroy(cur);
+      ms_err_prefix(&e, doing);
+      return ms_push_error(L, &e);
+    }
+    lua_rawseti(L, -2, ++i);
+  }
+  if (mongoc_cursor_error_document(cur, &be, &reply)) {
+    lua_pop(L, 1);
+    n = ms_document_push_error(L, db, &be, reply, doing);
+    mongoc_cursor_destroy(cur);
+    return n;
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
+/* db:list_collections(opts) -> a list of the server's collection entries
+ * ({ name =, type =, options = ... }). */
+static int l_list_collections(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER;
+  ms_err_t e;
+  mongoc_cursor_t *cur;
+  DB_OR_CLOSED(L, db, "list_collections");
+  if (ms_session_append(L, lua_istable(L, 2) ? 2 : 0, db, &opts, &e)) {
+    bson_destroy(&opts);
+    ms_err_prefix(&e, "list_collections");
+    return ms_push_error(L, &e);
+  }
+  cur = mongoc_database_find_collections_with_opts(db->db, &opts);
+  bson_destroy(&opts);
+  return ms_document_push_list(L, db, cur, "list_collections");
+}
+
+/* db:info() -> { wire_version, replica_set, transactions, max_bson_size }
+ * from the selected server's hello: transactions need sessions and a
+ * replica set (or a mongos) at wire version 7 or more. */
+static int l_info(lua_State *L) {
+  bson_error_t be;
+  mongoc_server_description_t *sd;
+  const bson_t *hello;
+  bson_iter_t it;
+  int32_t wire = 0;
+  const char *set = NULL;
+  int sessions = 0, mongos = 0, n;
+  DB_OR_CLOSED(L, db, "info");
+  sd = mongoc_client_select_server(db->client, true, NULL, &be);
+  if (!sd) return ms_document_push_error(L, db, &be, NULL, "info");
+  hello = mongoc_server_description_hello_response(sd);
+  if (hello && bson_iter_init_find(&it, hello, "maxWireVersion") && BSON_ITER_HOLDS_NUMBER(&it))
+    wire = (int32_t)bson_iter_as_int64(&it);
+  if (hello && bson_iter_init_find(&it, hello, "setName") && BSON_ITER_HOLDS_UTF8(&it)) set = bson_iter_utf8(&it, NULL);
+  if (hello && bson_iter_init_find(&it, hello, "logicalSessionTimeoutMinutes") && BSON_ITER_HOLDS_NUMBER(&it))
+    sessions = 1;
+  if (hello && bson_iter_init_find(&it, hello, "msg") && BSON_ITER_HOLDS_UTF8(&it) &&
+      strcmp(bson_iter_utf8(&it, NULL), "isdbgrid") == 0)
+    mongos = 1;
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, wire);
+  lua_setfield(L, -2, "wire_version");
+  if (set) lua_pushstring(L, set);
+  else lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "replica_set");
+  lua_pushboolean(L, sessions && wire >= 7 && (set || (mongos && wire >= 8)));
+  lua_setfield(L, -2, "transactions");
+  lua_pushinteger(L, db->max_bson);
+  lua_setfield(L, -2, "max_bson_size");
+  lua_pushstring(L, db->name);
+  lua_setfield(L, -2, "db");
+  n = 1;
+  mongoc_server_description_destroy(sd);
+  return n;
+}
+
+/* db:session() (session.c makes it) */
+static int l_session(lua_State *L) {
+  DB_OR_CLOSED(L, db, "session");
+  return ms_session_new(L, 1, db);
+}
+
+static int l_name(lua_State *L) {
+  ms_database_t *db = (ms_database_t *)luaL_checkudata(L, 1, MS_DATABASE_MT);
+  if (!db->name) return ms_document_closed(L, "name");
+  lua_pushstring(L, db->name);
+  return 1;
+}
+
+static const luaL_Reg database_methods[] = {
+  {"collection", l_collection},
+  {"command", l_command},
+  {"list_collections", l_list_collections},
+  {"info", l_info},
+  {"session", l_session},
+  {"name", l_name},
+  {"close", l_close},
+  {NULL, NULL}
+};
+
+/* Each document metatable's method table as module.<Name>, for the Lua
+ * half (lua/mongostore/database.lua) to wrap. */
+static void export_methods(lua_State *L, const char *mt, const char *field) {
+  luaL_getmetatable(L, mt);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, field);
+  lua_pop(L, 1);
+}
+
+void ms_open_database(lua_State *L) {
+  if (luaL_newmetatable(L, MS_DATABASE_MT)) {
+    luaL_newlib(L, database_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, l_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  ms_open_collection(L);
+  ms_open_cursor(L);
+  ms_open_session(L);
+  export_methods(L, MS_DATABASE_MT, "Database");
+  export_methods(L, MS_COLLECTION_MT, "Collection");
+  export_methods(L, MS_CURSOR_MT, "Cursor");
+  export_methods(L, MS_SESSION_MT, "Session");
+  lua_pushcfunction(L, l_open);
+  lua_setfield(L, -2, "database");
+}
