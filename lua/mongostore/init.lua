@@ -23,6 +23,7 @@ return {
   codes = { "conflict", "duplicate", "network", "timeout", "server", "invalid", "too_large",
             "unavailable", "closed", "not_found" },
   connect = store.connect,
+  database = require("mongostore.database").database,
   check_keys = store.check_keys,
   Store = store.Store,
 }
