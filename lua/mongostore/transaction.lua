@@ -58,7 +58,8 @@ local function check_opts(fn, opts)
 end
 
 -- Giving up: code timeout, the last failure's message, and its detail with
--- the last failure's own code as detail.cause.
+-- the last failure's own code as detail.cause (its labels kept: one of
+-- UnknownTransactionCommitResult says the transaction may have committed).
 local function gave_up(timeout, attempts, msg, code, detail)
   local d = {}
   if type(detail) == "table" then
@@ -71,7 +72,8 @@ end
 
 -- One attempt: start, fn, commit (the commit alone retried on
 -- UnknownTransactionCommitResult). Returns "done", fn's values...;
--- "retry", msg, code, detail (transient: fn runs again); "fail", msg, code, detail.
+-- "retry", msg, code, detail (transient: fn runs again); "unknown", ... (the
+-- commit's outcome still unknown at the deadline); "fail", msg, code, detail.
 local function attempt(s, fn, topts, deadline)
   local ok, msg, code, detail = s:start_transaction(topts)
   if not ok then return "fail", msg, code, detail end
@@ -90,9 +92,10 @@ local function attempt(s, fn, topts, deadline)
   while true do
     ok, msg, code, detail = s:commit()
     if ok then return "done", unpack(r, 2, r.n) end
-    if has_label(detail, "UnknownTransactionCommitResult") and now() < deadline then
+    if has_label(detail, "UnknownTransactionCommitResult") then
       -- it may have committed: only the commit is tried again (libmongoc
       -- raises its write concern to majority for the retry)
+      if now() >= deadline then return "unknown", msg, code, detail end
       sleep(0.01)
     elseif is_transient(code, detail) then
       return "retry", msg, code, detail
@@ -107,6 +110,9 @@ local function loop(s, fn, topts, timeout, deadline)
   while true do
     attempts = attempts + 1
     local r = pack(attempt(s, fn, topts, deadline))
+    if r[1] == "unknown" then
+      return pack("fail", gave_up(timeout, attempts, "the commit's outcome is unknown: " .. tostring(r[2]), r[3], r[4]))
+    end
     if r[1] ~= "retry" then return r end
     if now() >= deadline then return pack("fail", gave_up(timeout, attempts, r[2], r[3], r[4])) end
     backoff(attempts, deadline)

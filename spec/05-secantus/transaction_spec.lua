@@ -8,6 +8,7 @@ local lu = require "luaunit"
 local ms = require "mongostore"
 local helper = require "helpers"
 local rawdb = require "helpers.rawdb"
+local faults = require "helpers.faults"
 
 local SERVER = os.getenv("MONGOSTORE_TEST_SERVER") or "other"
 local PROCS, EACH = 2, 15
@@ -403,4 +404,46 @@ function TestTransactions:test_collected_sessions_end()
   lu.assertEquals(rawdb.count(self.name, "orders"), 1)
   lu.assertTrue(self.db:transaction(function(s) ok(self.c:insert_one({ _id = "after" }, { session = s })) end))
   lu.assertEquals(rawdb.count(self.name, "orders"), 2)
+end
+
+-- The replies to commitTransaction are lost (tools/fault-proxy): the commit
+-- reached the server, the client cannot know. libmongoc tries it once more
+-- itself, then reports UnknownTransactionCommitResult; db:transaction sends
+-- the commit again (never fn) until an answer comes or the timeout passes.
+local function through_lost_commits(self, lost, timeout)
+  local proxy = faults.start_proxy(helper.uri())
+  local pdb = ok(ms.database(proxy.uri(), { db = self.name, wait = 10 }))
+  ok(self.c:insert_one({ _id = "k", v = 0 }))
+  local runs = 0
+  local res = table.pack(pdb:transaction(function(s)
+    runs = runs + 1
+    ok(pdb:collection("orders"):update_one({ _id = "k" }, { ["$inc"] = { v = 1 } }, { session = s }))
+    proxy.bump("lose_next", lost, { target = "committransaction" })
+    return "placed"
+  end, { timeout = timeout }))
+  pdb:close()
+  proxy.stop()
+  return res, runs, proxy.final_stats
+end
+
+function TestTransactions:test_unknown_commit_result_retries_only_the_commit()
+  local res, runs, stats = through_lost_commits(self, 2, 30)
+  lu.assertEquals({ res[1], res[2] }, { true, "placed" }, tostring(res[2]))
+  lu.assertEquals(runs, 1, "fn ran again: only the commit may be")
+  lu.assertEquals(stats.replies_lost, 2)
+  lu.assertEquals(ok(self.c:find_one({ _id = "k" })).v, 1, "the increment applied once")
+end
+
+function TestTransactions:test_unknown_commit_result_until_the_timeout()
+  local res, runs = through_lost_commits(self, 100000, 1)
+  lu.assertNil(res[1])
+  lu.assertEquals(res[3], "timeout", res[2])
+  lu.assertStrContains(res[2], "outcome is unknown")
+  lu.assertEquals(res[4].cause, "network")
+  local labels = {}
+  for _, l in ipairs(res[4].labels) do labels[l] = true end
+  lu.assertTrue(labels.UnknownTransactionCommitResult, table.concat(res[4].labels, ","))
+  lu.assertEquals(runs, 1)
+  -- the first commit reached the server: unknown to the caller, applied
+  lu.assertEquals(ok(self.c:find_one({ _id = "k" })).v, 1)
 end
