@@ -335,7 +335,16 @@ static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, siz
         && !lua_isinteger(L, idx)
 #endif
     ) {
-      bson_append_double(doc, key, kl, (double)lua_tonumber(L, idx));
+      double d = (double)lua_tonumber(L, idx);
+#if LUA_VERSION_NUM < 503
+      /* LuaJIT keeps one NaN of its own (its values are NaN-tagged): write
+       * the quiet NaN other drivers write (Python's, Java's, JavaScript's) */
+      if (isnan(d)) {
+        uint64_t bits = UINT64_C(0x7ff8000000000000);
+        memcpy(&d, &bits, sizeof d);
+      }
+#endif
+      bson_append_double(doc, key, kl, d);
     } else if (ms_to_int64(L, idx, &iv)) {
       if (hint == MS_SHAPE_INT32 && iv >= INT32_MIN && iv <= INT32_MAX)
         bson_append_int32(doc, key, kl, (int32_t)iv);

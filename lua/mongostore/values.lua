@@ -9,7 +9,7 @@
 -- core's codecs, and one the core decodes is an array here.
 local ARRAY_MT_NAME = "mongostore.array"
 
-local type, error, rawequal, pcall, require = type, error, rawequal, pcall, require
+local type, error, rawequal, rawget, pcall, require = type, error, rawequal, rawget, pcall, require
 local getmetatable, setmetatable = getmetatable, setmetatable
 local debug = debug
 
@@ -67,9 +67,14 @@ function M.array(t)
   return t
 end
 
--- is_array(v): true when v is a table marked with array.
+-- is_array(v): true when v is a table marked with array. The one rule the
+-- core keeps too (ms_is_marked_array): its metatable is the mark, or the
+-- shape of an array the core decoded from a document (which remembers each
+-- item's numeric type), holding the mark at [0].
 function M.is_array(v)
-  return type(v) == "table" and rawequal(get_mt(v), array_mt)
+  if type(v) ~= "table" then return false end
+  local mt = get_mt(v)
+  return rawequal(mt, array_mt) or (type(mt) == "table" and rawequal(rawget(mt, 0), array_mt))
 end
 
 -- is_null(v): true for null (nil is not null: it is a missing value).
