@@ -1,8 +1,9 @@
 -- mongostore.ngx - mongostore inside OpenResty: request handlers reach the
 -- store and the engine through nginx worker threads (ngx.run_worker_thread),
--- so they yield instead of blocking the event loop; start_worker runs the
--- relays and the timer sweep on ngx.timer.every, one nginx worker at a time.
--- Arguments and results cross the thread boundary as JSON text.
+-- so they yield instead of blocking the event loop, and so do the app's own
+-- functions through msngx.run (document operations, say); start_worker runs
+-- the relays and the timer sweep on ngx.timer.every, one nginx worker at a
+-- time. Arguments and results cross the thread boundary as JSON text.
 local type, error, tostring, pairs, ipairs, select = type, error, tostring, pairs, ipairs, select
 local unpack = unpack or table.unpack
 local format = string.format
@@ -84,6 +85,7 @@ end
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
 -- server_selection_timeout (seconds) bounds every wait for a server.
+-- run_modules: the modules msngx.run may call (none when absent).
 function M.configure(cfg)
   if type(cfg) ~= "table" then error("mongostore.ngx.configure: expected a table", 2) end
   if type(cfg.uri) ~= "string" or cfg.uri == "" then error("mongostore.ngx.configure: uri must be a string", 2) end

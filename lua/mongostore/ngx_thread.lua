@@ -1,6 +1,7 @@
 -- mongostore.ngx_thread - the side of mongostore.ngx that runs inside an
 -- nginx worker thread (its own Lua VM). It keeps one store and one engine per
--- configuration for the life of the thread's VM; arguments arrive and
+-- configuration for the life of the thread's VM, runs the app functions
+-- msngx.run names (config() and database() serve them); arguments arrive and
 -- results leave as JSON text, so boxed int64s and empty arrays survive.
 local type, ipairs, pairs, tostring, select, pcall, xpcall = type, ipairs, pairs, tostring, select, pcall, xpcall
 local unpack = unpack or table.unpack

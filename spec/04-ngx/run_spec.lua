@@ -295,3 +295,30 @@ function TestNgxRun:test_a_blocking_function_does_not_block_the_worker()
   lu.assertIsTable(answer, tostring(slow.answer()))
   lu.assertEquals(answer.v, { true }, "it was released, not timed out")
 end
+
+-- configure's run_modules and the names msngx.run takes, checked before
+-- any thread is asked (here, outside nginx).
+TestNgxRunNames = {}
+
+function TestNgxRunNames:test_run_modules_must_be_a_list_of_names_or_prefixes()
+  local msngx = require "mongostore.ngx"
+  local uri = "mongodb://127.0.0.1:1"
+  local bad_lists = { "app.", { "app..x" }, { "" }, { "." }, { "1app" }, { 1 }, { x = "app." },
+                      { "app.", nil, "b" } }
+  for i = 1, 8 do
+    local ok, err = pcall(msngx.configure, { uri = uri, run_modules = bad_lists[i] })
+    lu.assertFalse(ok, "case " .. i)
+    lu.assertStrContains(err, "run_modules must be a list of module names or prefixes ending with '.'")
+  end
+  lu.assertTrue(msngx.configure{ uri = uri, run_modules = { "app.", "shop.orders" } })
+  for _, name in ipairs { "app", "appx.orders", "shop.orders.lines", "shop.ordersx", "shop" } do
+    local ok, err = pcall(msngx.run, name, "create")
+    lu.assertFalse(ok, name)
+    lu.assertStrContains(err, "mongostore.ngx.run: module '" .. name .. "' is not in configure's run_modules")
+  end
+  -- none is callable when run_modules is absent
+  lu.assertTrue(msngx.configure{ uri = uri })
+  local ok, err = pcall(msngx.run, "app.orders", "create")
+  lu.assertFalse(ok)
+  lu.assertStrContains(err, "is not in configure's run_modules")
+end
