@@ -92,17 +92,6 @@ void ms_session_close_all(lua_State *L, ms_database_t *db) {
 
 /* ---- errors ---- */
 
-static void scrub(const ms_database_t *db, ms_err_t *e) {
-  const char *pw = db ? db->password : NULL;
-  size_t pl;
-  char *hit;
-  if (!pw || !(pl = strlen(pw))) return;
-  while ((hit = strstr(e->msg, pw)) != NULL) {
-    memmove(hit + 3, hit + pl, strlen(hit + pl) + 1);
-    memcpy(hit, "***", 3);
-  }
-}
-
 static int reply_has_label(const bson_t *reply, const char *label) {
   bson_iter_t it, arr;
   if (!reply || !bson_iter_init_find(&it, reply, "errorLabels") || !BSON_ITER_HOLDS_ARRAY(&it) ||
@@ -116,7 +105,10 @@ static int reply_has_label(const bson_t *reply, const char *label) {
 /* nil, msg, code, detail for a failed session call: transient for the
  * TransientTransactionError label, otherwise the code of the error;
  * detail = { server_code =, labels = array{...} } when the server or
- * libmongoc gave them. */
+ * libmongoc gave them. Not ms_document_push_error: a commit's network
+ * failure has labels and no server code (UnknownTransactionCommitResult,
+ * the one db:transaction must see), and a call in the wrong state is the
+ * caller's mistake (invalid), not the server's. */
 static int push_failure(lua_State *L, ms_database_t *db, const bson_error_t *be, const bson_t *reply,
                         const char *doing) {
   ms_err_t e;
@@ -129,7 +121,7 @@ static int push_failure(lua_State *L, ms_database_t *db, const bson_error_t *be,
   /* a call in the wrong state (commit with no transaction, abort after commit) */
   if (be->domain == MONGOC_ERROR_TRANSACTION) e.code = "invalid";
   if (reply_has_label(reply, "TransientTransactionError")) e.code = "transient";
-  scrub(db, &e);
+  ms_scrub(db->password, &e);
   ms_push_error(L, &e);
   if (!has_labels && !server_code) return 3;
   lua_createtable(L, 0, 2);
@@ -187,7 +179,7 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db) {
     if (be.domain == MONGOC_ERROR_CLIENT && be.code == MONGOC_ERROR_CLIENT_SESSION_FAILURE) {
       ms_err_t e;
       ms_err_set(&e, "unavailable", "session: %s", be.message);
-      scrub(db, &e);
+      ms_scrub(db->password, &e);
       return ms_push_error(L, &e);
     }
     return push_failure(L, db, &be, NULL, "session");
@@ -420,7 +412,7 @@ static int l_start_transaction(lua_State *L) {
     const char *code = mongoc_client_session_in_transaction(s->cs) ? "invalid" : "unavailable";
     if (be.domain != MONGOC_ERROR_TRANSACTION) return push_failure(L, s->db, &be, NULL, "start_transaction");
     ms_err_set(&e, code, "start_transaction: %s", be.message);
-    scrub(s->db, &e);
+    ms_scrub(s->db->password, &e);
     return ms_push_error(L, &e);
   }
   lua_pushboolean(L, 1);
