@@ -80,13 +80,18 @@ function TestSessions:test_wrong_arguments_raise()
 end
 
 function TestSessions:test_not_a_session_refused()
-  for _, bad in ipairs { {}, "session", 42, true, self.db } do
+  -- another kind of handle: refused
+  for _, bad in ipairs { self.db, self.c, self.c:find({}) } do
     local v, err, code = self.c:insert_one({ _id = "x" }, { session = bad })
     lu.assertNil(v)
     lu.assertEquals(code, "invalid")
     lu.assertStrContains(err, "session")
     v, err, code = self.c:find_one({ _id = "seed" }, { session = bad })
     lu.assertEquals({ v, code }, { nil, "invalid" }, err)
+  end
+  -- not a handle at all: a mistake in the code, which raises
+  for _, bad in ipairs { {}, "session", 42, true } do
+    lu.assertErrorMsgContains("opts.session", self.c.insert_one, self.c, { _id = "x" }, { session = bad })
   end
   lu.assertEquals(rawdb.count(self.name, "things"), 1)
 end
