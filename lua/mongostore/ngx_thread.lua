@@ -51,7 +51,9 @@ local function pack_labelled(label, ...)
   end
   local text, err = core.json_encode({ v = core.array(values) })
   if not text then
-    local msg = (label and label .. ": " or "") .. "answer not encodable: " .. tostring(err)
+    local msg = "answer not encodable: " .. tostring(err)
+    -- msngx.run's answers: the app's function chose them
+    if label then msg = label .. ": " .. msg .. " (JSON carries plain values, no boxes: tostring an ObjectId)" end
     text = core.json_encode({ v = core.array({ core.null, msg, "server" }) })
   end
   return text

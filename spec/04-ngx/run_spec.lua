@@ -6,6 +6,8 @@
 -- the next call works, unknown modules and functions are clear errors,
 -- calls in flight stay within max_inflight, and a function that blocks its
 -- thread does not block the worker: another location answers meanwhile.
+-- The module's handles: a Store it opens itself and keeps, and the VM's
+-- Database from mongostore.ngx_thread.database (the document API).
 local lu = require "luaunit"
 local ms = require "mongostore"
 local helper = require "helpers"
@@ -148,7 +150,7 @@ function TestNgxRun:test_arguments_and_results_cross_exactly()
   lu.assertEquals(v[1], 0)
 end
 
-function TestNgxRun:test_a_document_written_and_read_in_the_thread()
+function TestNgxRun:test_an_execution_through_a_store_the_module_keeps()
   local ctx = { total = 9007199254740993, lines = { { sku = "a", qty = 2 } }, tags = ms.array{}, note = ms.null }
   local v, n, raw = results("app.run_probe", "save_and_load", "run-1", ctx)
   lu.assertEquals(n, 2, raw)
@@ -163,6 +165,43 @@ function TestNgxRun:test_a_document_written_and_read_in_the_thread()
   lu.assertEquals(exe.definition_id, "run_probe")
   lu.assertEquals(exe.context.total, 9007199254740993)
   lu.assertEquals(exe.context.lines, { { sku = "a", qty = 2 } })
+end
+
+function TestNgxRun:test_documents_through_the_thread_vms_database()
+  local calls, opened = 3 * VM_POOL, 0
+  for i = 1, calls do
+    local doc = { n = i, big = 9007199254740993, tags = ms.array{}, nested = { a = { 1, 2 }, none = ms.null } }
+    local v, n, raw = results("app.run_probe", "insert_and_find", "notes", doc)
+    lu.assertEquals(n, 2, raw)
+    local found = v[1]
+    lu.assertStrMatches(found._id, "^%x+$")
+    lu.assertEquals(#found._id, 24)
+    lu.assertEquals(found.n, i)
+    lu.assertEquals(found.big, 9007199254740993)
+    lu.assertTrue(ms.is_array(found.tags), raw)
+    lu.assertEquals(found.nested.a, { 1, 2 })
+    lu.assertIs(found.nested.none, ms.null)
+    if v[2] == false then opened = opened + 1 end
+  end
+  -- each VM opened its Database once and kept it
+  lu.assertTrue(opened >= 1 and opened <= VM_POOL, "databases opened: " .. opened)
+  -- what the threads wrote is in MongoDB
+  local db = assert(ms.database(helper.uri(), { db = srv().db, wait = 10 }))
+  lu.assertEquals(db:collection("notes"):count({ big = 9007199254740993 }), calls)
+  db:close()
+
+  -- the document API's own failure passes through as it is
+  local v, _, raw = results("app.run_probe", "insert_twice", "notes", { _id = "dup-1" })
+  lu.assertEquals(v[1], ms.null, raw)
+  lu.assertEquals(v[3], "duplicate", raw)
+  lu.assertStrContains(v[2], "dup-1")
+
+  -- a document answered as it comes holds an ObjectId: refused, and said why
+  v, _, raw = results("app.run_probe", "find_raw", "notes")
+  lu.assertEquals(v[1], ms.null, raw)
+  lu.assertStrContains(v[2], "run app.run_probe.find_raw: answer not encodable: ")
+  lu.assertStrContains(v[2], "tostring an ObjectId")
+  lu.assertEquals(v[3], "server")
 end
 
 function TestNgxRun:test_the_functions_own_failure_passes_through()
