@@ -65,8 +65,9 @@ static box_t *box_new_strings(lua_State *L, int kind, const char *s1, size_t n1,
 }
 
 static box_t *box_at(lua_State *L, int idx, int kind) {
-  if (ms_box_kind(L, idx) != kind) {
-    luaL_error(L, "%s expected, got %s", box_names[kind], luaL_typename(L, idx));
+  int k = ms_box_kind(L, idx);
+  if (k != kind) {
+    luaL_error(L, "%s expected, got %s", box_names[kind], k ? box_names[k] : luaL_typename(L, idx));
     return NULL;
   }
   return (box_t *)lua_touserdata(L, idx);
@@ -499,7 +500,8 @@ static int mm_eq(lua_State *L) {
     eq = x->a == y->a && x->b == y->b && memcmp(&x->v, &y->v, sizeof x->v) == 0;
     if (eq && (k1 == MS_BOX_BINARY || k1 == MS_BOX_REGEX || k1 == MS_BOX_CODE || k1 == MS_BOX_CODEWSCOPE ||
                k1 == MS_BOX_SYMBOL || k1 == MS_BOX_DBPOINTER))
-      eq = memcmp(x->s, y->s, (size_t)x->a + x->b + 2) == 0;
+      /* a binary's b is its subtype, not a length */
+      eq = memcmp(x->s, y->s, (size_t)x->a + (k1 == MS_BOX_BINARY ? 0 : x->b) + 2) == 0;
   }
   lua_pushboolean(L, eq);
   return 1;
