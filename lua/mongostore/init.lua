@@ -14,6 +14,20 @@ return {
   sleep = core.sleep,
   uuid = core.uuid,
   int64 = core.int64,
+  -- BSON values Lua has no type for (csrc/bsontypes.c): each with tostring and ==
+  objectid = core.objectid,
+  date = core.date,
+  binary = core.binary,
+  decimal = core.decimal,
+  int32 = core.int32,
+  timestamp = core.timestamp,
+  regex = core.regex,
+  code = core.code,
+  symbol = core.symbol,
+  dbpointer = core.dbpointer,
+  minkey = core.minkey,
+  maxkey = core.maxkey,
+  undefined = core.undefined,
   -- the core's JSON codec: arrays stay arrays (mongostore.array), null is
   -- mongostore.null, integers are exact; encode/decode return nil, msg on bad input
   json = { encode = core.json_encode, decode = core.json_decode },
