@@ -204,6 +204,40 @@ function TestNgxRun:test_documents_through_the_thread_vms_database()
   lu.assertEquals(v[3], "server")
 end
 
+-- The example's notes endpoint: documents through msngx.run and app/notes.lua.
+function TestNgxRun:test_the_examples_notes_endpoint()
+  local s = srv()
+  local status, body, _, raw = s:post("/notes", { text = "first note", tags = { "a", "b" } })
+  lu.assertEquals(status, 201, raw)
+  local id = body.id
+  lu.assertStrMatches(id, "^[%x%-]+$")
+  status, body, _, raw = s:get("/notes/" .. id)
+  lu.assertEquals(status, 200, raw)
+  lu.assertEquals(body.note, { id = id, text = "first note", tags = { "a", "b" } })
+  -- no tags: an empty array, kept one through MongoDB and both thread crossings
+  status, body, _, raw = s:post("/notes", { text = "second" })
+  lu.assertEquals(status, 201, raw)
+  status, body, _, raw = s:get("/notes/" .. body.id)
+  lu.assertEquals(status, 200, raw)
+  lu.assertStrContains(raw, '"tags":[]')
+  -- the document is in MongoDB as written
+  local db = assert(ms.database(helper.uri(), { db = s.db, wait = 10 }))
+  local doc = db:collection("notes"):find_one({ _id = id })
+  db:close()
+  lu.assertEquals(doc, { _id = id, text = "first note", tags = { "a", "b" } })
+
+  status, body, _, raw = s:get("/notes/no-such-note")
+  lu.assertEquals(status, 404, raw)
+  lu.assertEquals(body.code, "not_found")
+  status, body, _, raw = s:post("/notes", { text = "" })
+  lu.assertEquals(status, 400, raw)
+  lu.assertStrContains(body.error, "text must be a non-empty string")
+  status, _, _, raw = s:post("/notes", { text = "x", tags = { 1 } })
+  lu.assertEquals(status, 400, raw)
+  status, _, _, raw = s:request("DELETE", "/notes/" .. id)
+  lu.assertEquals(status, 405, raw)
+end
+
 function TestNgxRun:test_the_functions_own_failure_passes_through()
   local v, n, raw = results("app.run_probe", "refuse", "o-9")
   lu.assertEquals(n, 4, raw)

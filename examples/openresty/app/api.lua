@@ -14,6 +14,9 @@
 --   GET  /executions?status=RUNNING&definition_id=order&limit=10&cursor=...&roots_only=true
 --                                       -> 200 {items: [...], next_cursor: "..." | null}
 --   HEAD on either GET resource answers as GET would, without the body.
+--   POST /notes                         {text, tags?}                     -> 201 {id}
+--   GET  /notes/{id}                    -> 200 {note: {id, text, tags}} or 404
+--        (documents, through msngx.run and app/notes.lua in worker threads)
 --
 -- A request the API cannot take gets a 4xx with a JSON body {error, code?};
 -- it is checked here before anything reaches the library (whose argument
@@ -321,6 +324,54 @@ local function method_not_allowed(allowed)
   return fail(405, format("method %s is not allowed here (allowed: %s)", ngx.req.get_method(), allowed))
 end
 
+-- POST /notes {text, tags?} -> 201 {id}: a document, written in a worker
+-- thread by app/notes.lua (msngx.run).
+local MAX_TEXT, MAX_TAGS = 10000, 20
+local function create_note()
+  local body, err = read_json_object()
+  if not body then return fail(400, err) end
+  if type(body.text) ~= "string" or body.text == "" or #body.text > MAX_TEXT then
+    return fail(400, format("text must be a non-empty string of at most %d bytes", MAX_TEXT))
+  end
+  local why = text_error(body.text)
+  if why then return fail(400, "text " .. why) end
+  local tags = body.tags
+  if tags ~= nil then
+    if type(tags) ~= "table" or not is_array(tags) or #tags > MAX_TAGS then
+      return fail(400, format("tags must be an array of at most %d strings", MAX_TAGS))
+    end
+    for i, t in ipairs(tags) do
+      local ok, terr = check_text(t, "tags[" .. i .. "]", MAX_ID)
+      if not ok then return fail(400, terr) end
+    end
+  end
+  local id, nerr, code = call(msngx.run, "app.notes", "create", { text = body.text, tags = tags })
+  if not id then return library_error(nerr, code) end
+  return send(201, { id = id }, { Location = "/notes/" .. ngx.escape_uri(id) })
+end
+
+-- GET /notes/{id} -> 200 {note} or 404
+local function show_note(id)
+  local note, err, code = call(msngx.run, "app.notes", "get", id)
+  if note == nil then
+    if err == nil then return fail(404, format("no note '%s'", id), "not_found") end
+    return library_error(err, code)
+  end
+  return send(200, { note = note })
+end
+
+local function notes(method, seg)
+  local get = method == "GET" or method == "HEAD"
+  if #seg == 1 then
+    if method == "POST" then return create_note() end
+    return method_not_allowed("POST")
+  end
+  local ok, err = check_id(seg[2], "note id")
+  if not ok then return fail(400, err) end
+  if get then return show_note(seg[2]) end
+  return method_not_allowed("GET, HEAD")
+end
+
 -- The raw path (before nginx decodes %2F), split into decoded segments.
 local function segments()
   local path = ngx.var.request_uri:match("^[^?]*")
@@ -333,6 +384,7 @@ end
 function M.handle()
   local method = ngx.req.get_method()
   local seg, trailing = segments()
+  if seg[1] == "notes" and #seg <= 2 and not trailing then return notes(method, seg) end
   if seg[1] ~= "executions" or #seg > 3 or trailing then
     return fail(404, "no such resource: " .. ngx.var.uri)
   end
