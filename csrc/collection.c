@@ -225,6 +225,22 @@ static int push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t
 
 /* ---- inserts ---- */
 
+/* A stored document (an insert, a replacement) may not have a top-level key
+ * starting with '$': that is an update given where a document belongs, and
+ * servers differ on storing it. Nested ones stay (a DBRef's $ref, $id). */
+static int check_top_keys(const bson_t *doc, const char *what, ms_err_t *e) {
+  bson_iter_t it;
+  if (!bson_iter_init(&it, doc)) return 0;
+  while (bson_iter_next(&it)) {
+    if (bson_iter_key(&it)[0] == '$') {
+      ms_err_set(e, "invalid", "%s: top-level key '%.64s' starts with '$' (an update operator where a document "
+                 "belongs?)", what, bson_iter_key(&it));
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* The document at idx encoded with an _id first: its own, or an ObjectId
  * made here, so the caller knows the id of what it inserted. */
 static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, const char *what, ms_err_t *e) {
@@ -232,6 +248,7 @@ static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, co
   bson_iter_t it;
   int rc = doc_arg(L, idx, &body, what, 0, e);
   if (rc == 0) rc = ms_check_storable(&body, what, e);
+  if (rc == 0) rc = check_top_keys(&body, what, e);
   if (rc == 0) {
     if (bson_iter_init_find(&it, &body, "_id")) {
       bson_copy_to(&body, out);
@@ -518,6 +535,7 @@ static int write_one(lua_State *L, int kind, const char *op) {
   if (rc == 0 && kind == W_REPLACE_ONE) {
     rc = doc_arg(L, 3, &body, "replacement", 0, &e);
     if (rc == 0) rc = ms_check_storable(&body, "replacement", &e);
+    if (rc == 0) rc = check_top_keys(&body, "replacement", &e);
     if (rc == 0) rc = size_ok(&k, &body, "replacement", &e);
   } else if (rc == 0 && !is_delete) {
     rc = update_arg(L, 3, &body, "update", &e);
@@ -729,6 +747,7 @@ static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, 
       } else if (which == 3) {
         rc = doc_arg(L, -1, &b, fw, 0, e);
         if (rc == 0) rc = ms_check_storable(&b, fw, e);
+        if (rc == 0) rc = check_top_keys(&b, fw, e);
         if (rc == 0) rc = size_ok(k, &b, fw, e);
       } else {
         rc = update_arg(L, -1, &b, fw, e);
@@ -795,6 +814,7 @@ static int l_bulk_write(lua_State *L) {
   ms_err_t e;
   mongoc_bulk_operation_t *bulk;
   size_t n = 0, i;
+  char *is_insert, *failed;
   int rc = 0, nret;
   BEGIN(L, k, "bulk_write", 3);
   if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
@@ -808,13 +828,22 @@ static int l_bulk_write(lua_State *L) {
   }
   bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
   bson_destroy(&opts);
+  is_insert = (char *)bson_malloc0(n);
+  failed = (char *)bson_malloc0(n);
   for (i = 1; i <= n && rc == 0; i++) {
     lua_rawgeti(L, 2, (lua_Integer)i);
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "insert_one");
+      is_insert[i - 1] = !lua_isnil(L, -1);
+      lua_pop(L, 1);
+    }
     rc = add_op(L, &k, bulk, -1, i, &e);
     lua_pop(L, 1);
   }
   if (rc) {
     mongoc_bulk_operation_destroy(bulk);
+    bson_free(is_insert);
+    bson_free(failed);
     return fail(L, &k, &e);
   }
   if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
@@ -823,13 +852,26 @@ static int l_bulk_write(lua_State *L) {
     static const char *const counts[][2] = {{"inserted", "nInserted"}, {"matched", "nMatched"},
                                             {"modified", "nModified"}, {"deleted", "nRemoved"},
                                             {"upserted", "nUpserted"}};
+    size_t first_failed = n, inserted = 0;
+    int ordered = 1;
     lua_createtable(L, 0, 7);
     for (i = 0; i < sizeof counts / sizeof counts[0]; i++) {
       lua_pushinteger(L, (lua_Integer)reply_int(&reply, counts[i][1]));
       lua_setfield(L, -2, counts[i][0]);
     }
-    push_write_errors(L, &k, &reply, NULL, 0);
+    push_write_errors(L, &k, &reply, failed, n);
     lua_setfield(L, -2, "errors");
+    /* inserts counted from the errors: an insert either lands or has one,
+     * and an ordered bulk stops at its first (some servers count a whole
+     * unordered batch as inserted) */
+    if (opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    for (i = 0; i < n; i++)
+      if (failed[i] && i < first_failed) first_failed = i;
+    for (i = 0; i < n; i++)
+      if (is_insert[i] && !failed[i] && (!ordered || i < first_failed)) inserted++;
+    lua_pushinteger(L, (lua_Integer)inserted);
+    lua_setfield(L, -2, "inserted");
     if (push_upserted(L, &reply, &e)) nret = fail(L, &k, &e);
     else {
       lua_setfield(L, -2, "upserted_ids");
@@ -838,6 +880,8 @@ static int l_bulk_write(lua_State *L) {
   }
   bson_destroy(&reply);
   mongoc_bulk_operation_destroy(bulk);
+  bson_free(is_insert);
+  bson_free(failed);
   return nret;
 }
 

@@ -159,7 +159,12 @@ static int each_step(lua_State *L) {
   lua_settop(L, 0);
   if (c->closed || !c->db || !c->db->client) return luaL_error(L, "%s: the cursor is closed", c->doing);
   n = step(L, c);
-  if (n < 0) return luaL_error(L, "%s (%s)", lua_tostring(L, -2), lua_tostring(L, -1));
+  if (n < 0) {
+    /* nil, msg, code[, detail] on the stack: the message and its code */
+    int base = lua_gettop(L) + n;
+    lua_pushfstring(L, "%s (%s)", lua_tostring(L, base + 2), lua_tostring(L, base + 3));
+    return lua_error(L);
+  }
   if (n == 0) {
     ms_cursor_close(L, c);
     return 0;
