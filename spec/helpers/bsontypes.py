@@ -11,9 +11,11 @@ usage: python bsontypes.py URI DB COLL OP [ARG]; prints one line.
   bytes ID    the every-type document's bytes as pymongo encodes them, in
               hex, with no server (URI, DB and COLL are not used)
   raw ID      the bytes of the document with _id ID, in hex ("none" if absent)
+  types ID    the Python type pymongo reads each field of _id ID as, as JSON
   insert HEX  insert the document whose bytes are HEX, as they are
 """
 
+import json
 import os
 import struct
 import sys
@@ -114,6 +116,10 @@ def main():
     if op == "raw":
         doc = coll.find_one({"_id": arg})
         out = "none" if doc is None else doc.raw.hex()
+    elif op == "types":
+        plain = coll.with_options(codec_options=CodecOptions())
+        doc = plain.find_one({"_id": arg})
+        out = json.dumps({k: type(v).__name__ for k, v in doc.items()}, sort_keys=True)
     elif op == "insert":
         coll.insert_one(RawBSONDocument(bytes.fromhex(arg)))
         out = "ok"
