@@ -11,12 +11,16 @@
 
 #include <mongoc/mongoc.h>
 
-/* A database's open sessions, so that closing the database ends them before
- * its client goes back to the pool (a session's client must not be shared
+/* A database's sessions, so that closing the database ends them before its
+ * client goes back to the pool (a session's client must not be shared
  * while the session still talks through it). Kept in the registry under
- * the database's address: a table of light userdata (each session's
- * address) -> true. Sessions are never found through it, only ended. */
-static void push_open_sessions(lua_State *L, ms_database_t *db, int create) {
+ * the database's address: a table whose keys are light userdata, each
+ * either an open session (value OPEN) or the libmongoc half of a session
+ * already closed that a cursor may still use (value PARKED, below). */
+#define OPEN 1
+#define PARKED 2
+
+static void push_sessions(lua_State *L, ms_database_t *db, int create) {
   lua_pushlightuserdata(L, (void *)db);
   lua_rawget(L, LUA_REGISTRYINDEX);
   if (lua_isnil(L, -1) && create) {
@@ -28,11 +32,12 @@ static void push_open_sessions(lua_State *L, ms_database_t *db, int create) {
   }
 }
 
-static void track(lua_State *L, ms_session_t *s, int open) {
-  push_open_sessions(L, s->db, open);
+/* Sets key's entry in db's table (value 0 removes it). */
+static void mark(lua_State *L, ms_database_t *db, void *key, int value) {
+  push_sessions(L, db, value != 0);
   if (lua_istable(L, -1)) {
-    lua_pushlightuserdata(L, (void *)s);
-    if (open) lua_pushboolean(L, 1);
+    lua_pushlightuserdata(L, key);
+    if (value) lua_pushinteger(L, value);
     else lua_pushnil(L);
     lua_rawset(L, -3);
   }
@@ -57,34 +62,76 @@ static void destroy_quietly(mongoc_client_session_t *cs) {
   ms_log_quiet = 0;
 }
 
-/* Ends the session: libmongoc aborts a transaction still open. */
-static void end_session(lua_State *L, ms_session_t *s) {
-  if (s->cs) destroy_quietly(s->cs);
-  s->cs = NULL;
-  if (s->db) {
-    track(L, s, 0);
-    luaL_unref(L, LUA_REGISTRYINDEX, s->db_ref);
-    s->db = NULL;
-    s->db_ref = LUA_NOREF;
-  }
+/* A cursor made with a session reads its later batches, and kills itself,
+ * through that session: libmongoc keeps the pointer. So a session closed
+ * while its database has a live cursor (which one used it cannot be told
+ * from here) is ended for Lua at once, its transaction aborted, but its
+ * libmongoc half waits (PARKED) until no cursor of the database is live,
+ * or the database closes, which closes its cursors first. */
+static int has_live_cursor(const ms_database_t *db) {
+  const ms_cursor_t *c;
+  for (c = db->cursors; c; c = c->next)
+    if (c->cur) return 1;
+  return 0;
 }
 
-void ms_session_close_all(lua_State *L, ms_database_t *db) {
-  push_open_sessions(L, db, 0);
-  if (lua_istable(L, -1)) {
-    lua_pushnil(L);
-    while (lua_next(L, -2)) {
-      ms_session_t *s = (ms_session_t *)lua_touserdata(L, -2);
-      lua_pop(L, 1);
-      /* only the libmongoc half here: the table is being walked, and the
-       * session's registry reference goes when it is closed or collected */
-      if (s && s->cs) {
-        destroy_quietly(s->cs);
-        s->cs = NULL;
-      }
+/* Destroys the parked halves of db's sessions (all of them with all = 1:
+ * the open ones too, for the database's close). */
+static void sweep(lua_State *L, ms_database_t *db, int all) {
+  int t;
+  push_sessions(L, db, 0);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  t = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    int kind = (int)lua_tointeger(L, -1);
+    void *key = lua_touserdata(L, -2);
+    lua_pop(L, 1);
+    if (kind == PARKED) {
+      destroy_quietly((mongoc_client_session_t *)key);
+      /* clearing a field while walking the table is allowed */
+      lua_pushvalue(L, -1);
+      lua_pushnil(L);
+      lua_rawset(L, t);
+    } else if (all) {
+      ms_session_t *s = (ms_session_t *)key;
+      /* only the libmongoc half: the session's registry reference goes
+       * when it is closed or collected */
+      if (s->cs) destroy_quietly(s->cs);
+      s->cs = NULL;
     }
   }
   lua_pop(L, 1);
+}
+
+/* Ends the session for Lua; libmongoc aborts a transaction still open when
+ * it destroys the session, or here when that must wait. */
+static void end_session(lua_State *L, ms_session_t *s) {
+  mongoc_client_session_t *cs = s->cs;
+  ms_database_t *db = s->db;
+  s->cs = NULL;
+  if (!db) return;
+  mark(L, db, s, 0);
+  if (cs) {
+    if (db->client && has_live_cursor(db)) {
+      bson_error_t be;
+      if (mongoc_client_session_in_transaction(cs)) (void)abort_quietly(cs, &be);
+      mark(L, db, cs, PARKED);
+    } else {
+      destroy_quietly(cs);
+    }
+  }
+  if (db->client && !has_live_cursor(db)) sweep(L, db, 0);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->db_ref);
+  s->db = NULL;
+  s->db_ref = LUA_NOREF;
+}
+
+void ms_session_close_all(lua_State *L, ms_database_t *db) {
+  sweep(L, db, 1);
   lua_pushlightuserdata(L, (void *)db);
   lua_pushnil(L);
   lua_rawset(L, LUA_REGISTRYINDEX);
@@ -191,7 +238,8 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db) {
   luaL_setmetatable(L, MS_SESSION_MT);
   lua_pushvalue(L, db_idx);
   s->db_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  track(L, s, 1);
+  mark(L, db, s, OPEN);
+  if (!has_live_cursor(db)) sweep(L, db, 0);
   return 1;
 }
 

@@ -448,3 +448,28 @@ function TestTransactions:test_unknown_commit_result_until_the_timeout()
   -- the first commit reached the server: unknown to the caller, applied
   lu.assertEquals(ok(self.c:find_one({ _id = "k" })).v, 1)
 end
+
+-- A cursor reads its later batches through the session it was made with:
+-- closing (or collecting) the session first leaves the cursor working.
+function TestTransactions:test_cursor_outlives_its_session()
+  for i = 1, 9 do ok(self.c:insert_one({ _id = "d" .. i, i = i })) end
+  local s = ok(self.db:session())
+  local cur = ok(self.c:find({ i = { ["$gte"] = 1 } }, { session = s, batch_size = 2, sort = { i = 1 } }))
+  lu.assertEquals(ok(cur:next()).i, 1)
+  s:close()
+  local rest = ok(cur:all())
+  lu.assertEquals(#rest, 8)
+  lu.assertEquals(rest[8].i, 9)
+
+  local cur2
+  do
+    local s2 = ok(self.db:session())
+    cur2 = ok(self.c:find({ i = { ["$gte"] = 1 } }, { session = s2, batch_size = 2 }))
+  end
+  collectgarbage()
+  collectgarbage()
+  lu.assertEquals(#ok(cur2:all()), 9)
+  -- the sessions left behind for the cursors end with the next one, or the database
+  ok(self.db:session()):close()
+  lu.assertTrue(self.db:transaction(function() end))
+end
