@@ -6,7 +6,8 @@
 //
 // bench/run.sh installs the driver with `npm ci` under bench/out/node and
 // points NODE_PATH there. Prints "RESULT docs.<label>.r<round>.<op>_ms <ms>"
-// per operation, and docs.<label>.fields / docs.<label>.version. Documents
+// per operation (wall time) and <op>_cpu_ms (the process's CPU time over the
+// same span), and docs.<label>.fields / docs.<label>.version. Documents
 // are built as objects before the clock starts; decoding visits every field
 // of every document, nested ones too, as the Lua side does.
 'use strict';
@@ -61,42 +62,52 @@ function visit(value) {
   return fields;
 }
 
-const ms = (t0) => Number(process.hrtime.bigint() - t0) / 1e6;
+// Wall and process CPU time (ms) of each timed span, in order.
+class Clock {
+  constructor() { this.wall = []; this.cpu = []; }
+  start() { this.t0 = process.hrtime.bigint(); this.c0 = process.cpuUsage(); }
+  stop() {
+    this.wall.push(Number(process.hrtime.bigint() - this.t0) / 1e6);
+    const c = process.cpuUsage(this.c0);
+    this.cpu.push((c.user + c.system) / 1e3);
+  }
+}
 
 async function roundOf(db, name, n, updates, bulk) {
   const coll = db.collection(name);
   await coll.drop().catch(() => {});
   const docs = [];
   for (let i = 1; i <= n; i++) docs.push(makeDoc(i));
-  let t0 = process.hrtime.bigint();
+  const clock = new Clock();
+  clock.start();
   await coll.insertMany(docs, { ordered: false });
-  const tInsert = ms(t0);
+  clock.stop();
 
-  t0 = process.hrtime.bigint();
+  clock.start();
   let fields = 0;
   let count = 0;
   for await (const doc of coll.find({})) {
     fields += visit(doc);
     count++;
   }
-  const tFind = ms(t0);
+  clock.stop();
   if (count !== n) throw new Error(`find returned ${count} documents, expected ${n}`);
 
-  t0 = process.hrtime.bigint();
+  clock.start();
   for (let k = 1; k <= updates; k++) {
     await coll.updateOne({ _id: Long.fromNumber(updateId(k, n, 0)) }, makeUpdate(k));
   }
-  const tUpdate = ms(t0);
+  clock.stop();
 
   const ops = [];
   for (let k = 1; k <= bulk; k++) {
     ops.push({ updateOne: { filter: { _id: Long.fromNumber(updateId(k, n, 3)) }, update: makeUpdate(k) } });
   }
-  t0 = process.hrtime.bigint();
+  clock.start();
   await coll.bulkWrite(ops, { ordered: false });
-  const tBulk = ms(t0);
+  clock.stop();
   await coll.drop().catch(() => {});
-  return { times: [tInsert, tFind, tUpdate, tBulk], fields };
+  return { clock, fields };
 }
 
 async function main() {
@@ -114,11 +125,16 @@ async function main() {
   const db = client.db(dbname);
   await db.command({ ping: 1 });
   await roundOf(db, 'warm', Math.floor(n / 10) + 1, Math.floor(updates / 10) + 1, Math.floor(bulk / 10) + 1);
-  const { times, fields } = await roundOf(db, 'docs', n, updates, bulk);
+  const { clock, fields } = await roundOf(db, 'docs', n, updates, bulk);
   const ops = ['insert_many', 'find', 'update_one', 'bulk_write'];
   console.error(`documents_node ${label} round ${round}: ` +
-    ops.map((op, i) => `${op} ${times[i].toFixed(1)} ms`).join(' ') + ` (${fields} fields decoded)`);
-  const out = ops.map((op, i) => `RESULT docs.${label}.r${round}.${op}_ms ${times[i].toFixed(2)}`);
+    ops.map((op, i) => `${op} ${clock.wall[i].toFixed(1)} ms (cpu ${clock.cpu[i].toFixed(1)})`).join(' ') +
+    ` (${fields} fields decoded)`);
+  const out = [];
+  ops.forEach((op, i) => {
+    out.push(`RESULT docs.${label}.r${round}.${op}_ms ${clock.wall[i].toFixed(2)}`);
+    out.push(`RESULT docs.${label}.r${round}.${op}_cpu_ms ${clock.cpu[i].toFixed(2)}`);
+  });
   out.push(`RESULT docs.${label}.fields ${fields}`);
   const pkg = path.join(path.dirname(require.resolve('mongodb')), '..', 'package.json');
   const version = JSON.parse(fs.readFileSync(pkg, 'utf8')).version;

@@ -4,7 +4,8 @@ bench/documents_limit.c, one round per run (bench/run.sh interleaves them).
 
 usage: documents_pymongo.py <uri> <db> <label> <round> [n] [updates] [bulk]
 
-Prints "RESULT docs.<label>.r<round>.<op>_ms <ms>" per operation, and
+Prints "RESULT docs.<label>.r<round>.<op>_ms <ms>" per operation (wall
+time) and <op>_cpu_ms (the process's CPU time over the same span), and
 docs.<label>.fields / docs.<label>.version. The documents are built as Python
 dicts before the clock starts (encoding them is the driver's work, inside
 the timed call); decoding visits every field of every document, nested ones
@@ -65,34 +66,49 @@ def visit(value):
     return fields
 
 
+class Clock:
+    """Wall and process CPU time (ms) of each timed span, in order."""
+
+    def __init__(self):
+        self.wall, self.cpu = [], []
+
+    def start(self):
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def stop(self):
+        self.wall.append((time.perf_counter() - self.t0) * 1e3)
+        self.cpu.append((time.process_time() - self.c0) * 1e3)
+
+
 def round_of(db, name, n, updates, bulk):
     coll = db[name]
     coll.drop()
+    clock = Clock()
     docs = [make_doc(i) for i in range(1, n + 1)]
-    t0 = time.perf_counter()
+    clock.start()
     coll.insert_many(docs, ordered=False)
-    t_insert = time.perf_counter() - t0
+    clock.stop()
 
-    t0 = time.perf_counter()
+    clock.start()
     fields, count = 0, 0
     for doc in coll.find({}):
         fields += visit(doc)
         count += 1
-    t_find = time.perf_counter() - t0
+    clock.stop()
     if count != n:
         sys.exit("documents_pymongo: find returned %d documents, expected %d" % (count, n))
 
-    t0 = time.perf_counter()
+    clock.start()
     for k in range(1, updates + 1):
         coll.update_one({"_id": bson.Int64(update_id(k, n, 0))}, make_update(k))
-    t_update = time.perf_counter() - t0
+    clock.stop()
 
     ops = [UpdateOne({"_id": bson.Int64(update_id(k, n, 3))}, make_update(k)) for k in range(1, bulk + 1)]
-    t0 = time.perf_counter()
+    clock.start()
     coll.bulk_write(ops, ordered=False)
-    t_bulk = time.perf_counter() - t0
+    clock.stop()
     coll.drop()
-    return [t_insert * 1e3, t_find * 1e3, t_update * 1e3, t_bulk * 1e3], fields
+    return clock, fields
 
 
 def main():
@@ -106,12 +122,14 @@ def main():
     db = client[dbname]
     client.admin.command("ping")
     round_of(db, "warm", n // 10 + 1, updates // 10 + 1, bulk // 10 + 1)
-    ms, fields = round_of(db, "docs", n, updates, bulk)
+    clock, fields = round_of(db, "docs", n, updates, bulk)
     ops = ["insert_many", "find", "update_one", "bulk_write"]
     print("documents_pymongo %s round %s: %s (%d fields decoded)" % (
-        label, rnd, " ".join("%s %.1f ms" % (op, v) for op, v in zip(ops, ms)), fields), file=sys.stderr)
-    for op, v in zip(ops, ms):
+        label, rnd, " ".join("%s %.1f ms (cpu %.1f)" % t for t in zip(ops, clock.wall, clock.cpu)), fields),
+        file=sys.stderr)
+    for op, v, c in zip(ops, clock.wall, clock.cpu):
         print("RESULT docs.%s.r%s.%s_ms %.2f" % (label, rnd, op, v))
+        print("RESULT docs.%s.r%s.%s_cpu_ms %.2f" % (label, rnd, op, c))
     print("RESULT docs.%s.fields %d" % (label, fields))
     print("RESULT docs.%s.version pymongo %s (C extension: %s), Python %s" % (
         label, pymongo.__version__, "yes" if pymongo.has_c() else "no", sys.version.split()[0]))
