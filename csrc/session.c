@@ -214,31 +214,37 @@ static ms_session_t *check_open(lua_State *L, int idx) {
 
 int ms_session_new(lua_State *L, int db_idx, ms_database_t *db) {
   bson_error_t be;
-  mongoc_client_session_t *cs;
   ms_session_t *s;
   db_idx = lua_absindex(L, db_idx);
   if (!db->client) return push_invalid(L, "closed", "%s: the database is closed", "session");
-  db->op_started = ms_now();
-  ms_failed_reset();
-  cs = mongoc_client_start_session(db->client, NULL, &be);
-  if (!cs) {
-    /* libmongoc says so when the server reports no logical sessions */
-    if (be.domain == MONGOC_ERROR_CLIENT && be.code == MONGOC_ERROR_CLIENT_SESSION_FAILURE) {
-      ms_err_t e;
-      ms_err_set(&e, "unavailable", "session: %s", be.message);
-      ms_scrub(db->password, &e);
-      return ms_push_error(L, &e);
-    }
-    return push_failure(L, db, &be, NULL, "session");
-  }
+  /* the userdata first: nothing below raises while a libmongoc session is
+   * held by no one */
   s = (ms_session_t *)lua_newuserdata(L, sizeof *s);
-  s->db = db;
-  s->cs = cs;
+  s->db = NULL;
+  s->cs = NULL;
   s->db_ref = LUA_NOREF;
   luaL_setmetatable(L, MS_SESSION_MT);
   lua_pushvalue(L, db_idx);
   s->db_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   mark(L, db, s, OPEN);
+  s->db = db;
+  db->op_started = ms_now();
+  ms_failed_reset();
+  s->cs = mongoc_client_start_session(db->client, NULL, &be);
+  if (!s->cs) {
+    int n;
+    end_session(L, s);
+    /* libmongoc says so when the server reports no logical sessions */
+    if (be.domain == MONGOC_ERROR_CLIENT && be.code == MONGOC_ERROR_CLIENT_SESSION_FAILURE) {
+      ms_err_t e;
+      ms_err_set(&e, "unavailable", "session: %s", be.message);
+      ms_scrub(db->password, &e);
+      n = ms_push_error(L, &e);
+    } else {
+      n = push_failure(L, db, &be, NULL, "session");
+    }
+    return n;
+  }
   if (!has_live_cursor(db)) sweep(L, db, 0);
   return 1;
 }
@@ -505,13 +511,6 @@ static int l_in_transaction(lua_State *L) {
   return 1;
 }
 
-/* s:is_closed() -> boolean */
-static int l_is_closed(lua_State *L) {
-  ms_session_t *s = (ms_session_t *)luaL_checkudata(L, 1, MS_SESSION_MT);
-  lua_pushboolean(L, !s->cs || !s->db || !s->db->client);
-  return 1;
-}
-
 /* s:close() -> true; ends the session (an open transaction is aborted);
  * closing twice is harmless */
 static int l_close(lua_State *L) {
@@ -534,24 +533,13 @@ static int l_tostring(lua_State *L) {
   return 1;
 }
 
-/* The database a session belongs to (the Lua side refuses nested
- * transactions per database handle). */
-static int l_database(lua_State *L) {
-  ms_session_t *s = (ms_session_t *)luaL_checkudata(L, 1, MS_SESSION_MT);
-  if (!s->db) return 0;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, s->db_ref);
-  return 1;
-}
-
 void ms_open_session(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "start_transaction", l_start_transaction },
     { "commit", l_commit },
     { "abort", l_abort },
     { "in_transaction", l_in_transaction },
-    { "is_closed", l_is_closed },
     { "close", l_close },
-    { "database", l_database },
     { NULL, NULL }
   };
   if (luaL_newmetatable(L, MS_SESSION_MT)) {
