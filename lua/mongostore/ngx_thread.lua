@@ -206,11 +206,15 @@ local databases = {}
 
 -- The Database of configure's uri (opts.db, else configure's db), opened on
 -- the first call in this VM and kept for its life: each later msngx.run on
--- this VM reuses it. Only during an msngx.run call. db or nil, msg, code.
+-- this VM reuses it (do not close it). Only during an msngx.run call.
+-- db or nil, msg, code.
 function M.database(opts)
   if not current then error("mongostore.ngx_thread.database: only inside an msngx.run call", 2) end
   if opts ~= nil and type(opts) ~= "table" then
     error("mongostore.ngx_thread.database: opts must be a table, got " .. type(opts), 2)
+  end
+  if opts then
+    require("mongostore.store").check_keys(opts, { db = true }, "mongostore.ngx_thread.database", "option")
   end
   local name = opts and opts.db or current.db
   if type(name) ~= "string" then error("mongostore.ngx_thread.database: opts.db must be a string", 2) end
