@@ -320,12 +320,16 @@ local function documents_section()
     end
     local lim, py, node = paired("lua", "c", op.key .. "_cpu"), paired("py", "lua", op.key .. "_cpu"),
       paired("node", "lua", op.key .. "_cpu")
-    row[#row + 1] = format("%s / %s / %s", x(lim), x(py), x(node))
+    row[#row + 1] = lim and format("%s: %s", x(lim), met(lim, function(v) return v <= 1.10 end)) or "n/a"
+    row[#row + 1] = py and format("%s: %s", x(py), met(py, function(v) return v >= 2 end)) or "n/a"
+    row[#row + 1] = node and format("%s: %s", x(node), met(node, function(v) return v > 1 end)) or "n/a"
     rows_cpu[#rows_cpu + 1] = row
   end
   local head_cpu = { "operation" }
   for _, who in ipairs(DOC_WHO) do head_cpu[#head_cpu + 1] = who.name .. " CPU" end
-  head_cpu[#head_cpu + 1] = "mongostore / libmongoc, pymongo / mongostore, Node / mongostore (CPU)"
+  head_cpu[#head_cpu + 1] = "mongostore / libmongoc: within 10%"
+  head_cpu[#head_cpu + 1] = "pymongo / mongostore: >= 2x"
+  head_cpu[#head_cpu + 1] = "Node / mongostore: ahead"
   table_md(head_cpu, rows_cpu)
 
   local rows3 = {}
