@@ -34,9 +34,10 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/commit.c", "csrc/core.c", "csrc/dedupe.c", "csrc/errors.c", "csrc/errors_mongoc.c",
+            "csrc/bsontypes.c", "csrc/collection.c", "csrc/commit.c", "csrc/connect.c", "csrc/core.c",
+            "csrc/cursor.c", "csrc/database.c", "csrc/dedupe.c", "csrc/errors.c", "csrc/errors_mongoc.c",
             "csrc/isotime.c", "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/relay.c",
-            "csrc/store.c", "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
+            "csrc/session.c", "csrc/store.c", "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
          },
          defines = {
             "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE",
@@ -52,6 +53,8 @@ build = {
       ["mongostore"] = "lua/mongostore/init.lua",
       ["mongostore.execution"] = "lua/mongostore/execution.lua",
       ["mongostore.store"] = "lua/mongostore/store.lua",
+      ["mongostore.database"] = "lua/mongostore/database.lua",
+      ["mongostore.transaction"] = "lua/mongostore/transaction.lua",
       ["mongostore.chart"] = "lua/mongostore/chart.lua",
       ["mongostore.runtime"] = "lua/mongostore/runtime.lua",
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
