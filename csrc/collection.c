@@ -126,7 +126,8 @@ static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, ms_e
     bson_destroy(&tmp);
     return rc;
   }
-  return doc_arg(L, idx, out, what, 0, e);
+  if (doc_arg(L, idx, out, what, 0, e)) return -1;
+  return ms_check_storable(out, what, e);
 }
 
 /* Reads an option: its Lua type, with the value pushed (nil pushed when there
@@ -357,7 +358,7 @@ static int whole_failure(const bson_t *reply) {
  * errors = { { index =, code =, message = } } }: every document is encoded
  * (and refused whole, nothing written) before any is sent. */
 static int l_insert_many(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER, reply, *docs = NULL;
+  bson_t opts = BSON_INITIALIZER, reply, **docs = NULL;
   bson_error_t be;
   ms_err_t e;
   mongoc_bulk_operation_t *bulk = NULL;
@@ -374,19 +375,26 @@ static int l_insert_many(lua_State *L) {
     bson_destroy(&opts);
     return fail(L, &k, &e);
   }
-  docs = (bson_t *)bson_malloc0(n * sizeof *docs);
+  /* each its own heap bson_t (bson_copy): a bson_t needs more alignment
+   * than an array of them from malloc has */
+  docs = (bson_t **)bson_malloc0(n * sizeof *docs);
   for (i = 0; i < n && rc == 0; i++) {
     char what[32];
+    bson_t one;
     snprintf(what, sizeof what, "docs[%zu]", i + 1);
     lua_rawgeti(L, 2, (lua_Integer)(i + 1));
-    rc = encode_insert(L, &k, -1, &docs[i], what, &e);
+    rc = encode_insert(L, &k, -1, &one, what, &e);
     lua_pop(L, 1);
-    if (rc == 0) made++;
+    if (rc == 0) {
+      docs[i] = bson_copy(&one);
+      bson_destroy(&one);
+      made++;
+    }
   }
   if (rc == 0) {
     bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
     for (i = 0; i < n && rc == 0; i++) {
-      if (!mongoc_bulk_operation_insert_with_opts(bulk, &docs[i], NULL, &be)) {
+      if (!mongoc_bulk_operation_insert_with_opts(bulk, docs[i], NULL, &be)) {
         ms_err_set(&e, "invalid", "docs[%zu]: %s", i + 1, be.message);
         rc = -1;
       }
@@ -412,7 +420,7 @@ static int l_insert_many(lua_State *L) {
       for (i = 0; i < n && rc == 0; i++) {
         /* an ordered insert stops at its first error */
         if (failed[i] || (ordered && i > first_failed)) continue;
-        if (push_field(L, &docs[i], "_id", &e)) rc = -1;
+        if (push_field(L, docs[i], "_id", &e)) rc = -1;
         else lua_rawseti(L, -2, (lua_Integer)(i + 1));
       }
       if (rc) nret = fail(L, &k, &e);
@@ -425,7 +433,7 @@ static int l_insert_many(lua_State *L) {
     bson_destroy(&reply);
   }
   if (bulk) mongoc_bulk_operation_destroy(bulk);
-  for (i = 0; i < made; i++) bson_destroy(&docs[i]);
+  for (i = 0; i < made; i++) bson_destroy(docs[i]);
   bson_free(docs);
   bson_free(failed);
   return nret;
@@ -548,6 +556,8 @@ static int write_one(lua_State *L, int kind, const char *op) {
       bson_append_bool(&opts, "upsert", 6, true);
     }
   }
+  /* an upsert stores the filter's equality fields */
+  if (rc == 0 && upsert) rc = ms_check_storable(&filter, "filter", &e);
   if (rc == 0) rc = session_opt(L, &k, &opts, &e);
   if (rc) {
     bson_destroy(&filter);
@@ -616,6 +626,7 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
     ms_err_set(&e, "invalid", "opts.upsert and opts.new must be booleans");
     rc = -1;
   }
+  if (rc == 0 && upsert) rc = ms_check_storable(&filter, "filter", &e);
   if (rc == 0) rc = session_opt(L, &k, &extra, &e);
   if (rc) {
     bson_destroy(&filter);
@@ -761,6 +772,7 @@ static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, 
       upsert = lua_toboolean(L, -1);
       lua_pop(L, 1);
       if (upsert) bson_append_bool(&o, "upsert", 6, true);
+      if (rc == 0 && upsert) rc = ms_check_storable(&a, what, e);
     }
     if (rc == 0) {
       switch (which) {
