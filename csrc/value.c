@@ -636,6 +636,7 @@ typedef struct shape_slot {
   uint64_t hash;
   uint32_t len;
   int ref;
+  int unique;         /* no key repeated: the keys list matches the bytes one to one */
   char *bytes;
 } shape_slot_t;
 
@@ -645,6 +646,8 @@ typedef struct shapes {
   char *buf;          /* the shapes being read, one after the other by depth */
   size_t cap, len;
   int hint_doc[MS_MAX_DEPTH + 1], hint_arr[MS_MAX_DEPTH + 1];
+  int pred[MS_MAX_DEPTH + 1];  /* 1 + the slot of the last document shape per depth, 0 for none */
+  unsigned gen;                /* counts the times the cache was emptied */
 } shapes_t;
 
 static const char shapes_key = 0, shapes_list_key = 0;
@@ -657,6 +660,8 @@ static void shapes_clear(shapes_t *sh) {
     sh->slot[i].bytes = NULL;
   }
   sh->count = 0;
+  memset(sh->pred, 0, sizeof sh->pred);
+  sh->gen++;
 }
 
 static int shapes_gc(lua_State *L) {
@@ -693,7 +698,7 @@ typedef struct dctx {
   ms_err_t *e;
 } dctx_t;
 
-static void shape_put(lua_State *L, shapes_t *sh, const char *s, size_t n) {
+static void shape_grow(lua_State *L, shapes_t *sh, size_t n) {
   if (sh->len + n > sh->cap) {
     size_t cap = sh->cap ? sh->cap : 1024;
     char *nb;
@@ -702,8 +707,22 @@ static void shape_put(lua_State *L, shapes_t *sh, const char *s, size_t n) {
     sh->buf = nb;
     sh->cap = cap;
   }
+}
+
+static void shape_put(lua_State *L, shapes_t *sh, const char *s, size_t n) {
+  shape_grow(L, sh, n);
   memcpy(sh->buf + sh->len, s, n);
   sh->len += n;
+}
+
+/* a document's field: its letter, then its key with the NUL */
+static void shape_put_field(lua_State *L, shapes_t *sh, char letter, const char *k, size_t kl) {
+  char *at;
+  shape_grow(L, sh, kl + 2);
+  at = sh->buf + sh->len;
+  at[0] = letter;
+  memcpy(at + 1, k, kl + 1);
+  sh->len += kl + 2;
 }
 
 /* 64-bit FNV-1a over 8-byte words: the keys of a shape are short and many */
@@ -721,9 +740,10 @@ static uint64_t shape_hash(const char *s, size_t n) {
   return h ^ (h >> 32);
 }
 
-/* Pushes a new shape metatable for the bytes s[0..n). */
-static void shape_build(lua_State *L, dctx_t *c, const char *s, size_t n) {
-  size_t i, count = 0;
+/* Pushes a new shape metatable for the bytes s[0..n); 1 when no key
+ * repeats. */
+static int shape_build(lua_State *L, dctx_t *c, const char *s, size_t n) {
+  size_t i, count = 0, fields;
   char *types;
   if (s[0] == 'A') {
     lua_createtable(L, 2, 1);
@@ -733,9 +753,10 @@ static void shape_build(lua_State *L, dctx_t *c, const char *s, size_t n) {
     lua_rawseti(L, -2, 2);
     lua_pushliteral(L, "array");
     lua_setfield(L, -2, "__name");
-    return;
+    return 1;
   }
   for (i = 1; i < n; i += 2 + strlen(s + i + 1)) count++;
+  fields = count;
   lua_createtable(L, 3, 2);                          /* the metatable */
   types = (char *)lua_newuserdatauv(L, count + 1, 0); /* scratch for the letters */
   lua_createtable(L, (int)count, 0);                 /* keys in order */
@@ -767,22 +788,25 @@ static void shape_build(lua_State *L, dctx_t *c, const char *s, size_t n) {
   lua_rawsetp(L, -2, &shape_key);
   lua_pushliteral(L, "mongostore.document");
   lua_setfield(L, -2, "__name");
+  return count == fields;
 }
 
 /* Pushes the shape metatable for the bytes from start to the end of the
- * buffer: the cached one, or a new one, cached. */
-static void shape_push(lua_State *L, dctx_t *c, size_t start) {
+ * buffer: the cached one, or a new one, cached. Returns its slot, or -1
+ * when it could not be cached. */
+static int shape_push(lua_State *L, dctx_t *c, size_t start) {
   shapes_t *sh = c->sh;
   const char *s = sh->buf + start;
   size_t n = sh->len - start, j;
   uint64_t h = shape_hash(s, n);
   shape_slot_t *slot;
   char *copy;
+  int unique;
   for (j = h & (SHAPE_SLOTS - 1); sh->slot[j].bytes; j = (j + 1) & (SHAPE_SLOTS - 1)) {
     slot = &sh->slot[j];
     if (slot->hash == h && slot->len == n && memcmp(slot->bytes, s, n) == 0) {
       lua_rawgeti(L, c->list, slot->ref);
-      return;
+      return (int)j;
     }
   }
   if (sh->count >= SHAPE_MAX) {
@@ -793,16 +817,18 @@ static void shape_push(lua_State *L, dctx_t *c, size_t start) {
     lua_replace(L, c->list);
     j = h & (SHAPE_SLOTS - 1);
   }
-  shape_build(L, c, s, n);
-  if (n > UINT32_MAX || (copy = (char *)malloc(n)) == NULL) return;   /* used, not cached */
+  unique = shape_build(L, c, s, n);
+  if (n > UINT32_MAX || (copy = (char *)malloc(n)) == NULL) return -1;   /* used, not cached */
   memcpy(copy, s, n);
   slot = &sh->slot[j];
   slot->hash = h;
   slot->len = (uint32_t)n;
   slot->ref = ++sh->count;
+  slot->unique = unique;
   slot->bytes = copy;
   lua_pushvalue(L, -1);
   lua_rawseti(L, c->list, slot->ref);
+  return (int)j;
 }
 
 static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int depth);
@@ -849,49 +875,131 @@ static int doc_value(lua_State *L, dctx_t *c, const bson_iter_t *it, int depth) 
   return 0;
 }
 
-static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int depth) {
+static char type_letter(bson_type_t t) {
+  return t == BSON_TYPE_INT32 ? MS_SHAPE_INT32 : t == BSON_TYPE_DOUBLE ? MS_SHAPE_DOUBLE : MS_SHAPE_OTHER;
+}
+
+static int doc_array(lua_State *L, dctx_t *c, bson_iter_t *it, int depth) {
   shapes_t *sh = c->sh;
   size_t start = sh->len;
   int n = 0, typed = 0;
-  int *hint = is_array ? &sh->hint_arr[depth] : &sh->hint_doc[depth];
-  luaL_checkstack(L, 6, "mongostore: document too deep");
-  lua_createtable(L, is_array ? *hint : 0, is_array ? 0 : *hint);
-  shape_put(L, sh, is_array ? "A" : "D", 1);
+  lua_createtable(L, sh->hint_arr[depth], 0);
+  shape_put(L, sh, "A", 1);
   while (bson_iter_next(it)) {
-    bson_type_t t = bson_iter_type(it);
-    char letter = t == BSON_TYPE_INT32 ? MS_SHAPE_INT32 : t == BSON_TYPE_DOUBLE ? MS_SHAPE_DOUBLE : MS_SHAPE_OTHER;
+    char letter = type_letter(bson_iter_type(it));
     shape_put(L, sh, &letter, 1);
-    if (is_array) {
-      typed |= letter != MS_SHAPE_OTHER;
-      if (doc_value(L, c, it, depth + 1)) { lua_pop(L, 1); return -1; }
-      lua_rawseti(L, -2, (lua_Integer)++n);
-    } else {
-      uint32_t kl = bson_iter_key_len(it);
-      const char *k = bson_iter_key(it);
-      shape_put(L, sh, k, (size_t)kl + 1);
-      lua_pushlstring(L, k, kl);
-      if (doc_value(L, c, it, depth + 1)) { lua_pop(L, 2); return -1; }
-      lua_rawset(L, -3);
-      n++;
-    }
+    typed |= letter != MS_SHAPE_OTHER;
+    if (doc_value(L, c, it, depth + 1)) { lua_pop(L, 1); return -1; }
+    lua_rawseti(L, -2, (lua_Integer)++n);
   }
   if (it->err_off != 0) {
     lua_pop(L, 1);
     ms_err_set(c->e, "server", "corrupt document from the server (at byte %u)", (unsigned)it->err_off);
     return -1;
   }
-  *hint = n < SHAPE_HINT_MAX ? n : SHAPE_HINT_MAX;
-  /* an empty document needs no shape, nor an array whose items write back
-   * as they are; every other table gets its shape */
-  if (is_array && !typed) {
+  sh->hint_arr[depth] = n < SHAPE_HINT_MAX ? n : SHAPE_HINT_MAX;
+  /* items that write back as they are need only the mark */
+  if (!typed) {
     lua_pushvalue(L, c->mark);
-    lua_setmetatable(L, -2);
-  } else if (n > 0) {
+  } else {
     shape_push(L, c, start);
-    lua_setmetatable(L, -2);
   }
+  lua_setmetatable(L, -2);
   sh->len = start;
   return 0;
+}
+
+/* Writes the shape bytes of the first n fields from the iterator first. */
+static void unpredict(lua_State *L, shapes_t *sh, const bson_iter_t *first, int n) {
+  bson_iter_t it = *first;
+  shape_put(L, sh, "D", 1);
+  while (n-- > 0 && bson_iter_next(&it))
+    shape_put_field(L, sh, type_letter(bson_iter_type(&it)), bson_iter_key(&it), bson_iter_key_len(&it));
+}
+
+/* A document. The shape last read at the same depth is the likely one (a
+ * cursor's documents are mostly alike): while the fields match it, their
+ * keys come from its list (no string to hash) and, when all of them do,
+ * it is the shape, with no lookup; at the first difference the bytes of
+ * the fields so far are written and the read goes on as for a new shape. */
+static int doc_object(lua_State *L, dctx_t *c, bson_iter_t *it, int depth) {
+  shapes_t *sh = c->sh;
+  size_t start = sh->len, poff = 1, plen = 0;
+  int n = 0, t, matching = 0, unique = 0, ps = sh->pred[depth] - 1;
+  unsigned gen = sh->gen;
+  const char *pb = NULL;
+  bson_iter_t first = *it;
+  lua_createtable(L, 0, sh->hint_doc[depth]);
+  t = lua_gettop(L);
+  if (ps >= 0 && sh->slot[ps].bytes) {
+    lua_rawgeti(L, c->list, sh->slot[ps].ref);       /* t + 1: the likely shape */
+    lua_rawgeti(L, t + 1, 1);                         /* t + 2: its keys */
+    if (lua_type(L, t + 2) == LUA_TTABLE) {
+      matching = 1;
+      unique = sh->slot[ps].unique;
+      pb = sh->slot[ps].bytes;
+      plen = sh->slot[ps].len;
+    }
+  }
+  if (!matching) {
+    lua_settop(L, t);
+    shape_put(L, sh, "D", 1);
+  }
+  while (bson_iter_next(it)) {
+    char letter = type_letter(bson_iter_type(it));
+    uint32_t kl = bson_iter_key_len(it);
+    const char *k = bson_iter_key(it);
+    int pushed = 0;
+    if (matching) {
+      if (poff + kl + 2 <= plen && pb[poff] == letter && memcmp(pb + poff + 1, k, (size_t)kl + 1) == 0) {
+        poff += kl + 2;
+        /* the list holds the keys the bytes spell, one to one unless a key
+         * repeats (then the list is behind) */
+        if (unique) {
+          lua_rawgeti(L, t + 2, (lua_Integer)n + 1);
+          pushed = lua_type(L, -1) == LUA_TSTRING;
+          if (!pushed) lua_pop(L, 1);
+        }
+      } else {
+        matching = 0;
+        unpredict(L, sh, &first, n);
+      }
+    }
+    if (!matching) shape_put_field(L, sh, letter, k, kl);
+    if (!pushed) lua_pushlstring(L, k, kl);
+    if (doc_value(L, c, it, depth + 1)) { lua_settop(L, t - 1); return -1; }
+    /* a nested read that filled the cache emptied it: pb is gone */
+    if (matching && sh->gen != gen) {
+      matching = 0;
+      unpredict(L, sh, &first, n + 1);
+    }
+    lua_rawset(L, t);
+    n++;
+  }
+  if (it->err_off != 0) {
+    lua_settop(L, t - 1);
+    ms_err_set(c->e, "server", "corrupt document from the server (at byte %u)", (unsigned)it->err_off);
+    return -1;
+  }
+  sh->hint_doc[depth] = n < SHAPE_HINT_MAX ? n : SHAPE_HINT_MAX;
+  if (matching && poff == plen) {
+    lua_pushvalue(L, t + 1);
+    lua_setmetatable(L, t);
+  } else {
+    if (matching) unpredict(L, sh, &first, n);
+    if (n > 0) {                                      /* an empty document needs no shape */
+      sh->pred[depth] = shape_push(L, c, start) + 1;
+      lua_setmetatable(L, t);
+    }
+  }
+  lua_settop(L, t);
+  sh->len = start;
+  return 0;
+}
+
+static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int depth) {
+  luaL_checkstack(L, 8, "mongostore: document too deep");
+  return is_array ? doc_array(L, c, it, depth) : doc_object(L, c, it, depth);
 }
 
 int ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e) {

@@ -419,3 +419,36 @@ function TestShapes:test_remembered_doubles_write_back_even_when_not_finite()
   lu.assertNil(out)
   lu.assertEquals(code, "invalid")
 end
+
+-- Documents of a cursor are mostly alike, so the decoder tries the shape it
+-- last read at the same depth first: each way of differing from it.
+function TestShapes:test_a_document_unlike_the_one_before()
+  local base = { i32("a", 1), utf8("b", "x"), dbl("c", 1.5), sub("d", doc(i32("e", 2))) }
+  local variants = {
+    doc(table.unpack(base)),
+    doc(i32("a", 1), utf8("b", "x"), dbl("c", 1.5)),                            -- fewer fields
+    doc(i32("a", 1), utf8("b", "x"), dbl("c", 1.5), sub("d", doc(i32("e", 2))), utf8("z", "more")),
+    doc(i32("a", 1), utf8("B", "x"), dbl("c", 1.5)),                            -- another key
+    doc(i32("a", 1), i32("b", 5), dbl("c", 1.5)),                               -- another type
+    doc(i32("a", 1), utf8("bb", "x"), dbl("c", 1.5)),                           -- a longer key
+    doc(i32("a", 1), i32("a", 2), utf8("b", "x")),                              -- a repeated key
+    doc(i32("a", 1), i32("a", 2), utf8("b", "x")),
+    doc(),
+  }
+  for round = 1, 3 do
+    for i, bytes in ipairs(variants) do
+      local t = decode(bytes)
+      local want = i == 7 and doc(i32("a", 2), utf8("b", "x")) or i == 8 and doc(i32("a", 2), utf8("b", "x")) or bytes
+      lu.assertEquals(hex(encode(t)), hex(want), string.format("round %d, variant %d", round, i))
+    end
+  end
+end
+
+function TestShapes:test_the_cache_emptied_while_a_document_is_read()
+  -- every parent has the shape read before it; every child a new one, so
+  -- the cache fills and starts again in the middle of a parent
+  for i = 1, 5000 do
+    local bytes = doc(i32("a", i), sub("child", doc(i32("k" .. i, i))), utf8("after", "x"))
+    assert_bytes(encode(decode(bytes)), bytes)
+  end
+end
