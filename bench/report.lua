@@ -346,6 +346,27 @@ local function documents_section()
       if #list > 0 then rows3[#rows3 + 1] = { op.key, who.name, concat(list, ", ") } end
     end
   end
+  -- How far apart one contender's rounds were: the noise the medians face.
+  local function spread(suffix)
+    local worst
+    for _, who in ipairs(DOC_WHO) do
+      for _, op in ipairs(DOC_OPS) do
+        local list = values(who.key, op.key .. suffix)
+        if #list > 1 then
+          table.sort(list)
+          local r = list[1] > 0 and list[#list] / list[1] or nil
+          if r and (not worst or r > worst.r) then worst = { r = r, who = who.name, op = op.key } end
+        end
+      end
+    end
+    return worst
+  end
+  local sw, sc = spread(""), spread("_cpu")
+  if sw then
+    w("In this run the slowest round of one contender's operation took up to %s its fastest in wall time (%s, %s)%s.",
+      x(sw.r), sw.who, sw.op, sc and format(" and up to %s in CPU time (%s, %s)", x(sc.r), sc.who, sc.op) or "")
+    w("")
+  end
   w("Every round's wall time in ms (and the client's CPU ms), round 1 first:")
   w("")
   table_md({ "operation", "contender", "ms per round" }, rows3)
