@@ -192,7 +192,6 @@ int  ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, in
 #define MS_SHAPE_INT32 'i'
 #define MS_SHAPE_DOUBLE 'd'
 #define MS_SHAPE_OTHER '-'
-void ms_open_shapes(lua_State *L);                        /* the per-state shape cache */
 
 /* bsontypes.c: the boxes, typed values for the BSON types Lua has none for */
 #define MS_BOX_OBJECTID 1

@@ -673,7 +673,9 @@ static int shapes_gc(lua_State *L) {
   return 0;
 }
 
-void ms_open_shapes(lua_State *L) {
+/* Made at a state's first document read: a state that only runs
+ * executions never pays for the cache. */
+static void open_shapes(lua_State *L) {
   shapes_t *sh;
   lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
   if (!lua_isnil(L, -1)) { lua_pop(L, 1); return; }
@@ -1013,7 +1015,7 @@ int ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
-    ms_open_shapes(L);
+    open_shapes(L);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
   }
   c.sh = (shapes_t *)lua_touserdata(L, -1);
@@ -1255,6 +1257,5 @@ void ms_open_value(lua_State *L) {
   lua_pushcfunction(L, l_bson_decode);
   lua_setfield(L, -2, "bson_decode");
   open_int64(L);
-  ms_open_shapes(L);
   ms_open_bsontypes(L);
 }
