@@ -27,6 +27,7 @@ api.modules = {
   { name = "mongostore.engine", as = "engine" },
   { name = "mongostore.chart", as = "chart" },
   { name = "mongostore.ngx", as = "msngx" },
+  { name = "mongostore.ngx_thread", as = "ngx_thread" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
@@ -34,6 +35,20 @@ api.receivers = {
   ["mongostore.Store"] = "store",
   ["mongostore.Engine"] = "engine",
   ["mongostore.Chart"] = "c",
+  ["mongostore.Database"] = "db",
+  ["mongostore.Collection"] = "coll",
+  ["mongostore.Cursor"] = "cursor",
+  ["mongostore.Session"] = "s",
+  ["mongostore.ObjectId"] = "oid",
+  ["mongostore.Date"] = "d",
+  ["mongostore.Binary"] = "bin",
+  ["mongostore.Int32"] = "i32",
+  ["mongostore.Timestamp"] = "ts",
+  ["mongostore.Regex"] = "re",
+  ["mongostore.Code"] = "code",
+  ["mongostore.CodeWScope"] = "cws",
+  ["mongostore.Symbol"] = "sym",
+  ["mongostore.DBPointer"] = "ptr",
 }
 
 -- Names the modules expose that are not the public API.
@@ -44,6 +59,16 @@ api.internal = {
   ["mongostore.Engine.create"] = "the step under start: no argument checks of its own",
   ["mongostore.Engine.definition_of"] = "the spawn relay's cache of a parent's chart id",
   ["mongostore.Engine.dead_letter"] = "the outbox relay giving up on an entry (see on_dead_letter)",
+  ["mongostore.database.database"] = "the face's mongostore.database (documented there)",
+  ["mongostore.database.Database"] = "the method table of mongostore.Database, wrapped with the argument checks",
+  ["mongostore.database.Collection"] = "the method table of mongostore.Collection, wrapped with the argument checks",
+  ["mongostore.database.Cursor"] = "the method table of mongostore.Cursor",
+  ["mongostore.transaction.run"] = "db:transaction itself (documented there)",
+  ["mongostore.transaction.DEFAULT_TIMEOUT"] = "the default of db:transaction's opts.timeout, for the specs",
+  ["mongostore.ngx_thread.store"] = "the thread side of the Store calls msngx forwards",
+  ["mongostore.ngx_thread.engine"] = "the thread side of the Engine calls msngx forwards",
+  ["mongostore.ngx_thread.run"] = "the thread side of msngx.run",
+  ["mongostore.ngx_thread.worker_step"] = "the thread side of msngx.start_worker's steps",
 }
 
 -- The codes of `nil, message, code`, in mongostore.codes order.
@@ -55,40 +80,54 @@ api.codes = {
     "Reload and apply the event again (the engine does this by itself, up to `max_conflicts` times). "
     .. "From `engine:start`: the id holds an execution of another chart." },
   { "duplicate",
-    "A unique key exists already, or the commit's `processed_event_id` is marked on the execution: the "
-    .. "event was applied before. Nothing was written.",
-    "Treat it as done. `engine:send` answers `true, \"duplicate\"` rather than this code." },
+    "A unique key exists already (server code 11000; the document API names the key in the message), or "
+    .. "the commit's `processed_event_id` is marked on the execution: the event was applied before. Nothing "
+    .. "was written.",
+    "Treat it as done. `engine:send` answers `true, \"duplicate\"` rather than this code. For a document, "
+    .. "read the one that holds the key, or write under another." },
   { "network",
     "The connection broke, was reset or was refused while the call was under way.",
     "For a read, call again. For a write, it may or may not have been applied: repeat it with the same "
     .. "event id, and dedupe refuses the copy if the first attempt landed." },
   { "timeout",
-    "The server did not answer within `socketTimeoutMS` (from the URI; 30 s when the URI does not say).",
+    "The server did not answer within `socketTimeoutMS` (from the URI; 30 s when the URI does not say), or "
+    .. "it gave up itself (MaxTimeMSExpired); from `db:transaction`, the transaction gave up retrying after "
+    .. "`opts.timeout` seconds (`detail.cause` holds the last failure's code).",
     "As for `network`: the write may have been applied; repeat it with the same event id." },
   { "server",
-    "The server refused the operation (its code is in the message), or a stored document could not be "
-    .. "read back.",
+    "The server refused the operation (its code is in the message, and in `detail.server_code` from the "
+    .. "document API), or a stored document could not be read back.",
     "Log it; retrying the same call gives the same answer until what the server objects to changes." },
   { "invalid",
     "A value that cannot be stored or used (an empty or non-UTF-8 id, data the value rules refuse, an "
     .. "option out of range, a cursor this store did not issue for the query, a kind a chart does not "
-    .. "take). Checked before anything is sent: nothing was written.",
+    .. "take, a collection name MongoDB does not take, a closed session or one of another database handle "
+    .. "as `opts.session`, a transaction call in the wrong state, an `fn` of `db:transaction` that raised). "
+    .. "Checked before anything is sent: nothing was written.",
     "Fix the input; the same call fails the same way every time." },
   { "too_large",
     "The document or event would exceed the server's maximum size (or the engine's `max_event_bytes`). "
     .. "Nothing was written.",
     "Send less: keep big payloads elsewhere and pass a reference." },
   { "unavailable",
-    "No server could be selected (down, or still starting), or (OpenResty) no worker thread was free "
-    .. "to take the call.",
+    "No server could be selected (down, or still starting), the server has no sessions or transactions "
+    .. "(a standalone: `db:session`, `db:transaction`), or (OpenResty) no worker thread was free to take "
+    .. "the call.",
     "Retry later; the client pool reconnects in the background, so the next call may succeed." },
   { "closed",
-    "The store was closed with `store:close()`.",
-    "Connect again; a closed store stays closed." },
+    "The store was closed with `store:close()`; or the database (`db:close()`), the cursor or the session "
+    .. "the call went through was closed.",
+    "Connect (or open the database) again; a closed handle stays closed." },
   { "not_found",
     "(engine, msngx) The execution an event was sent to does not exist.",
     "Start it first, or check the id. The outbox relay retries such entries up to `max_attempts` "
     .. "times, since a forked child may not be created yet." },
+  { "transient",
+    "(document API) The server labelled the error TransientTransactionError: an operation inside a "
+    .. "transaction, or its commit, failed in a way that running the whole transaction again may cure (a "
+    .. "write conflict with another transaction, an election). The transaction is over.",
+    "`db:transaction` runs `fn` again by itself. A transaction run by hand (`db:session()`): abort it and "
+    .. "run it again from `s:start_transaction()`." },
 }
 
 local WRITE_FAILS = { "network", "timeout", "unavailable", "server", "closed" }
@@ -613,13 +652,682 @@ documents harel's own store wrote, which lack the field, are found too.]] },
 }
 
 ------------------------------------------------------------------------
+-- documents
+
+-- The codes every call of the document API can return: its own, then these.
+local DOC_FAILS = { "transient", "network", "timeout", "unavailable", "server", "closed" }
+
+local function doc_fails(...)
+  local out = { ... }
+  for _, c in ipairs(DOC_FAILS) do out[#out + 1] = c end
+  return out
+end
+
+-- The fourth value of a document API failure.
+local DETAIL = { { "detail", "mongostore.ErrorDetail?", "the server's code and error labels, when it gave them" } }
+
+local SESSION_OPT = { "session", "mongostore.Session?", "run the operation in this session (and its transaction)" }
+
+api.pages[#api.pages + 1] = {
+  file = "documents",
+  title = "Documents",
+  module = "mongostore",
+  summary = "`mongostore.database`: databases, collections, cursors, bulk writes, indexes, sessions and "
+    .. "transactions on application documents.",
+  intro = [[
+`local db = assert(mongostore.database(uri, { db = "app" }))`. The document
+API stores application documents (not executions) on the same process-wide
+client pool as `mongostore.connect`. Documents are read and written under the
+document rules ([values](values.md#how-documents-read-and-write)): every BSON type comes back (a
+box where Lua has no type), and a table read from a document remembers the
+order of its fields and which numbers were int32s and doubles, so writing it
+back changes nothing.
+
+Every operation returns `nil, message, code[, detail]` when it fails
+([errors](errors.md)); the message starts with what was being done
+(`insert_one articles: ...`), `detail` carries the server's code and error
+labels when it gave them. A wrong Lua type for an argument or an option, or an
+unknown option, raises, naming the method and the argument
+(`find: opts.limit must be a number, got string`). Every operation takes
+`opts.session` (a [Session](#type-session)) to run inside it. Indexes in
+results and errors are 1-based.
+
+`sort`, `projection`, index `keys` and a `hint` given as a document are
+ordered: pass a list of pairs, `{ { "a", 1 }, { "b", -1 } }`, or a table of one
+key, `{ a = 1 }` (a table of more keys is refused for `sort`, `keys` and
+`hint`, since Lua tables have no order; a projection's order does not
+matter). `command` takes its command the same way.]],
+  sections = {
+    {
+      title = "Databases",
+      entries = {
+        { fn = "database", module = "mongostore",
+          params = {
+            { "uri", "string", "a MongoDB URI, as `mongostore.connect` takes; its database is the default" },
+            { "opts", "mongostore.DatabaseOptions?", "the database and how long to wait for the server" },
+          },
+          returns = { { "db", "mongostore.Database", "a handle holding one client of the pool" } },
+          fails = { "invalid", "unavailable", "network", "timeout", "server" },
+          raises = "a wrong type for `uri`, `opts` or an option, or an unknown option",
+          desc = [[
+Waits for the server as `connect` does (up to `opts.wait` seconds) and takes
+one client of the process's pool for the URI, the pool `connect` uses, and
+keeps it for the handle's life (a session's operations must all go through
+the client that started it). A database name that is not letters, digits, `_`
+and `-`, no database at all (neither `opts.db` nor one in the URI), or a
+malformed URI is `invalid`.]],
+          example = [[
+local db = assert(mongostore.database("mongodb://127.0.0.1:27017", { db = "app", wait = 30 }))
+local articles = assert(db:collection("articles"))]] },
+        { class = "mongostore.DatabaseOptions",
+          desc = "The options of `mongostore.database`; an unknown key raises.",
+          fields = {
+            { "db", "string?", "database name (letters, digits, `_` and `-`)", default = "the URI's" },
+            { "wait", "number?", "seconds to keep retrying the first contact (0 to 86400)", default = "30" },
+          } },
+        { class = "mongostore.Database",
+          desc = [[
+A database handle, from `mongostore.database`. `tostring` names the database.
+Closed by `db:close()`, by garbage collection and by `<close>`; its collections,
+cursors and sessions keep it alive.]] },
+        { method = "collection", of = "mongostore.Database",
+          params = { { "name", "string", "the collection's name" } },
+          returns = { { "coll", "mongostore.Collection", "nothing is sent: the collection need not exist" } },
+          fails = { "invalid", "closed" },
+          raises = "a `name` that is not a string",
+          desc = "A name MongoDB does not take (empty, not UTF-8, a NUL or a `$` inside, over 200 bytes) is "
+            .. "`invalid`." },
+        { method = "command", of = "mongostore.Database",
+          params = {
+            { "cmd", "table", "the command, ordered: a list of pairs whose first names the command, or a "
+              .. "table of one key" },
+            { "opts", "mongostore.SessionOptions?", "the session" },
+          },
+          returns = { { "reply", "table", "the server's reply, as a document" } },
+          fails = doc_fails("invalid", "duplicate", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `cmd` that is not a table, a wrong type for an option, or an unknown option",
+          example = [[
+local reply = assert(db:command({ { "count", "articles" }, { "query", { draft = true } } }))]] },
+        { method = "list_collections", of = "mongostore.Database",
+          params = { { "opts", "mongostore.SessionOptions?", "the session" } },
+          returns = { { "entries", "table[]", "the server's entries (`name`, `type`, `options`, ...)" } },
+          fails = doc_fails(),
+          fails_extra = DETAIL,
+          raises = "a wrong type for an option, or an unknown option" },
+        { method = "info", of = "mongostore.Database", params = {},
+          returns = { { "info", "mongostore.DatabaseInfo", "from the selected server's hello" } },
+          fails = { "unavailable", "network", "timeout", "server", "closed" } },
+        { class = "mongostore.DatabaseInfo",
+          desc = "What `db:info()` returns.",
+          fields = {
+            { "wire_version", "integer", "the server's maxWireVersion" },
+            { "replica_set", "string|false", "the replica set's name; false for a standalone or a mongos" },
+            { "transactions", "boolean", "whether the server runs transactions (sessions, and a replica set at "
+              .. "wire version 7 or a mongos at 8)" },
+            { "max_bson_size", "integer", "the server's largest document, in bytes" },
+            { "db", "string", "the database's name" },
+          } },
+        { method = "name", of = "mongostore.Database", params = {},
+          returns = { { "name", "string", "the database's name" } },
+          fails = { "closed" } },
+        { method = "close", of = "mongostore.Database", params = {}, returns = {},
+          desc = [[
+Closes its cursors (killing them on the server) and its sessions (aborting an
+open transaction), then gives the client back to the pool. Idempotent; every
+later call on the database, its collections, cursors and sessions returns
+`nil, msg, "closed"`.]] },
+      },
+    },
+    {
+      title = "Inserting",
+      entries = {
+        { class = "mongostore.Collection",
+          desc = [[
+A collection of a database, from `db:collection(name)`; `tostring` names the
+database and the collection. Documents are checked whole before anything is
+sent: a value the document rules refuse is `invalid`, a document over the
+server's limit `too_large`, and a document to store (an insert, a replacement)
+with a top-level key starting with `$` is `invalid` (an update given where a
+document belongs).]] },
+        { method = "insert_one", of = "mongostore.Collection",
+          params = {
+            { "doc", "table", "the document; an ObjectId `_id` is added first when it has none" },
+            { "opts", "mongostore.SessionOptions?", "the session" },
+          },
+          returns = { { "result", "mongostore.InsertOneResult", "the id it was stored under" } },
+          fails = doc_fails("duplicate", "invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `doc` that is not a table, a wrong type for an option, or an unknown option",
+          desc = "`duplicate` names the key in its message (server code 11000).",
+          example = [[
+local r = assert(articles:insert_one({ title = "Hello", tags = mongostore.array() }))
+print(r.inserted_id)   -- an ObjectId]] },
+        { method = "insert_many", of = "mongostore.Collection",
+          params = {
+            { "docs", "table[]", "a non-empty list of documents" },
+            { "opts", "mongostore.BulkOptions?", "ordered, and the session" },
+          },
+          returns = { { "result", "mongostore.InsertManyResult", "the ids inserted and the documents refused" } },
+          fails = doc_fails("invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `docs` that is not a table, a wrong type for an option, or an unknown option",
+          desc = [[
+Every document is encoded before any is sent: one the rules refuse fails the
+whole call (`invalid`, nothing written). A document the server refuses (a
+duplicate key, say) is one of `result.errors`, not a failure of the call; an
+ordered insert stops at its first error, an unordered one goes on.]],
+          example = [[
+local r = assert(articles:insert_many({ { _id = 1 }, { _id = 1 }, { _id = 2 } }, { ordered = false }))
+-- r.inserted = { [1] = 1, [3] = 2 }, r.errors = { { index = 2, code = "duplicate", ... } }]] },
+        { class = "mongostore.SessionOptions",
+          desc = "The options of the calls that take only a session; an unknown key raises.",
+          fields = { SESSION_OPT } },
+        { class = "mongostore.BulkOptions",
+          desc = "The options of `insert_many` and `bulk_write`; an unknown key raises.",
+          fields = {
+            { "ordered", "boolean?", "stop at the first failed write (false: go on, in any order)",
+              default = "true" },
+            SESSION_OPT,
+          } },
+        { class = "mongostore.InsertOneResult",
+          desc = "What `insert_one` returns.",
+          fields = { { "inserted_id", "any", "the document's `_id` (its own, or the ObjectId added)" } } },
+        { class = "mongostore.InsertManyResult",
+          desc = "What `insert_many` returns.",
+          fields = {
+            { "inserted", "table<integer, any>", "the `_id` of each document inserted, by its index in `docs`" },
+            { "errors", "mongostore.WriteError[]", "the documents the server refused (an empty array when none)" },
+          } },
+        { class = "mongostore.WriteError",
+          desc = "One write of a batch that the server refused (`insert_many`, `bulk_write`).",
+          fields = {
+            { "index", "integer", "the write's index in the list given (1-based)" },
+            { "code", "mongostore.ErrorCode", "`duplicate` for a duplicate key, otherwise `server`" },
+            { "server_code", "integer", "the server's code" },
+            { "message", "string", "what the server said, after what was being done" },
+          } },
+      },
+    },
+    {
+      title = "Finding and counting",
+      entries = {
+        { method = "find_one", of = "mongostore.Collection",
+          params = {
+            { "filter", "table?", "the query", default = "{} (any document)" },
+            { "opts", "mongostore.FindOneOptions?", "projection, sort, skip, hint, session" },
+          },
+          returns = { { "doc", "table?", "the first document that matches; nil when none does" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `filter` that is not a table or nil, a wrong type for an option, or an unknown option",
+          example = [[
+local doc = articles:find_one({ title = "Hello" }, { projection = { title = 1, _id = 0 } })]] },
+        { method = "find", of = "mongostore.Collection",
+          params = {
+            { "filter", "table?", "the query", default = "{} (every document)" },
+            { "opts", "mongostore.FindOptions?", "projection, sort, skip, limit, batch_size, hint, session" },
+          },
+          returns = { { "cursor", "mongostore.Cursor", "with its first batch read" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `filter` that is not a table or nil, a wrong type for an option, or an unknown option",
+          desc = "The query is sent now, so a query the server refuses fails here rather than at the first "
+            .. "`next`.",
+          example = [[
+local cursor = assert(articles:find({ draft = false }, { sort = { { "at", -1 } }, limit = 20 }))
+for doc in cursor:each() do print(doc.title) end]] },
+        { method = "count", of = "mongostore.Collection",
+          params = {
+            { "filter", "table?", "the query", default = "{} (every document)" },
+            { "opts", "mongostore.CountOptions?", "skip, limit, hint, session" },
+          },
+          returns = { { "n", "integer", "how many documents match" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `filter` that is not a table or nil, a wrong type for an option, or an unknown option",
+          desc = "Counts with an aggregation (libmongoc's count_documents), so it is exact inside a transaction." },
+        { method = "distinct", of = "mongostore.Collection",
+          params = {
+            { "field", "string", "the field (a dotted path)" },
+            { "filter", "table?", "the query", default = "{} (every document)" },
+            { "opts", "mongostore.SessionOptions?", "the session" },
+          },
+          returns = { { "values", "any[]", "the distinct values (an array)" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `field` that is not a string, a `filter` that is not a table or nil, a wrong type for "
+            .. "an option, or an unknown option" },
+        { method = "aggregate", of = "mongostore.Collection",
+          params = {
+            { "pipeline", "table[]", "the stages, a list (empty: every document)" },
+            { "opts", "mongostore.AggregateOptions?", "batch_size, hint, session" },
+          },
+          returns = { { "cursor", "mongostore.Cursor", "with its first batch read" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `pipeline` that is not a table, a wrong type for an option, or an unknown option",
+          example = [[
+local cursor = assert(articles:aggregate({
+  { ["$match"] = { draft = false } },
+  { ["$group"] = { _id = "$author", n = { ["$sum"] = 1 } } },
+}))]] },
+        { class = "mongostore.FindOneOptions",
+          desc = "The options of `find_one`; an unknown key raises.",
+          fields = {
+            { "projection", "table?", "the fields to return (`{ title = 1 }`, or a list of pairs)" },
+            { "sort", "table?", "the order, which picks the first: a list of pairs, or a table of one key" },
+            { "skip", "integer?", "skip this many matches first (>= 0)" },
+            { "hint", "string|table?", "the index to use: its name, or its keys (ordered)" },
+            SESSION_OPT,
+          } },
+        { class = "mongostore.FindOptions", parent = "mongostore.FindOneOptions",
+          desc = "The options of `find`; an unknown key raises.",
+          fields = {
+            { "limit", "integer?", "at most this many documents (>= 0; 0: no limit)", default = "0" },
+            { "batch_size", "integer?", "documents per reply from the server (>= 0)", default = "the server's" },
+          } },
+        { class = "mongostore.CountOptions",
+          desc = "The options of `count`; an unknown key raises.",
+          fields = {
+            { "skip", "integer?", "skip this many matches first (>= 0)" },
+            { "limit", "integer?", "count at most this many (>= 0)" },
+            { "hint", "string|table?", "the index to use: its name, or its keys (ordered)" },
+            SESSION_OPT,
+          } },
+        { class = "mongostore.AggregateOptions",
+          desc = "The options of `aggregate`; an unknown key raises.",
+          fields = {
+            { "batch_size", "integer?", "documents per reply from the server (>= 0)", default = "the server's" },
+            { "hint", "string|table?", "the index to use: its name, or its keys (ordered)" },
+            SESSION_OPT,
+          } },
+      },
+    },
+    {
+      title = "Cursors",
+      entries = {
+        { class = "mongostore.Cursor",
+          desc = [[
+The documents of a `find` or an `aggregate`, read a batch at a time
+(`batch_size`). The server cursor is killed when the Cursor is closed, when it
+is exhausted, when it is collected and when its database closes; `tostring`
+says what it reads and whether it is closed.]] },
+        { method = "next", of = "mongostore.Cursor", params = {},
+          returns = { { "doc", "table?", "the next document; nil at the end" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          desc = "A closed cursor (or one of a closed database) returns `nil, msg, \"closed\"`." },
+        { method = "all", of = "mongostore.Cursor", params = {},
+          returns = { { "docs", "table[]", "the documents not read yet, in order (an array)" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          desc = "Reads to the end: the cursor is exhausted afterwards." },
+        { method = "each", of = "mongostore.Cursor", params = {},
+          returns = { { "iter", "fun(): table?", "for a generic `for`: the next document, nil at the end" } },
+          desc = [[
+`for doc in cursor:each() do ... end`; the cursor is closed when the loop has
+read the last document. A failure raises inside the loop (a `for` has no place
+for `nil, msg, code`), with the message and its code:
+`find articles: ... (network)`.]] },
+        { method = "close", of = "mongostore.Cursor", params = {}, returns = {},
+          desc = "Kills the server cursor if it is still open. Idempotent; `<close>` closes it too." },
+        { method = "id", of = "mongostore.Cursor", params = {},
+          returns = { { "id", "integer|mongostore.Int64", "the server's cursor id; 0 once nothing is left on "
+            .. "the server" } },
+          desc = "For a `getMore` or `killCursors` of one's own through `db:command`." },
+      },
+    },
+    {
+      title = "Updating, replacing, deleting",
+      entries = {
+        { method = "update_one", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which document" },
+            { "update", "table", "update operators (`{ [\"$set\"] = { ... } }`), or a pipeline (a list of stages)" },
+            { "opts", "mongostore.UpdateOptions?", "upsert, session" },
+          },
+          returns = { { "result", "mongostore.UpdateResult", "what matched and changed" } },
+          fails = doc_fails("duplicate", "invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `filter` or `update` that is not a table, a wrong type for an option, or an unknown option",
+          desc = "Updates the first document that matches.",
+          example = [[
+local r = assert(articles:update_one({ _id = id }, { ["$inc"] = { views = 1 } }))
+-- r.matched == 1, r.modified == 1]] },
+        { method = "update_many", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which documents" },
+            { "update", "table", "update operators, or a pipeline" },
+            { "opts", "mongostore.UpdateOptions?", "upsert, session" },
+          },
+          returns = { { "result", "mongostore.UpdateResult", "what matched and changed" } },
+          fails = doc_fails("duplicate", "invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `filter` or `update` that is not a table, a wrong type for an option, or an unknown option",
+          desc = "Updates every document that matches." },
+        { method = "replace_one", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which document" },
+            { "replacement", "table", "the new document (no top-level `$` key)" },
+            { "opts", "mongostore.UpdateOptions?", "upsert, session" },
+          },
+          returns = { { "result", "mongostore.UpdateResult", "what matched and changed" } },
+          fails = doc_fails("duplicate", "invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `filter` or `replacement` that is not a table, a wrong type for an option, or an unknown "
+            .. "option",
+          desc = "A document read with `find_one` and given back here is written byte for byte as it came, "
+            .. "but for the fields changed in between.",
+          example = [[
+local doc = assert(articles:find_one({ _id = id }))
+doc.title = "Hello again"
+assert(articles:replace_one({ _id = id }, doc))]] },
+        { method = "delete_one", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which document" },
+            { "opts", "mongostore.SessionOptions?", "the session" },
+          },
+          returns = { { "result", "mongostore.DeleteResult", "how many were deleted (0 or 1)" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `filter` that is not a table, a wrong type for an option, or an unknown option" },
+        { method = "delete_many", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which documents (`{}`: all)" },
+            { "opts", "mongostore.SessionOptions?", "the session" },
+          },
+          returns = { { "result", "mongostore.DeleteResult", "how many were deleted" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `filter` that is not a table, a wrong type for an option, or an unknown option" },
+        { method = "find_one_and_update", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which document" },
+            { "update", "table", "update operators, or a pipeline" },
+            { "opts", "mongostore.FindOneAndUpdateOptions?", "new, upsert, sort, projection, session" },
+          },
+          returns = { { "doc", "table?", "the document before the update (after it, with `new`); nil when none "
+            .. "matched" } },
+          fails = doc_fails("duplicate", "invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "a `filter` or `update` that is not a table, a wrong type for an option, or an unknown option",
+          example = [[
+local counter = assert(counters:find_one_and_update({ _id = "orders" }, { ["$inc"] = { n = 1 } },
+                                                     { new = true, upsert = true }))]] },
+        { method = "find_one_and_delete", of = "mongostore.Collection",
+          params = {
+            { "filter", "table", "which document" },
+            { "opts", "mongostore.FindOneAndDeleteOptions?", "sort, projection, session" },
+          },
+          returns = { { "doc", "table?", "the deleted document; nil when none matched" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `filter` that is not a table, a wrong type for an option, or an unknown option" },
+        { class = "mongostore.UpdateOptions",
+          desc = "The options of `update_one`, `update_many` and `replace_one`; an unknown key raises.",
+          fields = {
+            { "upsert", "boolean?", "insert a document (the filter's equality fields, then the update) when "
+              .. "none matches", default = "false" },
+            SESSION_OPT,
+          } },
+        { class = "mongostore.FindOneAndUpdateOptions",
+          desc = "The options of `find_one_and_update`; an unknown key raises.",
+          fields = {
+            { "new", "boolean?", "return the document after the update rather than before", default = "false" },
+            { "upsert", "boolean?", "insert one when none matches", default = "false" },
+            { "sort", "table?", "which one, when several match (ordered)" },
+            { "projection", "table?", "the fields to return" },
+            SESSION_OPT,
+          } },
+        { class = "mongostore.FindOneAndDeleteOptions",
+          desc = "The options of `find_one_and_delete`; an unknown key raises.",
+          fields = {
+            { "sort", "table?", "which one, when several match (ordered)" },
+            { "projection", "table?", "the fields to return" },
+            SESSION_OPT,
+          } },
+        { class = "mongostore.UpdateResult",
+          desc = "What `update_one`, `update_many` and `replace_one` return.",
+          fields = {
+            { "matched", "integer", "documents that matched the filter" },
+            { "modified", "integer", "documents changed (an update that sets what is there changes nothing)" },
+            { "upserted_id", "any?", "the `_id` of the document an upsert inserted" },
+          } },
+        { class = "mongostore.DeleteResult",
+          desc = "What `delete_one` and `delete_many` return.",
+          fields = { { "deleted", "integer", "documents deleted" } } },
+      },
+    },
+    {
+      title = "Bulk writes",
+      entries = {
+        { method = "bulk_write", of = "mongostore.Collection",
+          params = {
+            { "ops", "mongostore.BulkOp[]", "a non-empty list of writes" },
+            { "opts", "mongostore.BulkOptions?", "ordered, and the session" },
+          },
+          returns = { { "result", "mongostore.BulkWriteResult", "the counts, the upserted ids and the writes "
+            .. "refused" } },
+          fails = doc_fails("invalid", "too_large"),
+          fails_extra = DETAIL,
+          raises = "an `ops` that is not a table, a wrong type for an option, or an unknown option",
+          desc = [[
+Sent in as few round trips as the server's limits allow. Every op is checked
+before any is sent: a malformed one fails the whole call (`invalid`, nothing
+written). A write the server refuses is one of `result.errors`, with its
+index in `ops`; an ordered bulk stops there, an unordered one goes on.]],
+          example = [[
+local r = assert(articles:bulk_write({
+  { insert_one = { _id = 3, title = "Three" } },
+  { update_one = { filter = { _id = 1 }, update = { ["$set"] = { draft = false } } } },
+  { delete_many = { { draft = true } } },   -- filter by position
+}, { ordered = false }))]] },
+        { class = "mongostore.BulkOp",
+          desc = "One write of `bulk_write`: a table with exactly one of these keys.",
+          fields = {
+            { "insert_one", "table?", "the document to insert (an ObjectId `_id` added when it has none)" },
+            { "update_one", "mongostore.BulkUpdate?", "update the first document that matches" },
+            { "update_many", "mongostore.BulkUpdate?", "update every document that matches" },
+            { "replace_one", "mongostore.BulkReplace?", "replace the first document that matches" },
+            { "delete_one", "mongostore.BulkDelete?", "delete the first document that matches" },
+            { "delete_many", "mongostore.BulkDelete?", "delete every document that matches" },
+          } },
+        { class = "mongostore.BulkUpdate",
+          desc = "An update of `bulk_write`: by name, or `{ filter, update, upsert = }` by position.",
+          fields = {
+            { "filter", "table", "which documents (or at [1])" },
+            { "update", "table", "update operators or a pipeline (or at [2])" },
+            { "upsert", "boolean?", "insert one when none matches", default = "false" },
+          } },
+        { class = "mongostore.BulkReplace",
+          desc = "A replacement of `bulk_write`: by name, or `{ filter, replacement, upsert = }` by position.",
+          fields = {
+            { "filter", "table", "which document (or at [1])" },
+            { "replacement", "table", "the new document (or at [2])" },
+            { "upsert", "boolean?", "insert it when none matches", default = "false" },
+          } },
+        { class = "mongostore.BulkDelete",
+          desc = "A delete of `bulk_write`: `{ filter = }`, or `{ filter }` by position.",
+          fields = { { "filter", "table", "which documents (or at [1])" } } },
+        { class = "mongostore.BulkWriteResult",
+          desc = "What `bulk_write` returns.",
+          fields = {
+            { "inserted", "integer", "documents inserted" },
+            { "matched", "integer", "documents the updates and replacements matched" },
+            { "modified", "integer", "documents they changed" },
+            { "deleted", "integer", "documents deleted" },
+            { "upserted", "integer", "documents upserts inserted" },
+            { "upserted_ids", "table<integer, any>", "the `_id` each upsert inserted, by its index in `ops`" },
+            { "errors", "mongostore.WriteError[]", "the writes the server refused (an empty array when none)" },
+          } },
+      },
+    },
+    {
+      title = "Indexes and dropping",
+      entries = {
+        { method = "create_index", of = "mongostore.Collection",
+          params = {
+            { "keys", "table", "the keys, ordered: a list of pairs, or a table of one key" },
+            { "opts", "mongostore.IndexOptions?", "unique, name, partial_filter, sparse, expire_after, session" },
+          },
+          returns = { { "name", "string", "the index's name" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `keys` that is not a table, a wrong type for an option, or an unknown option",
+          desc = "Creating an index that exists with the same keys and options changes nothing.",
+          example = [[
+assert(articles:create_index({ { "author", 1 }, { "at", -1 } }, { name = "by_author" }))
+assert(articles:create_index({ slug = 1 }, { unique = true }))]] },
+        { class = "mongostore.IndexOptions",
+          desc = "The options of `create_index`; an unknown key raises.",
+          fields = {
+            { "unique", "boolean?", "refuse a second document with the same keys", default = "false" },
+            { "name", "string?", "the index's name", default = "the keys (`author_1_at_-1`)" },
+            { "partial_filter", "table?", "index only the documents this filter matches" },
+            { "sparse", "boolean?", "leave out documents without the keys", default = "false" },
+            { "expire_after", "integer?", "seconds after the date in the key that the server deletes a "
+              .. "document (a TTL index)" },
+            SESSION_OPT,
+          } },
+        { method = "list_indexes", of = "mongostore.Collection",
+          params = { { "opts", "mongostore.SessionOptions?", "the session" } },
+          returns = { { "indexes", "table[]", "the server's entries (`name`, `key`, ...)" } },
+          fails = doc_fails(),
+          fails_extra = DETAIL,
+          raises = "a wrong type for an option, or an unknown option" },
+        { method = "drop_index", of = "mongostore.Collection",
+          params = {
+            { "name", "string", "the index's name" },
+            { "opts", "mongostore.SessionOptions?", "the session" },
+          },
+          returns = { { "ok", "true", "" } },
+          fails = doc_fails("invalid"),
+          fails_extra = DETAIL,
+          raises = "a `name` that is not a string, a wrong type for an option, or an unknown option" },
+        { method = "drop", of = "mongostore.Collection",
+          params = { { "opts", "mongostore.SessionOptions?", "the session" } },
+          returns = { { "ok", "true", "dropped, or there was no such collection" } },
+          fails = doc_fails(),
+          fails_extra = DETAIL,
+          raises = "a wrong type for an option, or an unknown option" },
+        { method = "name", of = "mongostore.Collection", params = {},
+          returns = { { "name", "string", "the collection's name" } } },
+      },
+    },
+    {
+      title = "Sessions and transactions",
+      intro = [[
+Transactions need a replica set or a sharded cluster; on a standalone server
+`db:transaction` and `db:session` return `nil, msg, "unavailable"` and run
+nothing. Pass the session to every operation of the transaction as
+`opts.session`: one that is left out runs outside it.]],
+      entries = {
+        { method = "transaction", of = "mongostore.Database",
+          params = {
+            { "fn", "fun(s: mongostore.Session): any", "the transaction's work; called again from the start "
+              .. "when it must be retried" },
+            { "opts", "mongostore.TransactionOptions?", "the time limit, and the transaction's options" },
+          },
+          returns = {
+            { "ok", "true", "committed" },
+            { "values", "any", "then what `fn` returned, every value" },
+          },
+          fails = { "transient", "timeout", "invalid", "unavailable", "duplicate", "network", "server", "closed" },
+          fails_extra = DETAIL,
+          raises = "an `fn` that is not a function, a wrong type for an option, or an unknown option",
+          desc = [[
+Starts a session and a transaction and calls `fn(session)`, protected; when
+`fn` returns, commits, and returns `true` followed by `fn`'s values.
+
+- `fn` raises: the transaction is aborted and `nil, "transaction: fn raised:
+  ...", "invalid", { error = <the raised value> }` comes back; never retried.
+- `fn` returns `nil, msg, code[, detail]`: the transaction is aborted and that
+  comes back, unless the error is transient, which runs `fn` again.
+- An error labelled TransientTransactionError (from an operation or the
+  commit; code `transient`) runs `fn` again from the start, after a short
+  random pause. UnknownTransactionCommitResult retries only the commit.
+- After `opts.timeout` seconds it gives up:
+  `nil, "transaction: gave up after N s (k attempts): ...", "timeout", detail`,
+  with `detail.cause` the last error's code and its labels kept (with
+  UnknownTransactionCommitResult among them the transaction may have
+  committed).
+
+Called inside another transaction on the same database handle it returns
+`invalid`; on a server without transactions, `unavailable`, and `fn` never
+runs. Lua errors never unwind through libmongoc: the retry loop is Lua's.]],
+          example = [[
+local ok, err, code = db:transaction(function(s)
+  local from = assert(accounts:find_one_and_update({ _id = "a", balance = { ["$gte"] = 10 } },
+                                                   { ["$inc"] = { balance = -10 } }, { session = s }))
+  local r, e, c, d = accounts:update_one({ _id = "b" }, { ["$inc"] = { balance = 10 } }, { session = s })
+  if not r then return nil, e, c, d end   -- aborted (and run again when transient)
+  return from.balance - 10
+end, { timeout = 30, write_concern = "majority" })]] },
+        { class = "mongostore.TransactionOptions", parent = "mongostore.StartTransactionOptions",
+          desc = "The options of `db:transaction`; an unknown key raises.",
+          fields = {
+            { "timeout", "number?", "seconds before it gives up retrying (> 0)", default = "120" },
+          } },
+        { method = "session", of = "mongostore.Database", params = {},
+          returns = { { "s", "mongostore.Session", "a new session on the database's client" } },
+          fails = { "unavailable", "network", "timeout", "server", "closed" },
+          desc = "For transactions run by hand; `db:transaction` makes its own. A server without sessions "
+            .. "is `unavailable`." },
+        { class = "mongostore.Session",
+          desc = [[
+A client session, from `db:session()` (or the one `db:transaction` passes to
+`fn`). Closed by `s:close()`, by garbage collection and with its database;
+its methods then return `nil, msg, "closed"`, and as `opts.session` it is
+`invalid` (so is a session of another database handle).]] },
+        { method = "start_transaction", of = "mongostore.Session",
+          params = { { "opts", "mongostore.StartTransactionOptions?", "the transaction's concerns and time limit" } },
+          returns = { { "ok", "true", "started: nothing is sent until the first operation" } },
+          fails = { "invalid", "unavailable", "closed" },
+          raises = "an `opts` that is not a table, a wrong type or value for an option, or an unknown option",
+          desc = "A transaction open already is `invalid`; a server without transactions `unavailable`." },
+        { class = "mongostore.StartTransactionOptions",
+          desc = "The options of `s:start_transaction`; an unknown key raises.",
+          fields = {
+            { "read_concern", "string|{ level: string }?", "the read concern level (`\"snapshot\"`, "
+              .. "`\"majority\"`, ...)", default = "the client's" },
+            { "write_concern", "integer|string|{ w: integer|string?, j: boolean?, wtimeout: integer? }?",
+              "`w` (a number, `\"majority\"` or a tag) or the whole concern (`wtimeout` in ms)",
+              default = "the client's" },
+            { "read_preference", "string?", "`primary`, `primaryPreferred`, `secondary`, `secondaryPreferred` "
+              .. "or `nearest`", default = "\"primary\"" },
+            { "max_commit_time_ms", "integer?", "how long the server may take over the commit (>= 0)" },
+          } },
+        { method = "commit", of = "mongostore.Session", params = {},
+          returns = { { "ok", "true", "committed" } },
+          fails = { "transient", "invalid", "network", "timeout", "server", "unavailable", "closed" },
+          fails_extra = { { "detail", "mongostore.ErrorDetail?", "with the label UnknownTransactionCommitResult "
+            .. "the transaction may have committed: commit again" } },
+          desc = "No transaction open is `invalid`. A commit that failed may be tried again." },
+        { method = "abort", of = "mongostore.Session", params = {},
+          returns = { { "ok", "true", "aborted" } },
+          fails = { "invalid", "closed" },
+          desc = "The server's answer is not waited for: the transaction is over either way. No transaction "
+            .. "open is `invalid`." },
+        { method = "in_transaction", of = "mongostore.Session", params = {},
+          returns = { { "yes", "boolean", "whether a transaction is open (false once closed)" } } },
+        { method = "close", of = "mongostore.Session", params = {},
+          returns = { { "ok", "true", "" } },
+          desc = "Ends the session, aborting an open transaction. Idempotent." },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
 -- values
 
 api.pages[#api.pages + 1] = {
   file = "values",
   title = "Values",
   module = "mongostore",
-  summary = "What can be stored: documents, arrays, null, exact integers; the JSON and BSON codecs.",
+  summary = "What can be stored: documents, arrays, null, exact integers, every BSON type (the boxes); how "
+    .. "documents remember their order and numeric types; the JSON and BSON codecs.",
   intro = [[
 The value rules, the same for every write, the JSON codec and the BSON codec:
 
@@ -631,8 +1339,8 @@ The value rules, the same for every write, the JSON codec and the BSON codec:
   (NaN and the infinities are refused); `-0.0` keeps its sign.
 - Strings must be UTF-8.
 - Anything else is refused before anything is written: functions, userdata
-  (but `mongostore.null` and int64 boxes), cycles, mixed or sparse keys,
-  nesting deeper than 100.
+  (but `mongostore.null`, int64 boxes and, in BSON, the [BSON boxes](#bson-types)),
+  cycles, mixed or sparse keys, nesting deeper than 100.
 
 LuaJIT's numbers are doubles: an integer beyond 2^53 read there comes back as
 a boxed `mongostore.int64`, and a box is written back as the exact integer.]],
@@ -700,6 +1408,179 @@ local big = mongostore.int64("9007199254740993")]] },
       },
     },
     {
+      title = "How documents read and write",
+      intro = [[
+The document API ([documents](documents.md)), and `bson_decode(bytes,
+{ document = true })`, read every BSON type, and write back what they read
+unchanged:
+
+- int32 and int64 come back as Lua integers (on LuaJIT as numbers, and as an
+  `mongostore.Int64` box beyond 2^53), doubles as floats (on Lua 5.4 `1.0`
+  stays a float); strings, booleans, documents and arrays (marked) as Lua has
+  them, null as `mongostore.null`.
+- Every other type comes back as a box (below): ObjectId, Date, Binary,
+  Decimal128, Timestamp, Regex, MinKey, MaxKey and the legacy Code,
+  CodeWScope, Symbol, Undefined and DBPointer, each written back as it came.
+- Each table read remembers, in its metatable, the order of its fields and
+  which numbers were int32s and which doubles. Written back, its fields go in
+  that order (keys added since go after them), an int32 stays an int32 while
+  its value fits, and a double stays a double even when integral (on LuaJIT
+  every number is a double). A field nothing remembers is written by its Lua
+  type: an integer as an int64 (on LuaJIT an integral number), any other
+  number as a double; `mongostore.int32(n)` writes an int32. Replacing the
+  metatable (`setmetatable`, `mongostore.array`) forgets the order and types.
+
+So a document another driver wrote, read with `find_one` and written back with
+`replace_one`, is the same bytes. The BSON encoder (documents, `bson_encode`)
+takes the boxes anywhere; the JSON codec refuses them (`tostring` an ObjectId
+to carry it in JSON). The store's loads read the plain form: an ObjectId as its
+hex, a date as epoch seconds, a binary or a decimal as a string, the other
+types as `mongostore.null`.]],
+      entries = {
+        { fn = "int32", module = "mongostore",
+          params = { { "n", "integer|mongostore.Int64", "an integer within -2^31 .. 2^31-1" } },
+          returns = { { "v", "mongostore.Int32", "written as an int32" } },
+          fails = { "invalid" },
+          raises = "an `n` that is not a number or a box",
+          desc = "Forces an int32 where the Lua value would be written as an int64. Read back, an int32 is "
+            .. "a plain integer that remembers its type." },
+        { class = "mongostore.Int32", desc = "An int32 to write: `tostring` gives its digits." },
+        { method = "tonumber", of = "mongostore.Int32", params = {},
+          returns = { { "n", "integer", "its value" } } },
+      },
+    },
+    {
+      title = "BSON types",
+      intro = [[
+The boxes stand for the BSON types Lua has none for. Each has `tostring` and
+`==` (the same type and value); Dates, ObjectIds and Timestamps also compare
+with `<` and `<=`. A constructor given a value of the right Lua type that the
+type cannot hold returns `nil, msg, "invalid"`; a wrong Lua type raises, naming
+the argument. A box's method called on another box raises.]],
+      entries = {
+        { fn = "objectid", module = "mongostore",
+          params = { { "hex", "string?", "24 hex digits", default = "a new ObjectId" } },
+          returns = { { "oid", "mongostore.ObjectId", "" } },
+          fails = { "invalid" },
+          raises = "a `hex` that is neither a string nor nil",
+          example = [[
+local id = mongostore.objectid()
+assert(mongostore.objectid(id:hex()) == id)]] },
+        { class = "mongostore.ObjectId", desc = "An ObjectId: `tostring` gives its 24 hex digits." },
+        { method = "hex", of = "mongostore.ObjectId", params = {},
+          returns = { { "hex", "string", "24 lower-case hex digits" } } },
+        { method = "time", of = "mongostore.ObjectId", params = {},
+          returns = { { "t", "integer", "epoch seconds it was made at (its first four bytes)" } } },
+        { fn = "date", module = "mongostore",
+          params = { { "ms", "integer?", "UTC milliseconds since the epoch (a number or an int64 box)",
+                       default = "now" } },
+          returns = { { "d", "mongostore.Date", "" } },
+          fails = { "invalid" },
+          raises = "an `ms` that is neither a number, a box nor nil",
+          example = [[
+print(mongostore.date(0))   -- 1970-01-01T00:00:00.000Z]] },
+        { class = "mongostore.Date", desc = "A BSON date: `tostring` gives ISO-8601 in UTC with milliseconds." },
+        { method = "ms", of = "mongostore.Date", params = {},
+          returns = { { "ms", "integer|mongostore.Int64", "UTC milliseconds since the epoch" } } },
+        { fn = "binary", module = "mongostore",
+          params = {
+            { "data", "string", "the bytes" },
+            { "subtype", "integer?", "0 to 255 (4: UUID)", default = "0" },
+          },
+          returns = { { "bin", "mongostore.Binary", "" } },
+          fails = { "invalid" },
+          raises = "a `data` that is not a string, or a `subtype` that is not a number" },
+        { class = "mongostore.Binary", desc = "Binary data: `tostring` gives `Binary(<subtype>, <n> bytes)`." },
+        { method = "data", of = "mongostore.Binary", params = {},
+          returns = { { "data", "string", "the bytes" } } },
+        { method = "subtype", of = "mongostore.Binary", params = {},
+          returns = { { "subtype", "integer", "0 to 255" } } },
+        { fn = "decimal", module = "mongostore",
+          params = { { "text", "string", "a decimal number (`\"1.10\"`, `\"-Infinity\"`, `\"NaN\"`)" } },
+          returns = { { "dec", "mongostore.Decimal128", "" } },
+          fails = { "invalid" },
+          raises = "a `text` that is not a string" },
+        { class = "mongostore.Decimal128",
+          desc = "A Decimal128: `tostring` gives its text, exactly (`\"1.10\"` stays `1.10`)." },
+        { fn = "timestamp", module = "mongostore",
+          params = {
+            { "t", "integer", "seconds, 0 to 2^32-1" },
+            { "i", "integer", "the increment, 0 to 2^32-1" },
+          },
+          returns = { { "ts", "mongostore.Timestamp", "" } },
+          fails = { "invalid" },
+          raises = "a `t` or `i` that is not a number" },
+        { class = "mongostore.Timestamp",
+          desc = "A BSON timestamp (the oplog's): `tostring` gives `Timestamp(<t>, <i>)`." },
+        { method = "t", of = "mongostore.Timestamp", params = {},
+          returns = { { "t", "integer", "the seconds" } } },
+        { method = "i", of = "mongostore.Timestamp", params = {},
+          returns = { { "i", "integer", "the increment" } } },
+        { fn = "regex", module = "mongostore",
+          params = {
+            { "pattern", "string", "the pattern (UTF-8, no NUL)" },
+            { "flags", "string?", "distinct letters of `ilmsux`, kept in that order", default = "\"\"" },
+          },
+          returns = { { "re", "mongostore.Regex", "" } },
+          fails = { "invalid" },
+          raises = "a `pattern` that is not a string, or a `flags` that is neither a string nor nil" },
+        { class = "mongostore.Regex", desc = "A BSON regular expression: `tostring` gives `/<pattern>/<flags>`." },
+        { method = "pattern", of = "mongostore.Regex", params = {},
+          returns = { { "pattern", "string", "" } } },
+        { method = "flags", of = "mongostore.Regex", params = {},
+          returns = { { "flags", "string", "sorted" } } },
+        { fn = "code", module = "mongostore",
+          params = {
+            { "text", "string", "JavaScript code (UTF-8)" },
+            { "scope", "table?", "its scope, a document: then the value is a CodeWScope" },
+          },
+          returns = { { "code", "mongostore.Code|mongostore.CodeWScope", "" } },
+          fails = { "invalid" },
+          raises = "a `text` that is not a string, or a `scope` that is neither a table nor nil" },
+        { class = "mongostore.Code", desc = "(legacy) JavaScript code: `tostring` gives the code." },
+        { method = "code", of = "mongostore.Code", params = {},
+          returns = { { "text", "string", "the code" } } },
+        { class = "mongostore.CodeWScope",
+          desc = "(legacy) JavaScript code with a scope: `tostring` gives the code; the scope is kept as its "
+            .. "bytes, so it writes back as it came." },
+        { method = "code", of = "mongostore.CodeWScope", params = {},
+          returns = { { "text", "string", "the code" } } },
+        { method = "scope", of = "mongostore.CodeWScope", params = {},
+          returns = { { "scope", "table", "the scope, read as a document" } } },
+        { fn = "symbol", module = "mongostore",
+          params = { { "text", "string", "the symbol (UTF-8)" } },
+          returns = { { "sym", "mongostore.Symbol", "" } },
+          fails = { "invalid" },
+          raises = "a `text` that is not a string" },
+        { class = "mongostore.Symbol", desc = "(legacy) A symbol: `tostring` gives its text." },
+        { method = "symbol", of = "mongostore.Symbol", params = {},
+          returns = { { "text", "string", "" } } },
+        { fn = "dbpointer", module = "mongostore",
+          params = {
+            { "collection", "string", "the namespace (UTF-8, no NUL)" },
+            { "id", "mongostore.ObjectId|string", "an ObjectId or its 24 hex digits" },
+          },
+          returns = { { "ptr", "mongostore.DBPointer", "" } },
+          fails = { "invalid" },
+          raises = "a `collection` that is not a string, or an `id` that is neither an ObjectId nor a string" },
+        { class = "mongostore.DBPointer",
+          desc = "(legacy) A DBPointer: `tostring` gives `DBPointer(<collection>, <hex>)`." },
+        { method = "collection", of = "mongostore.DBPointer", params = {},
+          returns = { { "collection", "string", "" } } },
+        { method = "id", of = "mongostore.DBPointer", params = {},
+          returns = { { "oid", "mongostore.ObjectId", "" } } },
+        { field = "minkey", module = "mongostore", type = "mongostore.MinKey",
+          desc = "MinKey, below every other value in the server's order; one value (`tostring`: `MinKey`)." },
+        { class = "mongostore.MinKey", desc = "The type of `mongostore.minkey`." },
+        { field = "maxkey", module = "mongostore", type = "mongostore.MaxKey",
+          desc = "MaxKey, above every other value; one value (`tostring`: `MaxKey`)." },
+        { class = "mongostore.MaxKey", desc = "The type of `mongostore.maxkey`." },
+        { field = "undefined", module = "mongostore", type = "mongostore.Undefined",
+          desc = "(legacy) BSON undefined, as other drivers read it; one value (`tostring`: `undefined`)." },
+        { class = "mongostore.Undefined", desc = "The type of `mongostore.undefined`." },
+      },
+    },
+    {
       title = "Without the C module",
       intro = [[
 `local values = require "mongostore.values"` gives the same marks in pure Lua,
@@ -734,10 +1615,21 @@ by either is an array to both.]],
           raises = "a `doc` that is not a table",
           desc = "The encoder every store write uses, for callers that keep documents of their own." },
         { fn = "bson_decode", module = "mongostore.core",
-          params = { { "bytes", "string", "BSON bytes" } },
+          params = {
+            { "bytes", "string", "BSON bytes" },
+            { "opts", "mongostore.BsonDecodeOptions?", "`document`" },
+          },
           returns = { { "doc", "table", "the document under the value rules" } },
           fails = { "invalid" },
+          raises = "a `bytes` that is not a string, or an `opts` that is neither a table nor nil",
           desc = "Refuses bytes that are not exactly one well-formed document." },
+        { class = "mongostore.BsonDecodeOptions",
+          desc = "The options of `bson_decode`.",
+          fields = {
+            { "document", "boolean?", "read as the document API does (boxes, and tables that remember their "
+              .. "order and numeric types: [how documents read](#how-documents-read-and-write)) rather than "
+              .. "the store's plain form", default = "false" },
+          } },
         { fn = "text_error", module = "mongostore.core",
           params = { { "s", "any", "a candidate id, kind, path or filter value" } },
           returns = { { "why", "string?", "why it cannot serve (empty, not UTF-8, a NUL, longer than 16 KiB, "
@@ -769,7 +1661,14 @@ itself. Every write the engine makes can be repeated: a commit carries its
 event's dedupe mark, so if the first attempt landed the retry is refused with
 `duplicate`, and `engine:send` then returns `true`. So a caller that gets
 `network` or `timeout` from `send` sends the same event again, with the same
-`id`. `DURABILITY.md` states the guarantees.]],
+`id`. `DURABILITY.md` states the guarantees.
+
+The document API ([documents](documents.md)) adds a fourth value when the
+server gave one: `nil, message, code, detail`, with `detail.server_code` the
+server's own error code and `detail.labels` its error labels
+(TransientTransactionError, UnknownTransactionCommitResult, ...). An error
+labelled TransientTransactionError has the code `transient`, whatever else it
+is; a duplicate key is `duplicate` with the key in the message.]],
   codes = true,  -- the table of api.codes, with the calls that return each
   sections = {
     {
@@ -777,6 +1676,15 @@ event's dedupe mark, so if the first attempt landed the retry is refused with
       entries = {
         { field = "codes", module = "mongostore", type = "mongostore.ErrorCode[]",
           desc = "Every code, in the order of the list above." },
+        { class = "mongostore.ErrorDetail",
+          desc = "The fourth value of a failure of the document API, when there is something to say.",
+          fields = {
+            { "server_code", "integer?", "the server's error code (11000 for a duplicate key)" },
+            { "labels", "string[]?", "the server's error labels, an array (empty when it gave none)" },
+            { "cause", "mongostore.ErrorCode?", "(`db:transaction` giving up with `timeout`) the code of the "
+              .. "last failure" },
+            { "error", "any?", "(`db:transaction`, code `invalid`) the value `fn` raised" },
+          } },
       },
     },
   },
@@ -1107,7 +2015,8 @@ api.pages[#api.pages + 1] = {
   file = "ngx",
   title = "OpenResty",
   module = "mongostore.ngx",
-  summary = "`mongostore.ngx`: configure, the worker, and every store and engine call run in nginx worker threads.",
+  summary = "`mongostore.ngx`: configure, the worker, every store and engine call, and the application's own "
+    .. "functions (`msngx.run`, documents) run in nginx worker threads.",
   intro = [[
 `local msngx = require "mongostore.ngx"`. In request handlers (rewrite,
 access, content) every store and engine call runs in an nginx worker thread
@@ -1119,7 +2028,8 @@ JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
 runs. A wrong argument type, which raises in a direct call, comes back from the
 thread as `nil, msg, "invalid"`. A call that finds no free thread slot within
 `call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`. Requests from outside should
-use `send_external` and `start_external`.]],
+use `send_external` and `start_external`. Document operations, and any other
+blocking work of the application, run through `msngx.run`.]],
   sections = {
     {
       title = "Setting up",
@@ -1127,7 +2037,8 @@ use `send_external` and `start_external`.]],
         { fn = "configure", module = "mongostore.ngx",
           params = { { "cfg", "mongostore.NgxConfig", "where to connect and how to run" } },
           returns = { { "ok", "true", "" } },
-          raises = "a missing `uri`, or a setting of the wrong type or out of range",
+          raises = "a missing `uri`, a setting of the wrong type or out of range, or a `run_modules` that is "
+            .. "not a list of module names or prefixes",
           desc = [[
 Call it in `init_by_lua`: it only records the settings. Connections are made
 lazily in the processes and threads that use them, never in nginx's master.]],
@@ -1151,6 +2062,8 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
               .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
             { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },
+            { "run_modules", "string[]?", "the modules `msngx.run` may call: module names, or prefixes ending "
+              .. "in `.` (`\"app.\"`: every module below `app`)", default = "none" },
           } },
         { fn = "config", module = "mongostore.ngx", params = {},
           returns = { { "cfg", "table?", "the recorded settings (the URI with its timeouts); nil before "
@@ -1255,6 +2168,68 @@ or a forged `Timeout`.]] },
           fails = fails("conflict", "invalid", "too_large"),
           desc = "The start for requests from outside: an `opts.id` that holds another chart's execution is "
             .. "`conflict`; the same id under the same chart answers that execution from one read." },
+      },
+    },
+    {
+      title = "Application functions",
+      intro = [[
+`msngx.run("app.orders", "create", args)` runs a function of the
+application's own module in a worker thread's Lua VM, so it may block
+(document operations, any C library) while the handler yields. The module
+must be listed in `configure`'s `run_modules`. Inside, `ngx_thread.database()`
+gives the VM's Database (`local ngx_thread = require "mongostore.ngx_thread"`).]],
+      entries = {
+        { fn = "run", module = "mongostore.ngx",
+          params = {
+            { "module", "string", "the module's name, as `require` takes it; in `run_modules`" },
+            { "fn", "string", "the name of a function of the module" },
+            { "...", "any", "its arguments, JSON across" },
+          },
+          returns = { { "r", "any", "what `fn` returns, every value (its own `nil, msg, code[, detail]` too)" } },
+          fails = { "invalid", "server", "unavailable" },
+          raises = "a call before `configure`, a `module` or `fn` that is not a string or not a valid name, or "
+            .. "a `module` not in `run_modules`",
+          desc = [[
+Calls `require(module)[fn](...)` in a worker thread (configure's
+`thread_pool`) and returns what it returns. Values cross as JSON: integers
+exact (beyond 2^53 as int64 boxes on LuaJIT), arrays stay arrays, null stays
+null, and a nil keeps its place. It takes one of the `max_inflight` slots, as
+every call does. Fails with `invalid` for an argument JSON cannot carry, no
+such module or no such function; `server` for a Lua error in `fn` or while
+loading the module (its traceback goes to nginx's error log) or a result JSON
+cannot carry (a box: `tostring` an ObjectId); `unavailable` when no slot came
+free within `call_timeout` or the thread failed.]],
+          example = [[
+-- app/notes.lua, in the thread VM:
+local ngx_thread = require "mongostore.ngx_thread"
+local M = {}
+function M.create(text)
+  local db = assert(ngx_thread.database())
+  local r, err, code = assert(db:collection("notes")):insert_one({ text = text })
+  if not r then return nil, err, code end
+  return tostring(r.inserted_id)
+end
+return M
+
+-- the handler:
+local id, err, code = msngx.run("app.notes", "create", ngx.var.arg_text)]] },
+        { fn = "database", module = "mongostore.ngx_thread",
+          params = { { "opts", "mongostore.NgxDatabaseOptions?", "which database" } },
+          returns = { { "db", "mongostore.Database", "the thread VM's handle on configure's `uri`" } },
+          fails = { "invalid", "unavailable", "network", "timeout", "server" },
+          raises = "a call outside an `msngx.run` call, an `opts` that is not a table, an unknown option, or "
+            .. "an `opts.db` that is not a string",
+          desc = [[
+Opened on the first call in a thread VM (with configure's `wait`) and kept for
+the VM's life: every later `msngx.run` on that VM gets the same handle. Do not
+close it.]] },
+        { class = "mongostore.NgxDatabaseOptions",
+          desc = "The options of `ngx_thread.database`; an unknown key raises.",
+          fields = { { "db", "string?", "database name", default = "configure's `db`" } } },
+        { fn = "config", module = "mongostore.ngx_thread", params = {},
+          returns = { { "cfg", "table", "a copy of `configure`'s settings (the URI with its timeouts)" } },
+          raises = "a call outside an `msngx.run` call",
+          desc = "For a module that opens handles of its own." },
       },
     },
   },
