@@ -16,15 +16,16 @@
 --- The third value of `nil, message, code`.
 ---@alias mongostore.ErrorCode
 ---| "conflict" # The version check lost: someone else advanced the execution since it was loaded (or, for a first commit, an execution with that id exists). Nothing of the call was written. `store:commit` gives the version it found as a fourth value (nil: no document).
----| "duplicate" # A unique key exists already, or the commit's `processed_event_id` is marked on the execution: the event was applied before. Nothing was written.
+---| "duplicate" # A unique key exists already (server code 11000; the document API names the key in the message), or the commit's `processed_event_id` is marked on the execution: the event was applied before. Nothing was written.
 ---| "network" # The connection broke, was reset or was refused while the call was under way.
----| "timeout" # The server did not answer within `socketTimeoutMS` (from the URI; 30 s when the URI does not say).
----| "server" # The server refused the operation (its code is in the message), or a stored document could not be read back.
----| "invalid" # A value that cannot be stored or used (an empty or non-UTF-8 id, data the value rules refuse, an option out of range, a cursor this store did not issue for the query, a kind a chart does not take). Checked before anything is sent: nothing was written.
+---| "timeout" # The server did not answer within `socketTimeoutMS` (from the URI; 30 s when the URI does not say), or it gave up itself (MaxTimeMSExpired); from `db:transaction`, the transaction gave up retrying after `opts.timeout` seconds (`detail.cause` holds the last failure's code).
+---| "server" # The server refused the operation (its code is in the message, and in `detail.server_code` from the document API), or a stored document could not be read back.
+---| "invalid" # A value that cannot be stored or used (an empty or non-UTF-8 id, data the value rules refuse, an option out of range, a cursor this store did not issue for the query, a kind a chart does not take, a collection name MongoDB does not take, a closed session or one of another database handle as `opts.session`, a transaction call in the wrong state, an `fn` of `db:transaction` that raised). Checked before anything is sent: nothing was written.
 ---| "too_large" # The document or event would exceed the server's maximum size (or the engine's `max_event_bytes`). Nothing was written.
----| "unavailable" # No server could be selected (down, or still starting), or (OpenResty) no worker thread was free to take the call.
----| "closed" # The store was closed with `store:close()`.
+---| "unavailable" # No server could be selected (down, or still starting), the server has no sessions or transactions (a standalone: `db:session`, `db:transaction`), or (OpenResty) no worker thread was free to take the call.
+---| "closed" # The store was closed with `store:close()`; or the database (`db:close()`), the cursor or the session the call went through was closed.
 ---| "not_found" # (engine, msngx) The execution an event was sent to does not exist.
+---| "transient" # (document API) The server labelled the error TransientTransactionError: an operation inside a transaction, or its commit, failed in a way that running the whole transaction again may cure (a write conflict with another transaction, an election). The transaction is over.
 
 --- The options of `mongostore.connect`; an unknown key raises.
 ---@class mongostore.ConnectOptions
@@ -177,6 +178,183 @@
 ---@class mongostore.Store
 local Store = {}
 
+--- The options of `mongostore.database`; an unknown key raises.
+---@class mongostore.DatabaseOptions
+---@field db? string database name (letters, digits, `_` and `-`)
+---@field wait? number seconds to keep retrying the first contact (0 to 86400)
+
+--- A database handle, from `mongostore.database`. `tostring` names the database.
+--- Closed by `db:close()`, by garbage collection and by `<close>`; its collections,
+--- cursors and sessions keep it alive.
+---@class mongostore.Database
+local Database = {}
+
+--- What `db:info()` returns.
+---@class mongostore.DatabaseInfo
+---@field wire_version integer the server's maxWireVersion
+---@field replica_set string|false the replica set's name; false for a standalone or a mongos
+---@field transactions boolean whether the server runs transactions (sessions, and a replica set at wire version 7 or a mongos at 8)
+---@field max_bson_size integer the server's largest document, in bytes
+---@field db string the database's name
+
+--- A collection of a database, from `db:collection(name)`; `tostring` names the
+--- database and the collection. Documents are checked whole before anything is
+--- sent: a value the document rules refuse is `invalid`, a document over the
+--- server's limit `too_large`, and a document to store (an insert, a replacement)
+--- with a top-level key starting with `$` is `invalid` (an update given where a
+--- document belongs).
+---@class mongostore.Collection
+local Collection = {}
+
+--- The options of the calls that take only a session; an unknown key raises.
+---@class mongostore.SessionOptions
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `insert_many` and `bulk_write`; an unknown key raises.
+---@class mongostore.BulkOptions
+---@field ordered? boolean stop at the first failed write (false: go on, in any order)
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- What `insert_one` returns.
+---@class mongostore.InsertOneResult
+---@field inserted_id any the document's `_id` (its own, or the ObjectId added)
+
+--- What `insert_many` returns.
+---@class mongostore.InsertManyResult
+---@field inserted table<integer, any> the `_id` of each document inserted, by its index in `docs`
+---@field errors mongostore.WriteError[] the documents the server refused (an empty array when none)
+
+--- One write of a batch that the server refused (`insert_many`, `bulk_write`).
+---@class mongostore.WriteError
+---@field index integer the write's index in the list given (1-based)
+---@field code mongostore.ErrorCode `duplicate` for a duplicate key, otherwise `server`
+---@field server_code integer the server's code
+---@field message string what the server said, after what was being done
+
+--- The options of `find_one`; an unknown key raises.
+---@class mongostore.FindOneOptions
+---@field projection? table the fields to return (`{ title = 1 }`, or a list of pairs)
+---@field sort? table the order, which picks the first: a list of pairs, or a table of one key
+---@field skip? integer skip this many matches first (>= 0)
+---@field hint? string|table the index to use: its name, or its keys (ordered)
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `find`; an unknown key raises.
+---@class mongostore.FindOptions : mongostore.FindOneOptions
+---@field limit? integer at most this many documents (>= 0; 0: no limit)
+---@field batch_size? integer documents per reply from the server (>= 0)
+
+--- The options of `count`; an unknown key raises.
+---@class mongostore.CountOptions
+---@field skip? integer skip this many matches first (>= 0)
+---@field limit? integer count at most this many (>= 0)
+---@field hint? string|table the index to use: its name, or its keys (ordered)
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `aggregate`; an unknown key raises.
+---@class mongostore.AggregateOptions
+---@field batch_size? integer documents per reply from the server (>= 0)
+---@field hint? string|table the index to use: its name, or its keys (ordered)
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The documents of a `find` or an `aggregate`, read a batch at a time
+--- (`batch_size`). The server cursor is killed when the Cursor is closed, when it
+--- is exhausted, when it is collected and when its database closes; `tostring`
+--- says what it reads and whether it is closed.
+---@class mongostore.Cursor
+local Cursor = {}
+
+--- The options of `update_one`, `update_many` and `replace_one`; an unknown key raises.
+---@class mongostore.UpdateOptions
+---@field upsert? boolean insert a document (the filter's equality fields, then the update) when none matches
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `find_one_and_update`; an unknown key raises.
+---@class mongostore.FindOneAndUpdateOptions
+---@field new? boolean return the document after the update rather than before
+---@field upsert? boolean insert one when none matches
+---@field sort? table which one, when several match (ordered)
+---@field projection? table the fields to return
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `find_one_and_delete`; an unknown key raises.
+---@class mongostore.FindOneAndDeleteOptions
+---@field sort? table which one, when several match (ordered)
+---@field projection? table the fields to return
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- What `update_one`, `update_many` and `replace_one` return.
+---@class mongostore.UpdateResult
+---@field matched integer documents that matched the filter
+---@field modified integer documents changed (an update that sets what is there changes nothing)
+---@field upserted_id? any the `_id` of the document an upsert inserted
+
+--- What `delete_one` and `delete_many` return.
+---@class mongostore.DeleteResult
+---@field deleted integer documents deleted
+
+--- One write of `bulk_write`: a table with exactly one of these keys.
+---@class mongostore.BulkOp
+---@field insert_one? table the document to insert (an ObjectId `_id` added when it has none)
+---@field update_one? mongostore.BulkUpdate update the first document that matches
+---@field update_many? mongostore.BulkUpdate update every document that matches
+---@field replace_one? mongostore.BulkReplace replace the first document that matches
+---@field delete_one? mongostore.BulkDelete delete the first document that matches
+---@field delete_many? mongostore.BulkDelete delete every document that matches
+
+--- An update of `bulk_write`: by name, or `{ filter, update, upsert = }` by position.
+---@class mongostore.BulkUpdate
+---@field filter table which documents (or at [1])
+---@field update table update operators or a pipeline (or at [2])
+---@field upsert? boolean insert one when none matches
+
+--- A replacement of `bulk_write`: by name, or `{ filter, replacement, upsert = }` by position.
+---@class mongostore.BulkReplace
+---@field filter table which document (or at [1])
+---@field replacement table the new document (or at [2])
+---@field upsert? boolean insert it when none matches
+
+--- A delete of `bulk_write`: `{ filter = }`, or `{ filter }` by position.
+---@class mongostore.BulkDelete
+---@field filter table which documents (or at [1])
+
+--- What `bulk_write` returns.
+---@class mongostore.BulkWriteResult
+---@field inserted integer documents inserted
+---@field matched integer documents the updates and replacements matched
+---@field modified integer documents they changed
+---@field deleted integer documents deleted
+---@field upserted integer documents upserts inserted
+---@field upserted_ids table<integer, any> the `_id` each upsert inserted, by its index in `ops`
+---@field errors mongostore.WriteError[] the writes the server refused (an empty array when none)
+
+--- The options of `create_index`; an unknown key raises.
+---@class mongostore.IndexOptions
+---@field unique? boolean refuse a second document with the same keys
+---@field name? string the index's name
+---@field partial_filter? table index only the documents this filter matches
+---@field sparse? boolean leave out documents without the keys
+---@field expire_after? integer seconds after the date in the key that the server deletes a document (a TTL index)
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `db:transaction`; an unknown key raises.
+---@class mongostore.TransactionOptions : mongostore.StartTransactionOptions
+---@field timeout? number seconds before it gives up retrying (> 0)
+
+--- A client session, from `db:session()` (or the one `db:transaction` passes to
+--- `fn`). Closed by `s:close()`, by garbage collection and with its database;
+--- its methods then return `nil, msg, "closed"`, and as `opts.session` it is
+--- `invalid` (so is a session of another database handle).
+---@class mongostore.Session
+local Session = {}
+
+--- The options of `s:start_transaction`; an unknown key raises.
+---@class mongostore.StartTransactionOptions
+---@field read_concern? string|{ level: string } the read concern level (`"snapshot"`, `"majority"`, ...)
+---@field write_concern? integer|string|{ w: integer|string?, j: boolean?, wtimeout: integer? } `w` (a number, `"majority"` or a tag) or the whole concern (`wtimeout` in ms)
+---@field read_preference? string `primary`, `primaryPreferred`, `secondary`, `secondaryPreferred` or `nearest`
+---@field max_commit_time_ms? integer how long the server may take over the commit (>= 0)
+
 --- The type of `mongostore.null`.
 ---@class mongostore.Null
 
@@ -189,6 +367,69 @@ local Store = {}
 
 --- The type of `mongostore.json`: `encode` and `decode`.
 ---@class mongostore.JsonCodec
+
+--- An int32 to write: `tostring` gives its digits.
+---@class mongostore.Int32
+local Int32 = {}
+
+--- An ObjectId: `tostring` gives its 24 hex digits.
+---@class mongostore.ObjectId
+local ObjectId = {}
+
+--- A BSON date: `tostring` gives ISO-8601 in UTC with milliseconds.
+---@class mongostore.Date
+local Date = {}
+
+--- Binary data: `tostring` gives `Binary(<subtype>, <n> bytes)`.
+---@class mongostore.Binary
+local Binary = {}
+
+--- A Decimal128: `tostring` gives its text, exactly (`"1.10"` stays `1.10`).
+---@class mongostore.Decimal128
+
+--- A BSON timestamp (the oplog's): `tostring` gives `Timestamp(<t>, <i>)`.
+---@class mongostore.Timestamp
+local Timestamp = {}
+
+--- A BSON regular expression: `tostring` gives `/<pattern>/<flags>`.
+---@class mongostore.Regex
+local Regex = {}
+
+--- (legacy) JavaScript code: `tostring` gives the code.
+---@class mongostore.Code
+local Code = {}
+
+--- (legacy) JavaScript code with a scope: `tostring` gives the code; the scope is kept as its bytes, so it writes back as it came.
+---@class mongostore.CodeWScope
+local CodeWScope = {}
+
+--- (legacy) A symbol: `tostring` gives its text.
+---@class mongostore.Symbol
+local Symbol = {}
+
+--- (legacy) A DBPointer: `tostring` gives `DBPointer(<collection>, <hex>)`.
+---@class mongostore.DBPointer
+local DBPointer = {}
+
+--- The type of `mongostore.minkey`.
+---@class mongostore.MinKey
+
+--- The type of `mongostore.maxkey`.
+---@class mongostore.MaxKey
+
+--- The type of `mongostore.undefined`.
+---@class mongostore.Undefined
+
+--- The options of `bson_decode`.
+---@class mongostore.BsonDecodeOptions
+---@field document? boolean read as the document API does (boxes, and tables that remember their order and numeric types: [how documents read](#how-documents-read-and-write)) rather than the store's plain form
+
+--- The fourth value of a failure of the document API, when there is something to say.
+---@class mongostore.ErrorDetail
+---@field server_code? integer the server's error code (11000 for a duplicate key)
+---@field labels? string[] the server's error labels, an array (empty when it gave none)
+---@field cause? mongostore.ErrorCode (`db:transaction` giving up with `timeout`) the code of the last failure
+---@field error? any (`db:transaction`, code `invalid`) the value `fn` raised
 
 ---@class mongostore
 local mongostore = {}
@@ -206,6 +447,18 @@ mongostore.null = {}
 --- The JSON codec.
 ---@type mongostore.JsonCodec
 mongostore.json = {}
+
+--- MinKey, below every other value in the server's order; one value (`tostring`: `MinKey`).
+---@type mongostore.MinKey
+mongostore.minkey = {}
+
+--- MaxKey, above every other value; one value (`tostring`: `MaxKey`).
+---@type mongostore.MaxKey
+mongostore.maxkey = {}
+
+--- (legacy) BSON undefined, as other drivers read it; one value (`tostring`: `undefined`).
+---@type mongostore.Undefined
+mongostore.undefined = {}
 
 --- Every code, in the order of the list above.
 ---@type mongostore.ErrorCode[]
@@ -469,6 +722,418 @@ function mongostore.uuid() end
 ---@param what string what a key is (`option`, `filter`)
 function mongostore.check_keys(t, known, fn, what) end
 
+--- Waits for the server as `connect` does (up to `opts.wait` seconds) and takes
+--- one client of the process's pool for the URI, the pool `connect` uses, and
+--- keeps it for the handle's life (a session's operations must all go through
+--- the client that started it). A database name that is not letters, digits, `_`
+--- and `-`, no database at all (neither `opts.db` nor one in the URI), or a
+--- malformed URI is `invalid`.
+---
+--- Raises on a wrong type for `uri`, `opts` or an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param uri string a MongoDB URI, as `mongostore.connect` takes; its database is the default
+---@param opts? mongostore.DatabaseOptions the database and how long to wait for the server
+---@return mongostore.Database? db # a handle holding one client of the pool
+---@return string? message
+---@return ("invalid"|"unavailable"|"network"|"timeout"|"server")? code
+function mongostore.database(uri, opts) end
+
+--- A name MongoDB does not take (empty, not UTF-8, a NUL or a `$` inside, over 200 bytes) is `invalid`.
+---
+--- Raises on a `name` that is not a string.
+---
+--- Fails with `nil, message, code`.
+---@param name string the collection's name
+---@return mongostore.Collection? coll # nothing is sent: the collection need not exist
+---@return string? message
+---@return ("invalid"|"closed")? code
+function Database:collection(name) end
+
+--- Raises on a `cmd` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param cmd table the command, ordered: a list of pairs whose first names the command, or a table of one key
+---@param opts? mongostore.SessionOptions the session
+---@return table? reply # the server's reply, as a document
+---@return string? message
+---@return ("invalid"|"duplicate"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Database:command(cmd, opts) end
+
+--- Raises on a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param opts? mongostore.SessionOptions the session
+---@return table[]? entries # the server's entries (`name`, `type`, `options`, ...)
+---@return string? message
+---@return ("transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Database:list_collections(opts) end
+
+--- Fails with `nil, message, code`.
+---@return mongostore.DatabaseInfo? info # from the selected server's hello
+---@return string? message
+---@return ("unavailable"|"network"|"timeout"|"server"|"closed")? code
+function Database:info() end
+
+--- Fails with `nil, message, code`.
+---@return string? name # the database's name
+---@return string? message
+---@return "closed"? code
+function Database:name() end
+
+--- Closes its cursors (killing them on the server) and its sessions (aborting an
+--- open transaction), then gives the client back to the pool. Idempotent; every
+--- later call on the database, its collections, cursors and sessions returns
+--- `nil, msg, "closed"`.
+function Database:close() end
+
+--- `duplicate` names the key in its message (server code 11000).
+---
+--- Raises on a `doc` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param doc table the document; an ObjectId `_id` is added first when it has none
+---@param opts? mongostore.SessionOptions the session
+---@return mongostore.InsertOneResult? result # the id it was stored under
+---@return string? message
+---@return ("duplicate"|"invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:insert_one(doc, opts) end
+
+--- Every document is encoded before any is sent: one the rules refuse fails the
+--- whole call (`invalid`, nothing written). A document the server refuses (a
+--- duplicate key, say) is one of `result.errors`, not a failure of the call; an
+--- ordered insert stops at its first error, an unordered one goes on.
+---
+--- Raises on a `docs` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param docs table[] a non-empty list of documents
+---@param opts? mongostore.BulkOptions ordered, and the session
+---@return mongostore.InsertManyResult? result # the ids inserted and the documents refused
+---@return string? message
+---@return ("invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:insert_many(docs, opts) end
+
+--- Raises on a `filter` that is not a table or nil, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter? table the query
+---@param opts? mongostore.FindOneOptions projection, sort, skip, hint, session
+---@return table? doc # the first document that matches; nil when none does
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:find_one(filter, opts) end
+
+--- The query is sent now, so a query the server refuses fails here rather than at the first `next`.
+---
+--- Raises on a `filter` that is not a table or nil, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter? table the query
+---@param opts? mongostore.FindOptions projection, sort, skip, limit, batch_size, hint, session
+---@return mongostore.Cursor? cursor # with its first batch read
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:find(filter, opts) end
+
+--- Counts with an aggregation (libmongoc's count_documents), so it is exact inside a transaction.
+---
+--- Raises on a `filter` that is not a table or nil, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter? table the query
+---@param opts? mongostore.CountOptions skip, limit, hint, session
+---@return integer? n # how many documents match
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:count(filter, opts) end
+
+--- Raises on a `field` that is not a string, a `filter` that is not a table or nil, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param field string the field (a dotted path)
+---@param filter? table the query
+---@param opts? mongostore.SessionOptions the session
+---@return any[]? values # the distinct values (an array)
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:distinct(field, filter, opts) end
+
+--- Raises on a `pipeline` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param pipeline table[] the stages, a list (empty: every document)
+---@param opts? mongostore.AggregateOptions batch_size, hint, session
+---@return mongostore.Cursor? cursor # with its first batch read
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:aggregate(pipeline, opts) end
+
+--- A closed cursor (or one of a closed database) returns `nil, msg, "closed"`.
+---
+--- Fails with `nil, message, code`.
+---@return table? doc # the next document; nil at the end
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Cursor:next() end
+
+--- Reads to the end: the cursor is exhausted afterwards.
+---
+--- Fails with `nil, message, code`.
+---@return table[]? docs # the documents not read yet, in order (an array)
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Cursor:all() end
+
+--- `for doc in cursor:each() do ... end`; the cursor is closed when the loop has
+--- read the last document. A failure raises inside the loop (a `for` has no place
+--- for `nil, msg, code`), with the message and its code:
+--- `find articles: ... (network)`.
+---@return fun(): table? iter # for a generic `for`: the next document, nil at the end
+function Cursor:each() end
+
+--- Kills the server cursor if it is still open. Idempotent; `<close>` closes it too.
+function Cursor:close() end
+
+--- For a `getMore` or `killCursors` of one's own through `db:command`.
+---@return integer|mongostore.Int64 id # the server's cursor id; 0 once nothing is left on the server
+function Cursor:id() end
+
+--- Updates the first document that matches.
+---
+--- Raises on a `filter` or `update` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which document
+---@param update table update operators (`{ ["$set"] = { ... } }`), or a pipeline (a list of stages)
+---@param opts? mongostore.UpdateOptions upsert, session
+---@return mongostore.UpdateResult? result # what matched and changed
+---@return string? message
+---@return ("duplicate"|"invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:update_one(filter, update, opts) end
+
+--- Updates every document that matches.
+---
+--- Raises on a `filter` or `update` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which documents
+---@param update table update operators, or a pipeline
+---@param opts? mongostore.UpdateOptions upsert, session
+---@return mongostore.UpdateResult? result # what matched and changed
+---@return string? message
+---@return ("duplicate"|"invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:update_many(filter, update, opts) end
+
+--- A document read with `find_one` and given back here is written byte for byte as it came, but for the fields changed in between.
+---
+--- Raises on a `filter` or `replacement` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which document
+---@param replacement table the new document (no top-level `$` key)
+---@param opts? mongostore.UpdateOptions upsert, session
+---@return mongostore.UpdateResult? result # what matched and changed
+---@return string? message
+---@return ("duplicate"|"invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:replace_one(filter, replacement, opts) end
+
+--- Raises on a `filter` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which document
+---@param opts? mongostore.SessionOptions the session
+---@return mongostore.DeleteResult? result # how many were deleted (0 or 1)
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:delete_one(filter, opts) end
+
+--- Raises on a `filter` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which documents (`{}`: all)
+---@param opts? mongostore.SessionOptions the session
+---@return mongostore.DeleteResult? result # how many were deleted
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:delete_many(filter, opts) end
+
+--- Raises on a `filter` or `update` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which document
+---@param update table update operators, or a pipeline
+---@param opts? mongostore.FindOneAndUpdateOptions new, upsert, sort, projection, session
+---@return table? doc # the document before the update (after it, with `new`); nil when none matched
+---@return string? message
+---@return ("duplicate"|"invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:find_one_and_update(filter, update, opts) end
+
+--- Raises on a `filter` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param filter table which document
+---@param opts? mongostore.FindOneAndDeleteOptions sort, projection, session
+---@return table? doc # the deleted document; nil when none matched
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:find_one_and_delete(filter, opts) end
+
+--- Sent in as few round trips as the server's limits allow. Every op is checked
+--- before any is sent: a malformed one fails the whole call (`invalid`, nothing
+--- written). A write the server refuses is one of `result.errors`, with its
+--- index in `ops`; an ordered bulk stops there, an unordered one goes on.
+---
+--- Raises on an `ops` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param ops mongostore.BulkOp[] a non-empty list of writes
+---@param opts? mongostore.BulkOptions ordered, and the session
+---@return mongostore.BulkWriteResult? result # the counts, the upserted ids and the writes refused
+---@return string? message
+---@return ("invalid"|"too_large"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:bulk_write(ops, opts) end
+
+--- Creating an index that exists with the same keys and options changes nothing.
+---
+--- Raises on a `keys` that is not a table, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param keys table the keys, ordered: a list of pairs, or a table of one key
+---@param opts? mongostore.IndexOptions unique, name, partial_filter, sparse, expire_after, session
+---@return string? name # the index's name
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:create_index(keys, opts) end
+
+--- Raises on a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param opts? mongostore.SessionOptions the session
+---@return table[]? indexes # the server's entries (`name`, `key`, ...)
+---@return string? message
+---@return ("transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:list_indexes(opts) end
+
+--- Raises on a `name` that is not a string, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param name string the index's name
+---@param opts? mongostore.SessionOptions the session
+---@return true? ok
+---@return string? message
+---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:drop_index(name, opts) end
+
+--- Raises on a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param opts? mongostore.SessionOptions the session
+---@return true? ok # dropped, or there was no such collection
+---@return string? message
+---@return ("transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Collection:drop(opts) end
+
+---@return string name # the collection's name
+function Collection:name() end
+
+--- Starts a session and a transaction and calls `fn(session)`, protected; when
+--- `fn` returns, commits, and returns `true` followed by `fn`'s values.
+---
+--- - `fn` raises: the transaction is aborted and `nil, "transaction: fn raised:
+---   ...", "invalid", { error = <the raised value> }` comes back; never retried.
+--- - `fn` returns `nil, msg, code[, detail]`: the transaction is aborted and that
+---   comes back, unless the error is transient, which runs `fn` again.
+--- - An error labelled TransientTransactionError (from an operation or the
+---   commit; code `transient`) runs `fn` again from the start, after a short
+---   random pause. UnknownTransactionCommitResult retries only the commit.
+--- - After `opts.timeout` seconds it gives up:
+---   `nil, "transaction: gave up after N s (k attempts): ...", "timeout", detail`,
+---   with `detail.cause` the last error's code and its labels kept (with
+---   UnknownTransactionCommitResult among them the transaction may have
+---   committed).
+---
+--- Called inside another transaction on the same database handle it returns
+--- `invalid`; on a server without transactions, `unavailable`, and `fn` never
+--- runs. Lua errors never unwind through libmongoc: the retry loop is Lua's.
+---
+--- Raises on an `fn` that is not a function, a wrong type for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param fn fun(s: mongostore.Session): any the transaction's work; called again from the start when it must be retried
+---@param opts? mongostore.TransactionOptions the time limit, and the transaction's options
+---@return true? ok # committed
+---@return (any|string)? values # then what `fn` returned, every value; on failure, the message
+---@return ("transient"|"timeout"|"invalid"|"unavailable"|"duplicate"|"network"|"server"|"closed")? code
+---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
+function Database:transaction(fn, opts) end
+
+--- For transactions run by hand; `db:transaction` makes its own. A server without sessions is `unavailable`.
+---
+--- Fails with `nil, message, code`.
+---@return mongostore.Session? s # a new session on the database's client
+---@return string? message
+---@return ("unavailable"|"network"|"timeout"|"server"|"closed")? code
+function Database:session() end
+
+--- A transaction open already is `invalid`; a server without transactions `unavailable`.
+---
+--- Raises on an `opts` that is not a table, a wrong type or value for an option, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param opts? mongostore.StartTransactionOptions the transaction's concerns and time limit
+---@return true? ok # started: nothing is sent until the first operation
+---@return string? message
+---@return ("invalid"|"unavailable"|"closed")? code
+function Session:start_transaction(opts) end
+
+--- No transaction open is `invalid`. A commit that failed may be tried again.
+---
+--- Fails with `nil, message, code`.
+---@return true? ok # committed
+---@return string? message
+---@return ("transient"|"invalid"|"network"|"timeout"|"server"|"unavailable"|"closed")? code
+---@return mongostore.ErrorDetail? detail # with the label UnknownTransactionCommitResult the transaction may have committed: commit again
+function Session:commit() end
+
+--- The server's answer is not waited for: the transaction is over either way. No transaction open is `invalid`.
+---
+--- Fails with `nil, message, code`.
+---@return true? ok # aborted
+---@return string? message
+---@return ("invalid"|"closed")? code
+function Session:abort() end
+
+---@return boolean yes # whether a transaction is open (false once closed)
+function Session:in_transaction() end
+
+--- Ends the session, aborting an open transaction. Idempotent.
+---@return true ok
+function Session:close() end
+
 --- Marks a table as an array, so it is stored as one even when empty.
 ---
 --- Raises on a `t` that is neither a table nor nil.
@@ -505,5 +1170,150 @@ function mongostore.json.encode(v, what) end
 ---@return string? message
 ---@return "invalid"? code
 function mongostore.json.decode(text, opts) end
+
+--- Forces an int32 where the Lua value would be written as an int64. Read back, an int32 is a plain integer that remembers its type.
+---
+--- Raises on an `n` that is not a number or a box.
+---
+--- Fails with `nil, message, code`.
+---@param n integer|mongostore.Int64 an integer within -2^31 .. 2^31-1
+---@return mongostore.Int32? v # written as an int32
+---@return string? message
+---@return "invalid"? code
+function mongostore.int32(n) end
+
+---@return integer n # its value
+function Int32:tonumber() end
+
+--- Raises on a `hex` that is neither a string nor nil.
+---
+--- Fails with `nil, message, code`.
+---@param hex? string 24 hex digits
+---@return mongostore.ObjectId? oid
+---@return string? message
+---@return "invalid"? code
+function mongostore.objectid(hex) end
+
+---@return string hex # 24 lower-case hex digits
+function ObjectId:hex() end
+
+---@return integer t # epoch seconds it was made at (its first four bytes)
+function ObjectId:time() end
+
+--- Raises on an `ms` that is neither a number, a box nor nil.
+---
+--- Fails with `nil, message, code`.
+---@param ms? integer UTC milliseconds since the epoch (a number or an int64 box)
+---@return mongostore.Date? d
+---@return string? message
+---@return "invalid"? code
+function mongostore.date(ms) end
+
+---@return integer|mongostore.Int64 ms # UTC milliseconds since the epoch
+function Date:ms() end
+
+--- Raises on a `data` that is not a string, or a `subtype` that is not a number.
+---
+--- Fails with `nil, message, code`.
+---@param data string the bytes
+---@param subtype? integer 0 to 255 (4: UUID)
+---@return mongostore.Binary? bin
+---@return string? message
+---@return "invalid"? code
+function mongostore.binary(data, subtype) end
+
+---@return string data # the bytes
+function Binary:data() end
+
+---@return integer subtype # 0 to 255
+function Binary:subtype() end
+
+--- Raises on a `text` that is not a string.
+---
+--- Fails with `nil, message, code`.
+---@param text string a decimal number (`"1.10"`, `"-Infinity"`, `"NaN"`)
+---@return mongostore.Decimal128? dec
+---@return string? message
+---@return "invalid"? code
+function mongostore.decimal(text) end
+
+--- Raises on a `t` or `i` that is not a number.
+---
+--- Fails with `nil, message, code`.
+---@param t integer seconds, 0 to 2^32-1
+---@param i integer the increment, 0 to 2^32-1
+---@return mongostore.Timestamp? ts
+---@return string? message
+---@return "invalid"? code
+function mongostore.timestamp(t, i) end
+
+---@return integer t # the seconds
+function Timestamp:t() end
+
+---@return integer i # the increment
+function Timestamp:i() end
+
+--- Raises on a `pattern` that is not a string, or a `flags` that is neither a string nor nil.
+---
+--- Fails with `nil, message, code`.
+---@param pattern string the pattern (UTF-8, no NUL)
+---@param flags? string distinct letters of `ilmsux`, kept in that order
+---@return mongostore.Regex? re
+---@return string? message
+---@return "invalid"? code
+function mongostore.regex(pattern, flags) end
+
+---@return string pattern
+function Regex:pattern() end
+
+---@return string flags # sorted
+function Regex:flags() end
+
+--- Raises on a `text` that is not a string, or a `scope` that is neither a table nor nil.
+---
+--- Fails with `nil, message, code`.
+---@param text string JavaScript code (UTF-8)
+---@param scope? table its scope, a document: then the value is a CodeWScope
+---@return (mongostore.Code|mongostore.CodeWScope)? code
+---@return string? message
+---@return "invalid"? code
+function mongostore.code(text, scope) end
+
+---@return string text # the code
+function Code:code() end
+
+---@return string text # the code
+function CodeWScope:code() end
+
+---@return table scope # the scope, read as a document
+function CodeWScope:scope() end
+
+--- Raises on a `text` that is not a string.
+---
+--- Fails with `nil, message, code`.
+---@param text string the symbol (UTF-8)
+---@return mongostore.Symbol? sym
+---@return string? message
+---@return "invalid"? code
+function mongostore.symbol(text) end
+
+---@return string text
+function Symbol:symbol() end
+
+--- Raises on a `collection` that is not a string, or an `id` that is neither an ObjectId nor a string.
+---
+--- Fails with `nil, message, code`.
+---@param collection string the namespace (UTF-8, no NUL)
+---@param id mongostore.ObjectId|string an ObjectId or its 24 hex digits
+---@return mongostore.DBPointer? ptr
+---@return string? message
+---@return "invalid"? code
+function mongostore.dbpointer(collection, id) end
+
+---@return string collection
+function DBPointer:collection() end
+
+---@return mongostore.ObjectId oid
+function DBPointer:id() end
 
 return mongostore

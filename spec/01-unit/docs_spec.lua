@@ -7,6 +7,9 @@ local mongostore = require "mongostore"
 local chart = require "mongostore.chart"
 local engine_mod = require "mongostore.engine"
 local msngx = require "mongostore.ngx"
+local database_mod = require "mongostore.database"
+local transaction_mod = require "mongostore.transaction"
+local ngx_thread = require "mongostore.ngx_thread"
 
 local format, concat, sort = string.format, table.concat, table.sort
 
@@ -31,12 +34,45 @@ local function a_chart()
                        transitions = { { from = "A", to = "B", on = "Go" } } }
 end
 
+-- The userdata classes of the C core (the document API's handles and the
+-- BSON boxes): the metatables luaL_newmetatable registers under the class
+-- name, reachable without a server.
+local REGISTRY = debug.getregistry()
+local function userdata_methods(class)
+  local mt = REGISTRY[class]
+  if type(mt) == "table" and type(mt.__index) == "table" then return mt.__index end
+  return nil
+end
+
 -- What each class's methods are looked up in.
 local function method_table(class)
   if class == "mongostore.Store" then return mongostore.Store end
   if class == "mongostore.Engine" then return engine_methods() end
   if class == "mongostore.Chart" then return a_chart() end
+  local t = userdata_methods(class)
+  if t then return t end
   error("no method table known for " .. class)
+end
+
+-- Every class with methods a user calls: the ones "every public method is
+-- documented" walks.
+local METHOD_CLASSES = {
+  "mongostore.Store", "mongostore.Engine", "mongostore.Database", "mongostore.Collection", "mongostore.Cursor",
+  "mongostore.Session", "mongostore.ObjectId", "mongostore.Date", "mongostore.Binary", "mongostore.Decimal128",
+  "mongostore.Int32", "mongostore.Timestamp", "mongostore.Regex", "mongostore.MinKey", "mongostore.MaxKey",
+  "mongostore.Code", "mongostore.CodeWScope", "mongostore.Symbol", "mongostore.Undefined", "mongostore.DBPointer",
+}
+
+-- A class's fields with its parents' (`parent =`), by name.
+local function all_fields(class)
+  local out, t = {}, model.types[class]
+  while t do
+    for _, f in ipairs(t.fields or {}) do
+      if out[f.name] == nil then out[f.name] = f end
+    end
+    t = t.parent and model.types[t.parent]
+  end
+  return out
 end
 
 local function walk(t, dotted)
@@ -135,7 +171,7 @@ function TestGenerated:test_each_definition_has_the_documented_signature()
       local params, returns = {}, {}
       local j = i - 1
       while j > 0 and lines[j]:match("^%-%-%-") do
-        local p = lines[j]:match("^%-%-%-@param ([%w_]+)")
+        local p = lines[j]:match("^%-%-%-@param ([%w_]+)") or lines[j]:match("^%-%-%-@param (%.%.%.)")
         if p then table.insert(params, 1, p) end
         local r = lines[j]:match("^%-%-%-@return (.*)$")
         if r then table.insert(returns, 1, r) end
@@ -241,6 +277,26 @@ end
 -- unknown, while a made-up key is (so the probe can tell).
 local PROBE = setmetatable({}, { __name = "docs_probe" })
 local fake_engine = setmetatable({}, {})
+local fake_db = { info = function() return { transactions = false } end }
+
+-- Calls f(arg) the way msngx.run's thread side does (ngx_thread.run, with a
+-- module of this spec's), raising what f raised.
+local probe_call
+package.preload["docs_spec_probe"] = function()
+  return { call = function() return probe_call() end }
+end
+local function in_ngx_run(f, arg)
+  local raised
+  probe_call = function()
+    local ok, err = pcall(f, arg)
+    if not ok then raised = err end
+    return true
+  end
+  ngx_thread.run({ uri = "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=100", db = "docs", wait = 0 },
+                 "docs_spec_probe", "call", '{"n":0,"v":[]}')
+  if raised ~= nil then error(raised, 0) end
+  return true
+end
 
 local OPTION_PROBES = {
   ["mongostore.ConnectOptions"] = { "unknown option", function(o) return mongostore.connect("not a uri", o) end },
@@ -257,6 +313,13 @@ local OPTION_PROBES = {
     if o.definition_id == nil then o.definition_id = "docs" end
     return mongostore.execution(o)
   end },
+  ["mongostore.DatabaseOptions"] = { "unknown option", function(o) return mongostore.database("not a uri", o) end },
+  -- check_opts comes first; then a handle with no transactions ends the call
+  ["mongostore.TransactionOptions"] = { "unknown option", function(o)
+    return transaction_mod.run(fake_db, function() end, o)
+  end },
+  -- only inside an msngx.run call: run in this VM as the thread side does
+  ["mongostore.NgxDatabaseOptions"] = { "unknown option", function(o) return in_ngx_run(ngx_thread.database, o) end },
   ["mongostore.ChartDef"] = { "unknown key", function(o)
     if o.id == nil then o.id = "docs" end
     return chart.define(o)
@@ -281,7 +344,8 @@ function TestDocumentedExists:test_documented_options_are_taken_and_unknown_ones
     local probe = OPTION_PROBES[class]
     lu.assertTrue(refused_as_unknown(probe, { docs_no_such_option = PROBE }),
                   class .. ": the probe does not see a made-up key refused")
-    for _, f in ipairs(model.types[class].fields) do
+    for _, name in ipairs(sorted_keys(all_fields(class))) do
+      local f = all_fields(class)[name]
       if f.name:match("^[%a_][%w_]*$") then
         local unknown, err = refused_as_unknown(probe, { [f.name] = PROBE })
         lu.assertFalse(unknown, format("%s.%s is documented but refused: %s", class, f.name, tostring(err)))
@@ -317,6 +381,8 @@ local OPTION_TABLES = {
   ["mongostore.EngineOptions"] = { function() return engine_mod.new end, "NEW_OPTS" },
   ["mongostore.StartOptions"] = { function() return engine_methods().start end, "START_OPTS" },
   ["mongostore.RunOptions"] = { function() return engine_methods().run end, "RUN_OPTS" },
+  ["mongostore.DatabaseOptions"] = { function() return mongostore.database end, "DATABASE_OPTS" },
+  ["mongostore.TransactionOptions"] = { function() return transaction_mod.run end, "OPTS" },
   ["mongostore.StateDef"] = { function() return chart.define end, "STATE_KEYS" },
   ["mongostore.TransitionDef"] = { function() return chart.define end, "TRANSITION_KEYS" },
 }
@@ -332,8 +398,7 @@ function TestEverythingDocumented:test_every_option_a_call_takes_is_documented()
     local keys = find_upvalue(how[1](), how[2])
     lu.assertEquals(type(keys), "table", format("%s: no table %s behind the call it documents (renamed? "
       .. "update OPTION_TABLES in this spec)", class, how[2]))
-    local documented = {}
-    for _, f in ipairs(model.types[class].fields) do documented[f.name] = true end
+    local documented = all_fields(class)
     for _, k in ipairs(sorted_keys(keys)) do
       if type(k) == "string" and not documented[k] then missing[#missing + 1] = class .. "." .. k end
     end
@@ -380,6 +445,9 @@ function TestEverythingDocumented:test_every_public_module_name_is_documented()
   undocumented_in("mongostore.engine", engine_mod, fns, missing)
   undocumented_in("mongostore.ngx", msngx, fns, missing)
   undocumented_in("mongostore.values", require "mongostore.values", fns, missing)
+  undocumented_in("mongostore.database", database_mod, fns, missing)
+  undocumented_in("mongostore.transaction", transaction_mod, fns, missing)
+  undocumented_in("mongostore.ngx_thread", ngx_thread, fns, missing)
   lu.assertEquals(missing, {}, "describe them in docs/api.lua (or list them in api.internal, saying why): "
     .. concat(missing, ", "))
 end
@@ -387,7 +455,7 @@ end
 function TestEverythingDocumented:test_every_public_method_is_documented()
   local _, methods = documented_sets()
   local missing = {}
-  for _, class in ipairs { "mongostore.Store", "mongostore.Engine" } do
+  for _, class in ipairs(METHOD_CLASSES) do
     local t = method_table(class)
     for _, k in ipairs(sorted_keys(t)) do
       local full = class .. "." .. k
@@ -448,4 +516,99 @@ function TestEverythingDocumented:test_the_store_calls_list_matches_the_pages()
   end
   sort(problems)
   lu.assertEquals(problems, {})
+end
+
+-- Every metatable the core registers under a class name (the document
+-- API's handles, the BSON boxes, the Store) is a documented class, so a new
+-- userdata type cannot arrive undocumented; and each is walked for methods.
+function TestEverythingDocumented:test_every_userdata_class_is_documented()
+  local missing, unwalked = {}, {}
+  local walked = {}
+  for _, class in ipairs(METHOD_CLASSES) do walked[class] = true end
+  for _, k in ipairs(sorted_keys(REGISTRY)) do
+    if type(k) == "string" and k:match("^mongostore%.%u") and type(REGISTRY[k]) == "table" then
+      if not model.types[k] then missing[#missing + 1] = k end
+      if not walked[k] then unwalked[#unwalked + 1] = k end
+    end
+  end
+  lu.assertEquals(missing, {}, "userdata classes the core registers that docs/api.lua does not describe")
+  lu.assertEquals(unwalked, {}, "add them to METHOD_CLASSES in this spec")
+end
+
+-- The document API's methods check their arguments in Lua
+-- (lua/mongostore/database.lua wraps each C method): the wrapper's argument
+-- list and option keys are the ones documented, name for name, both ways.
+local function wrapper_of(f)
+  local args, known, has_known
+  for i = 1, 255 do
+    local n, v = debug.getupvalue(f, i)
+    if not n then break end
+    if n == "args" and type(v) == "table" then args = v end
+    -- known is nil for a method that takes no options
+    if n == "known" then known, has_known = v, v ~= nil end
+  end
+  return args, known, has_known
+end
+
+function TestDocumentedExists:test_the_document_methods_take_the_documented_arguments_and_options()
+  local problems, checked = {}, 0
+  for _, class in ipairs { "mongostore.Database", "mongostore.Collection" } do
+    for _, e in ipairs(model.methods[class] or {}) do
+      local f = method_table(class)[e.name]
+      local args, known, has_known = wrapper_of(f)
+      if args then
+        checked = checked + 1
+        local want, got = {}, {}
+        for i, a in ipairs(args) do got[i] = a[1] end
+        if has_known then got[#got + 1] = "opts" end
+        for i, p in ipairs(e.params) do want[i] = p.name end
+        if table.concat(want, ",") ~= table.concat(got, ",") then
+          problems[#problems + 1] = format("%s: documented (%s), takes (%s)", e.display, table.concat(want, ", "),
+                                           table.concat(got, ", "))
+        end
+        local last = e.params[#e.params]
+        if has_known and known then
+          local class_name = last and last.name == "opts" and last.type:match("^(mongostore%.[%w_]+)$")
+          if not class_name or not model.types[class_name] then
+            problems[#problems + 1] = e.display .. ": opts is documented without an options class"
+          else
+            local fields = all_fields(class_name)
+            for _, k in ipairs(sorted_keys(known)) do
+              if not fields[k] then problems[#problems + 1] = format("%s: option %s is not in %s", e.display, k,
+                                                                      class_name) end
+            end
+            for _, k in ipairs(sorted_keys(fields)) do
+              if known[k] == nil then
+                problems[#problems + 1] = format("%s: %s.%s is documented but not taken", e.display, class_name, k)
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+  lu.assertTrue(checked >= 20, "the wrappers of lua/mongostore/database.lua were not found (" .. checked .. ")")
+  lu.assertEquals(problems, {})
+end
+
+-- The value constructors named on the values page are the face's, and
+-- each makes a box of its documented class.
+function TestDocumentedExists:test_the_constructors_make_their_documented_boxes()
+  local made = {
+    objectid = mongostore.objectid(), date = mongostore.date(0), binary = mongostore.binary("x", 4),
+    decimal = mongostore.decimal("1.10"), int32 = mongostore.int32(7), timestamp = mongostore.timestamp(1, 2),
+    regex = mongostore.regex("^a", "i"), code = mongostore.code("x()"), symbol = mongostore.symbol("s"),
+    dbpointer = mongostore.dbpointer("db.c", mongostore.objectid()),
+  }
+  for _, e in ipairs(model.entries) do
+    if e.kind == "fn" and e.module == "mongostore" and made[e.name] then
+      local want = e.returns[1].type:match("^(mongostore%.[%w_]+)")
+      lu.assertEquals(getmetatable(made[e.name]).__name, want, e.display .. " returns " .. want)
+    end
+  end
+  for _, name in ipairs { "minkey", "maxkey", "undefined" } do
+    local e = model.by_anchor["mongostore-" .. name]
+    lu.assertNotNil(e, "mongostore." .. name .. " is documented")
+    lu.assertEquals(getmetatable(mongostore[name]).__name, e.type)
+  end
 end

@@ -19,12 +19,15 @@ function core.bson_encode(doc) end
 
 --- Refuses bytes that are not exactly one well-formed document.
 ---
+--- Raises on a `bytes` that is not a string, or an `opts` that is neither a table nor nil.
+---
 --- Fails with `nil, message, code`.
 ---@param bytes string BSON bytes
+---@param opts? mongostore.BsonDecodeOptions `document`
 ---@return table? doc # the document under the value rules
 ---@return string? message
 ---@return "invalid"? code
-function core.bson_decode(bytes) end
+function core.bson_decode(bytes, opts) end
 
 --- The one text rule every call applies to ids, kinds, paths and filters.
 ---@param s any a candidate id, kind, path or filter value

@@ -16,6 +16,7 @@
 ---@field trace? boolean the engine writes trace steps
 ---@field max_inflight? integer calls in flight per process (keep it at or below `lua_worker_thread_vm_pool_size`)
 ---@field call_timeout? number seconds a call waits for a free slot
+---@field run_modules? string[] the modules `msngx.run` may call: module names, or prefixes ending in `.` (`"app."`: every module below `app`)
 
 --- The options of `msngx.start_worker`.
 ---@class mongostore.NgxWorkerOptions
@@ -30,13 +31,17 @@
 ---@field version? integer the version it was loaded at
 ---@field dedupe? string the dedupe digests it was loaded with (`"<version>:<hex>"`); pass it back unchanged
 
+--- The options of `ngx_thread.database`; an unknown key raises.
+---@class mongostore.NgxDatabaseOptions
+---@field db? string database name
+
 ---@class mongostore.ngx
 local msngx = {}
 
 --- Call it in `init_by_lua`: it only records the settings. Connections are made
 --- lazily in the processes and threads that use them, never in nginx's master.
 ---
---- Raises on a missing `uri`, or a setting of the wrong type or out of range.
+--- Raises on a missing `uri`, a setting of the wrong type or out of range, or a `run_modules` that is not a list of module names or prefixes.
 ---@param cfg mongostore.NgxConfig where to connect and how to run
 ---@return true ok
 function msngx.configure(cfg) end
@@ -107,6 +112,27 @@ function msngx.send_external(id, event) end
 ---@return (boolean|string)? created # true when this call created it; on failure, the message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.start_external(chart_id, opts) end
+
+--- Calls `require(module)[fn](...)` in a worker thread (configure's
+--- `thread_pool`) and returns what it returns. Values cross as JSON: integers
+--- exact (beyond 2^53 as int64 boxes on LuaJIT), arrays stay arrays, null stays
+--- null, and a nil keeps its place. It takes one of the `max_inflight` slots, as
+--- every call does. Fails with `invalid` for an argument JSON cannot carry, no
+--- such module or no such function; `server` for a Lua error in `fn` or while
+--- loading the module (its traceback goes to nginx's error log) or a result JSON
+--- cannot carry (a box: `tostring` an ObjectId); `unavailable` when no slot came
+--- free within `call_timeout` or the thread failed.
+---
+--- Raises on a call before `configure`, a `module` or `fn` that is not a string or not a valid name, or a `module` not in `run_modules`.
+---
+--- Fails with `nil, message, code`.
+---@param module string the module's name, as `require` takes it; in `run_modules`
+---@param fn string the name of a function of the module
+---@param ... any its arguments, JSON across
+---@return any? r # what `fn` returns, every value (its own `nil, msg, code[, detail]` too)
+---@return string? message
+---@return ("invalid"|"server"|"unavailable")? code
+function msngx.run(module, fn, ...) end
 
 --- Runs [`store:ack_outbox`](store.md#store-ack_outbox) in a worker thread.
 ---
