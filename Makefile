@@ -87,9 +87,12 @@ valgrind-test: deps lint
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites valgrind
 
-# Issue 5's benchmarks (bench/RESULTS.md); BENCH_ARGS=--quick for a ~3-minute
-# run. Never part of `make test`.
-bench: deps
+# Issue 5's execution benchmarks and issue 11's document rows
+# (bench/RESULTS.md); BENCH_ARGS=--quick for a ~4-minute run,
+# `bench/run.sh --quick --documents` for the document rows alone. Never part
+# of `make test`.
+bench:
+	@tools/deps.sh bench
 	@bench/run.sh $(BENCH_ARGS)
 
 # libFuzzer over the JSON and BSON codecs (fuzz/README.md): FUZZ_SECONDS per

@@ -17,6 +17,13 @@ packages=(
 if ! command -v java >/dev/null 2>&1; then
     packages+=(default-jre-headless)
 fi
+# `tools/deps.sh bench` (make bench): also Node.js and npm, for the Node
+# driver's rows (any node >= 16.20.1; Debian's nodejs 18 will do). Only when
+# missing: a node installed another way keeps its own npm.
+if [[ ${1:-} == bench ]]; then
+    if ! command -v node >/dev/null 2>&1; then packages+=(nodejs); fi
+    if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
+fi
 
 command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script expects Debian 12"
 
