@@ -242,34 +242,32 @@ static int check_top_keys(const bson_t *doc, const char *what, ms_err_t *e) {
   return 0;
 }
 
-/* The document at idx encoded with an _id first: its own, or an ObjectId
- * made here, so the caller knows the id of what it inserted. */
+/* The document at idx encoded into out (initialised by the caller, who
+ * destroys it) with an ObjectId made here first when it has no _id, so the
+ * caller knows the id of what it inserted. */
 static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, const char *what, ms_err_t *e) {
-  bson_t body = BSON_INITIALIZER;
-  bson_iter_t it;
-  int rc = doc_arg(L, idx, &body, what, 0, e);
-  if (rc == 0) rc = ms_check_storable(&body, what, e);
-  if (rc == 0) rc = check_top_keys(&body, what, e);
-  if (rc == 0) {
-    if (bson_iter_init_find(&it, &body, "_id")) {
-      bson_copy_to(&body, out);
-    } else {
-      bson_oid_t oid;
-      bson_oid_init(&oid, NULL);
-      bson_init(out);
-      bson_append_oid(out, "_id", 3, &oid);
-      bson_concat(out, &body);
-    }
-    rc = size_ok(k, out, what, e);
-    if (rc) bson_destroy(out);
+  int has_id;
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, idx));
+    return -1;
   }
-  bson_destroy(&body);
-  return rc;
+  lua_pushliteral(L, "_id");
+  has_id = lua_rawget(L, idx) != LUA_TNIL;
+  lua_pop(L, 1);
+  if (!has_id) {
+    bson_oid_t oid;
+    bson_oid_init(&oid, NULL);
+    bson_append_oid(out, "_id", 3, &oid);
+  }
+  if (ms_table_to_bson(L, idx, out, what, e) || ms_check_storable(out, what, e) || check_top_keys(out, what, e))
+    return -1;
+  return size_ok(k, out, what, e);
 }
 
 /* c:insert_one(doc, opts) -> { inserted_id = id } */
 static int l_insert_one(lua_State *L) {
-  bson_t doc, opts = BSON_INITIALIZER, reply;
+  bson_t doc = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
   bson_error_t be;
   ms_err_t e;
   int ok, n;
@@ -280,6 +278,7 @@ static int l_insert_one(lua_State *L) {
   }
   if (encode_insert(L, &k, 2, &doc, "doc", &e)) {
     bson_destroy(&opts);
+    bson_destroy(&doc);
     return fail(L, &k, &e);
   }
   ok = mongoc_collection_insert_one(k.c->coll, &doc, &opts, &reply, &be);
@@ -375,21 +374,17 @@ static int l_insert_many(lua_State *L) {
     bson_destroy(&opts);
     return fail(L, &k, &e);
   }
-  /* each its own heap bson_t (bson_copy): a bson_t needs more alignment
+  /* each its own heap bson_t (bson_new): a bson_t needs more alignment
    * than an array of them from malloc has */
   docs = (bson_t **)bson_malloc0(n * sizeof *docs);
   for (i = 0; i < n && rc == 0; i++) {
     char what[32];
-    bson_t one;
     snprintf(what, sizeof what, "docs[%zu]", i + 1);
     lua_rawgeti(L, 2, (lua_Integer)(i + 1));
-    rc = encode_insert(L, &k, -1, &one, what, &e);
+    docs[i] = bson_new();
+    made++;
+    rc = encode_insert(L, &k, -1, docs[i], what, &e);
     lua_pop(L, 1);
-    if (rc == 0) {
-      docs[i] = bson_copy(&one);
-      bson_destroy(&one);
-      made++;
-    }
   }
   if (rc == 0) {
     bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
@@ -729,13 +724,8 @@ static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, 
   spec = lua_gettop(L);
   snprintf(what, sizeof what, "ops[%zu].%s", i, kind);
   if (which == 0) {
-    bson_destroy(&a);
     rc = encode_insert(L, k, spec, &a, what, e);
-    if (rc == 0) {
-      ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, NULL, &be);
-      bson_destroy(&a);
-    }
-    bson_init(&a);
+    if (rc == 0) ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, NULL, &be);
   } else if (lua_type(L, spec) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
     rc = -1;

@@ -192,3 +192,29 @@ function TestDocErrors:test_reset_is_network_and_silence_is_timeout()
   lu.assertEquals(rawdb.docs(self.name, "things"), before)
   db:close()
 end
+
+-- A write conflict inside a transaction carries the TransientTransactionError label:
+-- code "transient", the label in detail (servers with transactions only).
+function TestDocErrors:test_a_write_conflict_in_a_transaction_is_transient()
+  if not ok(self.db:info()).transactions then
+    return lu.skip("the server has no transactions (mongo-java-server)")
+  end
+  ok(self.c:insert_one({ _id = "hot", n = 0 }))
+  local s1, s2 = ok(self.db:session()), ok(self.db:session())
+  ok(s1:start_transaction())
+  ok(s2:start_transaction())
+  ok(self.c:update_one({ _id = "hot" }, { ["$inc"] = { n = 1 } }, { session = s1 }))
+  local r = result(self.c:update_one({ _id = "hot" }, { ["$inc"] = { n = 10 } }, { session = s2 }))
+  lu.assertNil(r[1])
+  lu.assertEquals(r[3], "transient", r[2])
+  lu.assertStrContains(r[2], "update_one things")
+  local labels = {}
+  for _, l in ipairs(r[4].labels) do labels[l] = true end
+  lu.assertTrue(labels.TransientTransactionError, r[2])
+  lu.assertIsNumber(r[4].server_code)
+  s2:abort()
+  ok(s1:commit())
+  s1:close()
+  s2:close()
+  lu.assertEquals(rawdb.docs(self.name, "things"), { { _id = "hot", n = 1 } })
+end
