@@ -886,7 +886,8 @@ for doc in cursor:each() do print(doc.title) end]] },
           fails = doc_fails("invalid"),
           fails_extra = DETAIL,
           raises = "a `filter` that is not a table or nil, a wrong type for an option, or an unknown option",
-          desc = "Counts with an aggregation (libmongoc's count_documents), so it is exact inside a transaction." },
+          desc = "Counts the matching documents with an aggregation (libmongoc's count_documents), not from "
+            .. "the collection's metadata." },
         { method = "distinct", of = "mongostore.Collection",
           params = {
             { "field", "string", "the field (a dotted path)" },
@@ -1307,7 +1308,7 @@ its methods then return `nil, msg, "closed"`, and as `opts.session` it is
         { method = "abort", of = "mongostore.Session", params = {},
           returns = { { "ok", "true", "aborted" } },
           fails = { "invalid", "closed" },
-          desc = "The server's answer is not waited for: the transaction is over either way. No transaction "
+          desc = "The server's answer does not matter: the transaction is over either way. No transaction "
             .. "open is `invalid`." },
         { method = "in_transaction", of = "mongostore.Session", params = {},
           returns = { { "yes", "boolean", "whether a transaction is open (false once closed)" } } },
@@ -1432,10 +1433,11 @@ unchanged:
 
 So a document another driver wrote, read with `find_one` and written back with
 `replace_one`, is the same bytes. The BSON encoder (documents, `bson_encode`)
-takes the boxes anywhere; the JSON codec refuses them (`tostring` an ObjectId
-to carry it in JSON). The store's loads read the plain form: an ObjectId as its
-hex, a date as epoch seconds, a binary or a decimal as a string, the other
-types as `mongostore.null`.]],
+takes the boxes; the JSON codec refuses them, and so does every store write of
+an execution, whose data is JSON (`tostring` an ObjectId to carry it). The
+store's loads, and `bson_decode` without `document`, read the plain form: an
+ObjectId as its hex, a date as epoch seconds, a binary or a decimal as a
+string, a timestamp as an integer, the other types as `mongostore.null`.]],
       entries = {
         { fn = "int32", module = "mongostore",
           params = { { "n", "integer|mongostore.Int64", "an integer within -2^31 .. 2^31-1" } },

@@ -842,7 +842,7 @@ function Collection:find_one(filter, opts) end
 ---@return mongostore.ErrorDetail? detail # the server's code and error labels, when it gave them
 function Collection:find(filter, opts) end
 
---- Counts with an aggregation (libmongoc's count_documents), so it is exact inside a transaction.
+--- Counts the matching documents with an aggregation (libmongoc's count_documents), not from the collection's metadata.
 ---
 --- Raises on a `filter` that is not a table or nil, a wrong type for an option, or an unknown option.
 ---
@@ -1119,7 +1119,7 @@ function Session:start_transaction(opts) end
 ---@return mongostore.ErrorDetail? detail # with the label UnknownTransactionCommitResult the transaction may have committed: commit again
 function Session:commit() end
 
---- The server's answer is not waited for: the transaction is over either way. No transaction open is `invalid`.
+--- The server's answer does not matter: the transaction is over either way. No transaction open is `invalid`.
 ---
 --- Fails with `nil, message, code`.
 ---@return true? ok # aborted
