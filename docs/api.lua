@@ -2202,18 +2202,17 @@ loading the module (its traceback goes to nginx's error log) or a result JSON
 cannot carry (a box: `tostring` an ObjectId); `unavailable` when no slot came
 free within `call_timeout` or the thread failed.]],
           example = [[
--- app/notes.lua, in the thread VM:
+-- app/notes.lua (a module returning M), run in the thread VM:
 local ngx_thread = require "mongostore.ngx_thread"
 local M = {}
 function M.create(text)
   local db = assert(ngx_thread.database())
   local r, err, code = assert(db:collection("notes")):insert_one({ text = text })
   if not r then return nil, err, code end
-  return tostring(r.inserted_id)
+  return tostring(r.inserted_id)   -- JSON carries no ObjectId box
 end
-return M
 
--- the handler:
+-- the handler, with configure{ ..., run_modules = { "app." } }:
 local id, err, code = msngx.run("app.notes", "create", ngx.var.arg_text)]] },
         { fn = "database", module = "mongostore.ngx_thread",
           params = { { "opts", "mongostore.NgxDatabaseOptions?", "which database" } },

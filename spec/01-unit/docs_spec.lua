@@ -192,6 +192,18 @@ function TestGenerated:test_each_definition_has_the_documented_signature()
   end
 end
 
+-- An example is Lua a reader can paste: it must at least compile.
+function TestGenerated:test_every_example_compiles()
+  local bad = {}
+  for _, e in ipairs(model.entries) do
+    if e.example then
+      local f, err = load(e.example, "=" .. e.display)
+      if not f then bad[#bad + 1] = tostring(err) end
+    end
+  end
+  lu.assertEquals(bad, {})
+end
+
 function TestGenerated:test_the_same_source_gives_the_same_bytes()
   local a, b = docgen.render(docgen.load_api(root)), docgen.render(docgen.load_api(root))
   lu.assertEquals(#a, #b)
@@ -479,6 +491,18 @@ function TestEverythingDocumented:test_the_ngx_calls_are_the_documented_ones()
   end
   sort(documented)
   lu.assertEquals(documented, real)
+end
+
+-- configure refuses no key it does not know, so the settings it records
+-- are held against the page instead: each one is an NgxConfig field.
+function TestEverythingDocumented:test_every_setting_configure_records_is_documented()
+  local documented = all_fields("mongostore.NgxConfig")
+  msngx.configure{ uri = "mongodb://127.0.0.1:1", run_modules = { "docs." } }
+  local missing = {}
+  for _, k in ipairs(sorted_keys(msngx.config())) do
+    if not documented[k] then missing[#missing + 1] = k end
+  end
+  lu.assertEquals(missing, {}, "settings msngx.configure records that mongostore.NgxConfig does not describe")
 end
 
 function TestEverythingDocumented:test_every_field_of_an_execution_is_documented()
