@@ -1426,9 +1426,10 @@ unchanged:
   which numbers were int32s and which doubles. Written back, its fields go in
   that order (keys added since go after them), an int32 stays an int32 while
   its value fits, and a double stays a double even when integral (on LuaJIT
-  every number is a double). A field nothing remembers is written by its Lua
-  type: an integer as an int64 (on LuaJIT an integral number), any other
-  number as a double; `mongostore.int32(n)` writes an int32. Replacing the
+  every number is a double) or not finite (a NaN or an infinity another
+  driver wrote goes back as it came; a new one is still refused). A field
+  nothing remembers is written by its Lua type: an integer as an int64 (on
+  LuaJIT an integral number), any other number as a double; `mongostore.int32(n)` writes an int32. Replacing the
   metatable (`setmetatable`, `mongostore.array`) forgets the order and types.
 
 So a document another driver wrote, read with `find_one` and written back with
