@@ -1429,8 +1429,9 @@ unchanged:
   every number is a double) or not finite (a NaN or an infinity another
   driver wrote goes back as it came; a new one is still refused). A field
   nothing remembers is written by its Lua type: an integer as an int64 (on
-  LuaJIT an integral number), any other number as a double; `mongostore.int32(n)` writes an int32. Replacing the
-  metatable (`setmetatable`, `mongostore.array`) forgets the order and types.
+  LuaJIT an integral number), any other number as a double;
+  `mongostore.int32(n)` writes an int32. Replacing the metatable
+  (`setmetatable`, `mongostore.array`) forgets the order and types.
 
 So a document another driver wrote, read with `find_one` and written back with
 `replace_one`, is the same bytes. The BSON encoder (documents, `bson_encode`)
