@@ -1284,7 +1284,7 @@ its methods then return `nil, msg, "closed"`, and as `opts.session` it is
         { method = "start_transaction", of = "mongostore.Session",
           params = { { "opts", "mongostore.StartTransactionOptions?", "the transaction's concerns and time limit" } },
           returns = { { "ok", "true", "started: nothing is sent until the first operation" } },
-          fails = { "invalid", "unavailable", "closed" },
+          fails = { "invalid", "unavailable", "server", "closed" },
           raises = "an `opts` that is not a table, a wrong type or value for an option, or an unknown option",
           desc = "A transaction open already is `invalid`; a server without transactions `unavailable`." },
         { class = "mongostore.StartTransactionOptions",

@@ -1107,7 +1107,7 @@ function Database:session() end
 ---@param opts? mongostore.StartTransactionOptions the transaction's concerns and time limit
 ---@return true? ok # started: nothing is sent until the first operation
 ---@return string? message
----@return ("invalid"|"unavailable"|"closed")? code
+---@return ("invalid"|"unavailable"|"server"|"closed")? code
 function Session:start_transaction(opts) end
 
 --- No transaction open is `invalid`. A commit that failed may be tried again.
