@@ -418,6 +418,27 @@ function TestEverythingDocumented:test_every_option_a_call_takes_is_documented()
   lu.assertEquals(missing, {}, "options the calls take but docs/api.lua does not describe")
 end
 
+-- s:start_transaction checks its option keys in C (a Session needs a
+-- server): its key list is read from csrc/session.c instead.
+function TestEverythingDocumented:test_the_start_transaction_options_are_the_documented_ones()
+  local h = assert(io.open(root .. "/csrc/session.c", "rb"))
+  local src = h:read("a")
+  h:close()
+  local list = src:match("txn_keys%[%]%s*=%s*(%b{})")
+  lu.assertNotNil(list, "csrc/session.c has no txn_keys[] = { ... } (renamed? update this spec)")
+  local keys = {}
+  for k in list:gmatch('"([%w_]+)"') do keys[k] = true end
+  local documented = all_fields("mongostore.StartTransactionOptions")
+  local problems = {}
+  for _, k in ipairs(sorted_keys(keys)) do
+    if not documented[k] then problems[#problems + 1] = k .. " is taken but not documented" end
+  end
+  for _, k in ipairs(sorted_keys(documented)) do
+    if not keys[k] then problems[#problems + 1] = k .. " is documented but not taken" end
+  end
+  lu.assertEquals(problems, {}, "mongostore.StartTransactionOptions against csrc/session.c's txn_keys")
+end
+
 local function documented_sets()
   local fns, methods = {}, {}
   for _, e in ipairs(model.entries) do
