@@ -692,23 +692,15 @@ static int op_field(lua_State *L, int idx, const char *name, int pos) {
   return lua_rawgeti(L, idx, pos) != LUA_TNIL;
 }
 
-/* Adds ops[i] (the table at idx) to bulk; -1 with e set (invalid) when it
- * is malformed or libmongoc refuses it. */
-static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
-  const char *kind = NULL;
-  int which = -1, nkeys = 0, rc = 0, spec, upsert = 0;
-  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
-  bson_error_t be;
-  char what[48];
-  int ok = 1;
-  idx = lua_absindex(L, idx);
+/* Which of op_names the op at idx holds (its one key), or -1 with e set. */
+static int op_kind(lua_State *L, int idx, size_t i, ms_err_t *e) {
+  int which = -1, nkeys = 0, j;
   if (lua_type(L, idx) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "ops[%zu] must be a table, got %s", i, luaL_typename(L, idx));
     return -1;
   }
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    int j;
     nkeys++;
     for (j = 0; op_names[j]; j++)
       if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), op_names[j]) == 0) which = j;
@@ -719,66 +711,102 @@ static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, 
                "delete_one, delete_many", i);
     return -1;
   }
-  kind = op_names[which];
-  lua_getfield(L, idx, kind);
-  spec = lua_gettop(L);
-  snprintf(what, sizeof what, "ops[%zu].%s", i, kind);
-  if (which == 0) {
-    rc = encode_insert(L, k, spec, &a, what, e);
-    if (rc == 0) ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, NULL, &be);
-  } else if (lua_type(L, spec) != LUA_TTABLE) {
+  return which;
+}
+
+/* An update, replace or delete's spec (a table at spec): its keys are
+ * filter, update or replacement, upsert, or the positions 1 and 2. */
+static int op_spec_keys(lua_State *L, int spec, int which, const char *what, ms_err_t *e) {
+  lua_pushnil(L);
+  while (lua_next(L, spec)) {
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    int known = key ? strcmp(key, "filter") == 0 || (which <= 3 && strcmp(key, "upsert") == 0) ||
+                        (which <= 2 && strcmp(key, "update") == 0) || (which == 3 && strcmp(key, "replacement") == 0)
+                    : lua_type(L, -2) == LUA_TNUMBER && lua_tonumber(L, -2) >= 1 &&
+                        lua_tonumber(L, -2) <= (which <= 3 ? 2 : 1) && lua_tonumber(L, -2) == (int)lua_tonumber(L, -2);
+    lua_pop(L, 1);
+    if (!known) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: unknown key %s", what, key ? key : "(not a name)");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The filter (a), the update or replacement (b) and the options (o) of an
+ * update, replace or delete op. */
+static int encode_op(lua_State *L, const call_t *k, int spec, int which, const char *what, bson_t *a, bson_t *b,
+                     bson_t *o, ms_err_t *e) {
+  char fw[64];
+  int rc;
+  if (lua_type(L, spec) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
+    return -1;
+  }
+  if (op_spec_keys(L, spec, which, what, e)) return -1;
+  snprintf(fw, sizeof fw, "%s.filter", what);
+  if (!op_field(L, spec, "filter", 1)) {
+    ms_err_set(e, "invalid", "%s needs a filter", what);
     rc = -1;
   } else {
-    char fw[64];
-    snprintf(fw, sizeof fw, "%s.filter", what);
-    if (!op_field(L, spec, "filter", 1)) {
-      ms_err_set(e, "invalid", "%s needs a filter", what);
+    rc = doc_arg(L, -1, a, fw, 0, e);
+  }
+  lua_pop(L, 1);
+  if (rc || which > 3) return rc;
+  snprintf(fw, sizeof fw, "%s.%s", what, which == 3 ? "replacement" : "update");
+  if (!op_field(L, spec, which == 3 ? "replacement" : "update", 2)) {
+    ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
+    rc = -1;
+  } else if (which == 3) {
+    if (doc_arg(L, -1, b, fw, 0, e) || ms_check_storable(b, fw, e) || check_top_keys(b, fw, e) || size_ok(k, b, fw, e))
       rc = -1;
-    } else {
-      rc = doc_arg(L, -1, &a, fw, 0, e);
+  } else {
+    rc = update_arg(L, -1, b, fw, e);
+  }
+  lua_pop(L, 1);
+  if (rc) return rc;
+  lua_getfield(L, spec, "upsert");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) {
+    ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
+    rc = -1;
+  } else if (lua_toboolean(L, -1)) {
+    /* an upsert stores the filter's equality fields */
+    bson_append_bool(o, "upsert", 6, true);
+    rc = ms_check_storable(a, fw, e);
+  }
+  lua_pop(L, 1);
+  return rc;
+}
+
+/* Adds ops[i] (the table at idx) to bulk; -1 with e set (invalid) when it
+ * is malformed or libmongoc refuses it. */
+static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
+  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
+  bson_error_t be;
+  char what[48];
+  int which, rc, ok = 1, spec;
+  idx = lua_absindex(L, idx);
+  if ((which = op_kind(L, idx, i, e)) < 0) return -1;
+  lua_getfield(L, idx, op_names[which]);
+  spec = lua_gettop(L);
+  snprintf(what, sizeof what, "ops[%zu].%s", i, op_names[which]);
+  rc = which == 0 ? encode_insert(L, k, spec, &a, what, e) : encode_op(L, k, spec, which, what, &a, &b, &o, e);
+  if (rc == 0) {
+    switch (which) {
+    case 0: ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, NULL, &be); break;
+    case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
+    case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
+    case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
+    case 4: ok = mongoc_bulk_operation_remove_one_with_opts(bulk, &a, NULL, &be); break;
+    default: ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &a, NULL, &be); break;
     }
-    lua_pop(L, 1);
-    if (rc == 0 && which <= 3) {
-      const char *bn = which == 3 ? "replacement" : "update";
-      snprintf(fw, sizeof fw, "%s.%s", what, bn);
-      if (!op_field(L, spec, bn, 2)) {
-        ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
-        rc = -1;
-      } else if (which == 3) {
-        rc = doc_arg(L, -1, &b, fw, 0, e);
-        if (rc == 0) rc = ms_check_storable(&b, fw, e);
-        if (rc == 0) rc = check_top_keys(&b, fw, e);
-        if (rc == 0) rc = size_ok(k, &b, fw, e);
-      } else {
-        rc = update_arg(L, -1, &b, fw, e);
-      }
-      lua_pop(L, 1);
-      lua_getfield(L, spec, "upsert");
-      if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) {
-        ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
-        rc = -1;
-      }
-      upsert = lua_toboolean(L, -1);
-      lua_pop(L, 1);
-      if (upsert) bson_append_bool(&o, "upsert", 6, true);
-      if (rc == 0 && upsert) rc = ms_check_storable(&a, what, e);
-    }
-    if (rc == 0) {
-      switch (which) {
-      case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
-      case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
-      case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
-      case 4: ok = mongoc_bulk_operation_remove_one_with_opts(bulk, &a, NULL, &be); break;
-      default: ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &a, NULL, &be); break;
-      }
+    if (!ok) {
+      ms_err_set(e, "invalid", "%s: %s", what, be.message);
+      rc = -1;
     }
   }
   lua_settop(L, idx);
-  if (rc == 0 && !ok) {
-    ms_err_set(e, "invalid", "%s: %s", what, be.message);
-    rc = -1;
-  }
   bson_destroy(&a);
   bson_destroy(&b);
   bson_destroy(&o);

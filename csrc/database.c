@@ -117,63 +117,60 @@ int ms_document_push_error(lua_State *L, ms_database_t *db, const bson_error_t *
 
 /* ---- mongostore.database(uri, opts) ---- */
 
-typedef struct db_opts {
-  const char *name;
-  double wait;
-} db_opts_t;
-
 /* The Lua half has checked the option keys and types; what is left are the
- * values. The database name defaults to the URI's own. */
-static int read_db_opts(lua_State *L, int opts, const mongoc_uri_t *uri, db_opts_t *o, ms_err_t *e) {
-  size_t n;
-  o->name = NULL;
-  o->wait = MS_CONNECT_WAIT;
+ * values. opts.wait first: the URI is parsed with its attempt bound, so the
+ * pool is the one connect() makes with the same wait. */
+static int read_wait(lua_State *L, int opts, double *wait, ms_err_t *e) {
+  *wait = MS_CONNECT_WAIT;
   if (opts && lua_getfield(L, opts, "wait") != LUA_TNIL) {
     if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) || lua_tonumber(L, -1) > 86400) {
       ms_err_set(e, "invalid", "database: opts.wait must be a number of seconds from 0 to 86400");
       return -1;
     }
-    o->wait = lua_tonumber(L, -1);
-  }
-  if (opts) lua_getfield(L, opts, "db");
-  else lua_pushnil(L);
-  if (lua_type(L, -1) == LUA_TSTRING) {
-    o->name = lua_tolstring(L, -1, &n);
-    if (strlen(o->name) != n || !ms_valid_name(o->name, n, 1)) {
-      ms_err_set(e, "invalid", "database: database name '%s' is not valid (letters, digits, _ and -)", o->name);
-      return -1;
-    }
-  } else if (!lua_isnil(L, -1)) {
-    ms_err_set(e, "invalid", "database: opts.db must be a string");
-    return -1;
-  } else if (uri && mongoc_uri_get_database(uri)) {
-    o->name = mongoc_uri_get_database(uri);
-  } else {
-    ms_err_set(e, "invalid", "database: no database named (opts.db, or one in the URI)");
-    return -1;
+    *wait = lua_tonumber(L, -1);
   }
   return 0;
 }
 
+/* opts.db, else the URI's own database; the name stays valid while the
+ * URI and the options table do. */
+static const char *read_name(lua_State *L, int opts, const mongoc_uri_t *uri, ms_err_t *e) {
+  size_t n;
+  const char *name;
+  if (opts) lua_getfield(L, opts, "db");
+  else lua_pushnil(L);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    name = lua_tolstring(L, -1, &n);
+    if (strlen(name) == n && ms_valid_name(name, n, 1)) return name;
+    ms_err_set(e, "invalid", "database: database name '%s' is not valid (letters, digits, _ and -)", name);
+    return NULL;
+  }
+  if (!lua_isnil(L, -1)) {
+    ms_err_set(e, "invalid", "database: opts.db must be a string");
+    return NULL;
+  }
+  if ((name = mongoc_uri_get_database(uri)) != NULL && ms_valid_name(name, strlen(name), 1)) return name;
+  ms_err_set(e, "invalid", "database: no valid database named (opts.db, or one in the URI)");
+  return NULL;
+}
+
+/* mongostore.database(uri, opts): as connect, pings until the server
+ * answers or opts.wait seconds have passed. */
 static int l_open(lua_State *L) {
   size_t urilen;
-  const char *uristr = luaL_checklstring(L, 1, &urilen);
+  const char *uristr = luaL_checklstring(L, 1, &urilen), *name;
   int opts = lua_istable(L, 2) ? 2 : 0;
   mongoc_uri_t *uri;
   bson_error_t be;
   ms_err_t e;
   ms_database_t *db;
-  db_opts_t o;
   int32_t attempt_ms;
-  double wait = MS_CONNECT_WAIT;
+  double wait;
 
-  /* the URI is parsed with the attempt bound of opts.wait, so the pool is
-   * the one connect() makes with the same wait */
-  if (opts && lua_getfield(L, opts, "wait") == LUA_TNUMBER) wait = lua_tonumber(L, -1);
-  lua_settop(L, 2);
-  attempt_ms = ms_attempt_ms(wait >= 0 ? wait : 0);
+  if (read_wait(L, opts, &wait, &e)) return ms_push_error(L, &e);
+  attempt_ms = ms_attempt_ms(wait);
   if (!(uri = ms_parse_uri(uristr, urilen, attempt_ms, "database", &e))) return ms_push_error(L, &e);
-  if (read_db_opts(L, opts, uri, &o, &e)) {
+  if (!(name = read_name(L, opts, uri, &e))) {
     mongoc_uri_destroy(uri);
     return ms_push_error(L, &e);
   }
@@ -181,7 +178,7 @@ static int l_open(lua_State *L) {
   memset(db, 0, sizeof *db);
   luaL_setmetatable(L, MS_DATABASE_MT);
   db->password = mongoc_uri_get_password(uri) ? bson_strdup(mongoc_uri_get_password(uri)) : NULL;
-  db->name = bson_strdup(o.name);
+  db->name = bson_strdup(name);
   db->pool = ms_pool_for(uri, &be);
   db->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
   mongoc_uri_destroy(uri);
@@ -193,7 +190,7 @@ static int l_open(lua_State *L) {
   db->client = ms_pool_pop(db->pool);
   db->op_started = ms_now();
   ms_failed_reset();
-  if (!ms_wait_for_server(db->client, o.wait, attempt_ms, &be)) {
+  if (!ms_wait_for_server(db->client, wait, attempt_ms, &be)) {
     ms_err_from_bson(&e, &be, "database");
     ms_scrub(db->password, &e);
     return ms_push_error(L, &e);

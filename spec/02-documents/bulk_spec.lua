@@ -142,6 +142,11 @@ function TestBulk:test_bulk_write_malformed_op_writes_nothing()
     { { insert_one = { _id = 30 } }, { delete_one = { filter = { x = function() end } } } },
     { { insert_one = { _id = 30 } }, "not a table" },
     { { insert_one = { _id = 30 } }, { update_one = { filter = {}, update = { ["$set"] = { a = 1 } }, upsert = 1 } } },
+    { { insert_one = { _id = 30 } }, { update_one = { filter = {}, update = { ["$set"] = { a = 1 } }, upsrt = true } } },
+    { { insert_one = { _id = 30 } }, { delete_one = { filter = {}, update = { ["$set"] = { a = 1 } } } } },
+    { { insert_one = { _id = 30 } }, { delete_many = { {}, {} } } },
+    { { insert_one = { _id = 30 } }, { update_one = { filter = { [""] = 1 }, update = { ["$set"] = { a = 1 } },
+                                                     upsert = true } } },
   }
   for i, ops in ipairs(cases) do
     local v, err, code = self.c:bulk_write(ops)
