@@ -172,12 +172,18 @@ static int each_step(lua_State *L) {
   return 1;
 }
 
-/* for doc in cursor:each() do ... end: closes the cursor at the end. */
+/* for doc in cursor:each() do ... end: closes the cursor at the end, and on
+ * Lua 5.4 at a break or an error too (the cursor is the loop's closing
+ * value, its __close). */
 static int l_each(lua_State *L) {
   check_cursor(L);
   lua_settop(L, 1);
+  lua_pushvalue(L, 1);
   lua_pushcclosure(L, each_step, 1);
-  return 1;
+  lua_pushnil(L);
+  lua_pushnil(L);
+  lua_pushvalue(L, 1);
+  return 4;
 }
 
 /* cursor:close(): idempotent; kills the server cursor if still open. */

@@ -77,6 +77,19 @@ function TestCursor:test_all_each_and_order()
   lu.assertEquals({ v, code }, { nil, "closed" })
 end
 
+function TestCursor:test_break_out_of_each_closes_on_lua_5_4()
+  if _VERSION ~= "Lua 5.4" then return lu.skip("a for loop closes its fourth value from Lua 5.4 on") end
+  local cur = ok(self.c:find({}, { batch_size = 2 }))
+  local id = cur:id()
+  for d in cur:each() do
+    if d._id then break end
+  end
+  local v, _, code = cur:next()
+  lu.assertEquals({ v, code }, { nil, "closed" })
+  local gone, _, gcode = self:getmore(id)
+  lu.assertEquals({ gone, gcode }, { nil, "server" }, "the server cursor is killed at the break")
+end
+
 function TestCursor:test_empty_result()
   local cur = ok(self.c:find({ _id = 99 }))
   lu.assertEquals(cur:id(), 0, "nothing left on the server")
