@@ -1,8 +1,10 @@
 /*
- * store.c - the Store userdata (mongostore.Store): connect (options, URI,
- * waiting for the server, indexes), close, info and stats, the helpers every
- * store file shares (arguments, errors, counters), and the method table,
- * assembled from each store file's ms_open_ function. The Lua half
+ * store.c - the Store userdata (mongostore.Store): connect (options and
+ * indexes; the URI and the wait for the server are connect.c's, shared with
+ * mongostore.database), close, info and stats, the helpers every store file
+ * shares (arguments, errors, counters), and the method table, assembled from
+ * each store file's ms_open_ function (and the document API's metatables,
+ * ms_open_database). The Lua half
  * (lua/mongostore/store.lua) turns Executions and Events into JSON text and
  * back; no C file sees an Execution as a Lua object.
  */
