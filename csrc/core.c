@@ -144,6 +144,7 @@ __attribute__((visibility("default"))) int luaopen_mongostore_core(lua_State *L)
   ms_open_json(L);
   ms_open_isotime(L);
   ms_open_store(L);
+  ms_open_database(L);
   lua_pushliteral(L, MS_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

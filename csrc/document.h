@@ -108,7 +108,6 @@ void ms_session_close_all(lua_State *L, ms_database_t *db);
 
 /* ---- each file's methods and metatables (database.c assembles them) ---- */
 
-void ms_open_database(lua_State *L);    /* database.c: module.database and every document metatable */
 
 void ms_open_collection(lua_State *L);  /* collection.c: the Collection metatable */
 void ms_open_cursor(lua_State *L);      /* cursor.c: the Cursor metatable */

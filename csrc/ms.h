@@ -237,6 +237,9 @@ void ms_err_from_bson_timed(ms_err_t *e, const bson_error_t *be, const char *doi
 /* store.c: the Store userdata (its own files share store.h) */
 void ms_open_store(lua_State *L);                         /* connect and the Store metatable */
 
+/* database.c: the document API (its own files share document.h) */
+void ms_open_database(lua_State *L);                      /* database() and the document metatables */
+
 /* core.c: process-wide helpers */
 double ms_now(void);
 int ms_random(void *buf, size_t len);                     /* 0, or -1 with errno set */

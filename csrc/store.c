@@ -3,8 +3,7 @@
  * indexes; the URI and the wait for the server are connect.c's, shared with
  * mongostore.database), close, info and stats, the helpers every store file
  * shares (arguments, errors, counters), and the method table, assembled from
- * each store file's ms_open_ function (and the document API's metatables,
- * ms_open_database). The Lua half
+ * each store file's ms_open_ function. The Lua half
  * (lua/mongostore/store.lua) turns Executions and Events into JSON text and
  * back; no C file sees an Execution as a Lua object.
  */
@@ -393,5 +392,4 @@ void ms_open_store(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_connect);
   lua_setfield(L, -2, "connect");
-  ms_open_database(L);   /* the document API, on the same pools */
 }
