@@ -106,8 +106,8 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db);
  * and the Database's __gc call it before the client goes back to the pool. */
 void ms_session_close_all(lua_State *L, ms_database_t *db);
 
-/* ---- each file's methods and metatables (database.c assembles them) ---- */
-
+/* ---- each file's methods and metatables (database.c assembles them;
+ * ms_open_database, in ms.h, is what core.c calls) ---- */
 
 void ms_open_collection(lua_State *L);  /* collection.c: the Collection metatable */
 void ms_open_cursor(lua_State *L);      /* cursor.c: the Cursor metatable */
