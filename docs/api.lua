@@ -1340,8 +1340,9 @@ The value rules, the same for every write, the JSON codec and the BSON codec:
   (NaN and the infinities are refused); `-0.0` keeps its sign.
 - Strings must be UTF-8.
 - Anything else is refused before anything is written: functions, userdata
-  (but `mongostore.null`, int64 boxes and, in BSON, the [BSON boxes](#bson-types)),
-  cycles, mixed or sparse keys, nesting deeper than 100.
+  (but `mongostore.null`, int64 boxes and, in the document API's documents and
+  `bson_encode`, the [BSON boxes](#bson-types)), cycles, mixed or sparse keys,
+  nesting deeper than 100.
 
 LuaJIT's numbers are doubles: an integer beyond 2^53 read there comes back as
 a boxed `mongostore.int64`, and a box is written back as the exact integer.]],
@@ -1434,10 +1435,10 @@ unchanged:
   (`setmetatable`, `mongostore.array`) forgets the order and types.
 
 So a document another driver wrote, read with `find_one` and written back with
-`replace_one`, is the same bytes. The BSON encoder (documents, `bson_encode`)
-takes the boxes; the JSON codec refuses them, and so does every store write of
-an execution, whose data is JSON (`tostring` an ObjectId to carry it). The
-store's loads, and `bson_decode` without `document`, read the plain form: an
+`replace_one`, is the same bytes. The document API and `bson_encode` take the
+boxes; the store's writes and the JSON codec refuse them (`tostring` an
+ObjectId to carry it). The store's loads, and `bson_decode` without
+`document`, read the plain form: an
 ObjectId as its hex, a date as epoch seconds, a binary or a decimal as a
 string, a timestamp as an integer, the other types as `mongostore.null`.]],
       entries = {
@@ -1617,7 +1618,9 @@ by either is an array to both.]],
           returns = { { "bytes", "string", "its BSON" } },
           fails = { "invalid" },
           raises = "a `doc` that is not a table",
-          desc = "The encoder every store write uses, for callers that keep documents of their own." },
+          desc = "The encoder every write uses, in the document API's form (boxes taken; a table read with "
+            .. "`bson_decode(bytes, { document = true })` keeps its order and numeric types), for callers "
+            .. "that keep documents of their own." },
         { fn = "bson_decode", module = "mongostore.core",
           params = {
             { "bytes", "string", "BSON bytes" },

@@ -6,7 +6,7 @@
 ---@class mongostore.core
 local core = {}
 
---- The encoder every store write uses, for callers that keep documents of their own.
+--- The encoder every write uses, in the document API's form (boxes taken; a table read with `bson_decode(bytes, { document = true })` keeps its order and numeric types), for callers that keep documents of their own.
 ---
 --- Raises on a `doc` that is not a table.
 ---
