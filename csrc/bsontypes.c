@@ -5,6 +5,7 @@
  * their constructors, tostring, ==, and their BSON form both ways.
  */
 #include "ms.h"
+#include "codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,7 @@ int ms_push_box(lua_State *L, const bson_iter_t *it) {
 
 /* ---- box -> BSON ---- */
 
+/* Returns the box's kind (MS_BOX_*), 0 when not a box. */
 int ms_append_box(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen) {
   int kind = ms_box_kind(L, idx), kl = (int)keylen;
   box_t *b;
@@ -194,7 +196,7 @@ int ms_append_box(lua_State *L, int idx, bson_t *doc, const char *key, size_t ke
     break;
   default: return 0;
   }
-  return 1;
+  return kind;
 }
 
 /* ---- constructors ---- */
@@ -323,9 +325,11 @@ static int l_code(lua_State *L) {
   } else {
     bson_t scope = BSON_INITIALIZER;
     ms_err_t e;
+    int found;
     if (lua_type(L, 2) != LUA_TTABLE)
       return luaL_error(L, "code: scope must be a table or nil, got %s", luaL_typename(L, 2));
-    if (ms_table_to_bson(L, 2, &scope, "code: scope", &e)) {
+    /* a scope is a document of the document API's: boxes in it are values */
+    if (ms_document_to_bson(L, 2, &scope, "code: scope", &found, &e)) {
       bson_destroy(&scope);
       return ms_push_error(L, &e);
     }

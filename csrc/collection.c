@@ -7,6 +7,7 @@
  * error is raised while one is on the C stack.
  */
 #include "document.h"
+#include "codec.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct call {
   ms_collection_t *c;
   ms_database_t *db;
   int opts;              /* stack index of the options table, 0 for none */
+  int found;             /* what an encoding saw, where nothing else depends on it */
   char doing[160];       /* "insert_one articles" */
 } call_t;
 
@@ -49,20 +51,35 @@ static int fail_bson(lua_State *L, const call_t *k, const bson_error_t *be, cons
 
 /* ---- encoding arguments and options (no Lua error, no libmongoc) ---- */
 
+/* An update given as a pipeline (beside value.c's MS_FOUND_* bits). */
+#define FOUND_PIPELINE 0x100
+
+/* What makes a document need the full checks: ms_check_storable's (an
+ * empty key, anywhere, or a box that holds a document of its own), and
+ * libmongoc's validation (UTF-8 and empty keys, which the encoder has
+ * covered unless one of these was seen). */
+#define NEEDS_CHECKS (MS_FOUND_EMPTY_KEY | MS_FOUND_LEGACY | FOUND_PIPELINE)
+
+/* ms_check_storable, when what the encoding found says it can fail. */
+static int storable(const bson_t *doc, int found, const char *what, ms_err_t *e) {
+  return (found & (MS_FOUND_EMPTY_KEY | MS_FOUND_LEGACY)) ? ms_check_storable(doc, what, e) : 0;
+}
+
 /* A document argument (filter, update, replacement); nil is {} when
- * may_be_nil. */
-static int doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_nil, ms_err_t *e) {
+ * may_be_nil; *found: what value.c's encoder saw (MS_FOUND_*). */
+static int doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_nil, int *found, ms_err_t *e) {
+  *found = 0;
   if (lua_isnoneornil(L, idx) && may_be_nil) return 0;
   if (lua_type(L, idx) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, idx));
     return -1;
   }
-  return ms_table_to_bson(L, idx, out, what, e);
+  return ms_document_to_bson(L, idx, out, what, found, e);
 }
 
 /* A list argument (a pipeline, an update pipeline) as a BSON array under key
  * in out. */
-static int list_arg(lua_State *L, int idx, bson_t *out, const char *key, const char *what, ms_err_t *e) {
+static int list_arg(lua_State *L, int idx, bson_t *out, const char *key, const char *what, int *found, ms_err_t *e) {
   bson_t arr;
   ms_path_t p;
   size_t n, i;
@@ -93,7 +110,7 @@ static int list_arg(lua_State *L, int idx, bson_t *out, const char *key, const c
     lua_rawgeti(L, idx, (lua_Integer)i);
     kl = bson_uint32_to_string((uint32_t)(i - 1), &ks, kb, sizeof kb);
     ms_path_push_index(&p, i);
-    rc = ms_append_value(L, -1, &arr, ks, kl, &p, e);
+    rc = ms_document_append_value(L, -1, &arr, ks, kl, &p, found, e);
     ms_path_pop_key(&p, old);
     lua_pop(L, 1);
   }
@@ -110,12 +127,15 @@ static int is_list(lua_State *L, int idx) {
 }
 
 /* An update: a document of operators, or a pipeline (a list of stages),
- * which libmongoc takes as a document keyed "0", "1", ... */
-static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, ms_err_t *e) {
+ * which libmongoc takes as a document keyed "0", "1", ... *found as
+ * doc_arg's, FOUND_PIPELINE for a pipeline. */
+static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, int *found, ms_err_t *e) {
   if (is_list(L, idx)) {
     bson_t tmp = BSON_INITIALIZER;
     bson_iter_t it;
-    int rc = list_arg(L, idx, &tmp, "u", what, e);
+    int rc;
+    *found = FOUND_PIPELINE;
+    rc = list_arg(L, idx, &tmp, "u", what, found, e);
     if (rc == 0 && bson_iter_init_find(&it, &tmp, "u")) {
       uint32_t len;
       const uint8_t *data;
@@ -126,9 +146,17 @@ static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, ms_e
     bson_destroy(&tmp);
     return rc;
   }
-  if (doc_arg(L, idx, out, what, 0, e)) return -1;
-  return ms_check_storable(out, what, e);
+  if (doc_arg(L, idx, out, what, 0, found, e)) return -1;
+  return storable(out, *found, what, e);
 }
+
+/* An update libmongoc would pass (every top-level key an operator, nothing
+ * its validation reads that the encoder did not check) is sent without
+ * that second pass. */
+static int update_is_clean(int found) { return !(found & (NEEDS_CHECKS | MS_FOUND_TOP_PLAIN)); }
+
+/* Asks libmongoc not to validate a document again (its opts). */
+static void no_validation(bson_t *opts) { bson_append_bool(opts, "validate", 8, false); }
 
 /* Reads an option: its Lua type, with the value pushed (nil pushed when there
  * are no options). */
@@ -209,19 +237,34 @@ static int64_t reply_int(const bson_t *reply, const char *key) {
 /* Pushes the value under key of doc through the document codec, or nil. */
 static int push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t *e) {
   bson_iter_t it;
-  bson_t one = BSON_INITIALIZER;
-  int rc;
   if (!bson_iter_init_find(&it, doc, key)) {
     lua_pushnil(L);
     return 0;
   }
-  bson_append_iter(&one, "v", 1, &it);
-  rc = ms_push_document(L, &one, e);
-  bson_destroy(&one);
-  if (rc) return -1;
-  lua_getfield(L, -1, "v");
-  lua_remove(L, -2);
-  return 0;
+  return ms_push_document_value(L, &it, e);
+}
+
+/* pre, the decimal i, then post, into buf ("docs[12]"): once per document
+ * or op, where snprintf would cost more than some encodings. */
+static void index_name(char *buf, size_t size, const char *pre, size_t i, const char *post) {
+  char digits[24];
+  size_t nd = 0, at = 0;
+  do {
+    digits[nd++] = (char)('0' + i % 10);
+    i /= 10;
+  } while (i && nd < sizeof digits);
+  for (; *pre && at + 1 < size; pre++) buf[at++] = *pre;
+  while (nd && at + 1 < size) buf[at++] = digits[--nd];
+  for (; *post && at + 1 < size; post++) buf[at++] = *post;
+  buf[at] = '\0';
+}
+
+/* a then b into buf, cut as snprintf would */
+static void name_join(char *buf, size_t size, const char *a, const char *b) {
+  size_t at = 0;
+  for (; *a && at + 1 < size; a++) buf[at++] = *a;
+  for (; *b && at + 1 < size; b++) buf[at++] = *b;
+  buf[at] = '\0';
 }
 
 /* ---- inserts ---- */
@@ -245,8 +288,10 @@ static int check_top_keys(const bson_t *doc, const char *what, ms_err_t *e) {
 /* The document at idx encoded into out (initialised by the caller, who
  * destroys it) with an ObjectId made here first when it has no _id, so the
  * caller knows the id of what it inserted. */
-static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, const char *what, ms_err_t *e) {
+static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, const char *what, int *found,
+                         ms_err_t *e) {
   int has_id;
+  *found = 0;
   idx = lua_absindex(L, idx);
   if (lua_type(L, idx) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, idx));
@@ -260,7 +305,8 @@ static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, co
     bson_oid_init(&oid, NULL);
     bson_append_oid(out, "_id", 3, &oid);
   }
-  if (ms_table_to_bson(L, idx, out, what, e) || ms_check_storable(out, what, e) || check_top_keys(out, what, e))
+  if (ms_document_to_bson(L, idx, out, what, found, e) || storable(out, *found, what, e) ||
+      ((*found & MS_FOUND_TOP_DOLLAR) && check_top_keys(out, what, e)))
     return -1;
   return size_ok(k, out, what, e);
 }
@@ -270,17 +316,18 @@ static int l_insert_one(lua_State *L) {
   bson_t doc = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
   bson_error_t be;
   ms_err_t e;
-  int ok, n;
+  int ok, n, found;
   BEGIN(L, k, "insert_one", 3);
   if (session_opt(L, &k, &opts, &e)) {
     bson_destroy(&opts);
     return fail(L, &k, &e);
   }
-  if (encode_insert(L, &k, 2, &doc, "doc", &e)) {
+  if (encode_insert(L, &k, 2, &doc, "doc", &found, &e)) {
     bson_destroy(&opts);
     bson_destroy(&doc);
     return fail(L, &k, &e);
   }
+  if (!(found & NEEDS_CHECKS)) no_validation(&opts);
   ok = mongoc_collection_insert_one(k.c->coll, &doc, &opts, &reply, &be);
   bson_destroy(&opts);
   if (!ok) {
@@ -362,7 +409,7 @@ static int l_insert_many(lua_State *L) {
   ms_err_t e;
   mongoc_bulk_operation_t *bulk = NULL;
   size_t n = 0, i, made = 0;
-  char *failed = NULL;
+  char *failed = NULL, *checks = NULL;
   int rc = 0, nret;
   BEGIN(L, k, "insert_many", 3);
   if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
@@ -377,23 +424,29 @@ static int l_insert_many(lua_State *L) {
   /* each its own heap bson_t (bson_new): a bson_t needs more alignment
    * than an array of them from malloc has */
   docs = (bson_t **)bson_malloc0(n * sizeof *docs);
+  checks = (char *)bson_malloc0(n);
   for (i = 0; i < n && rc == 0; i++) {
     char what[32];
-    snprintf(what, sizeof what, "docs[%zu]", i + 1);
+    int found;
+    index_name(what, sizeof what, "docs[", i + 1, "]");
     lua_rawgeti(L, 2, (lua_Integer)(i + 1));
     docs[i] = bson_new();
     made++;
-    rc = encode_insert(L, &k, -1, docs[i], what, &e);
+    rc = encode_insert(L, &k, -1, docs[i], what, &found, &e);
+    checks[i] = (found & NEEDS_CHECKS) != 0;
     lua_pop(L, 1);
   }
   if (rc == 0) {
+    bson_t unchecked = BSON_INITIALIZER;
+    no_validation(&unchecked);
     bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
     for (i = 0; i < n && rc == 0; i++) {
-      if (!mongoc_bulk_operation_insert_with_opts(bulk, docs[i], NULL, &be)) {
+      if (!mongoc_bulk_operation_insert_with_opts(bulk, docs[i], checks[i] ? NULL : &unchecked, &be)) {
         ms_err_set(&e, "invalid", "docs[%zu]: %s", i + 1, be.message);
         rc = -1;
       }
     }
+    bson_destroy(&unchecked);
   }
   bson_destroy(&opts);
   if (rc) {
@@ -430,6 +483,7 @@ static int l_insert_many(lua_State *L) {
   if (bulk) mongoc_bulk_operation_destroy(bulk);
   for (i = 0; i < made; i++) bson_destroy(docs[i]);
   bson_free(docs);
+  bson_free(checks);
   bson_free(failed);
   return nret;
 }
@@ -453,7 +507,7 @@ static int l_find(lua_State *L) {
   ms_err_t e;
   mongoc_cursor_t *cur;
   BEGIN(L, k, "find", 3);
-  if (doc_arg(L, 2, &filter, "filter", 1, &e) || find_opts(L, &k, &opts, &e)) {
+  if (doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || find_opts(L, &k, &opts, &e)) {
     bson_destroy(&filter);
     bson_destroy(&opts);
     return fail(L, &k, &e);
@@ -475,7 +529,7 @@ static int l_find_one(lua_State *L) {
   mongoc_cursor_t *cur;
   int n;
   BEGIN(L, k, "find_one", 3);
-  if (doc_arg(L, 2, &filter, "filter", 1, &e) || find_opts(L, &k, &opts, &e)) {
+  if (doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || find_opts(L, &k, &opts, &e)) {
     bson_destroy(&filter);
     bson_destroy(&opts);
     return fail(L, &k, &e);
@@ -505,7 +559,7 @@ static int l_count(lua_State *L) {
   int64_t count;
   int n;
   BEGIN(L, k, "count", 3);
-  if (doc_arg(L, 2, &filter, "filter", 1, &e) || int_opt(L, &k, "skip", &opts, "skip", &e) ||
+  if (doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || int_opt(L, &k, "skip", &opts, "skip", &e) ||
       int_opt(L, &k, "limit", &opts, "limit", &e) || ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) ||
       session_opt(L, &k, &opts, &e)) {
     bson_destroy(&filter);
@@ -532,16 +586,19 @@ static int write_one(lua_State *L, int kind, const char *op) {
   bson_t filter = BSON_INITIALIZER, body = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
   bson_error_t be;
   ms_err_t e;
-  int is_delete = kind == W_DELETE_ONE || kind == W_DELETE_MANY, ok = 0, n, rc, upsert = 0;
+  int is_delete = kind == W_DELETE_ONE || kind == W_DELETE_MANY, ok = 0, n, rc, upsert = 0, ffound, bfound = 0,
+      clean = 0;
   BEGIN(L, k, op, is_delete ? 3 : 4);
-  rc = doc_arg(L, 2, &filter, "filter", 0, &e);
+  rc = doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
   if (rc == 0 && kind == W_REPLACE_ONE) {
-    rc = doc_arg(L, 3, &body, "replacement", 0, &e);
-    if (rc == 0) rc = ms_check_storable(&body, "replacement", &e);
-    if (rc == 0) rc = check_top_keys(&body, "replacement", &e);
+    rc = doc_arg(L, 3, &body, "replacement", 0, &bfound, &e);
+    if (rc == 0) rc = storable(&body, bfound, "replacement", &e);
+    if (rc == 0 && (bfound & MS_FOUND_TOP_DOLLAR)) rc = check_top_keys(&body, "replacement", &e);
     if (rc == 0) rc = size_ok(&k, &body, "replacement", &e);
+    clean = !(bfound & NEEDS_CHECKS);
   } else if (rc == 0 && !is_delete) {
-    rc = update_arg(L, 3, &body, "update", &e);
+    rc = update_arg(L, 3, &body, "update", &bfound, &e);
+    clean = update_is_clean(bfound);
   }
   if (rc == 0 && !is_delete) {
     if (bool_opt(L, &k, "upsert", &upsert)) {
@@ -552,7 +609,7 @@ static int write_one(lua_State *L, int kind, const char *op) {
     }
   }
   /* an upsert stores the filter's equality fields */
-  if (rc == 0 && upsert) rc = ms_check_storable(&filter, "filter", &e);
+  if (rc == 0 && upsert) rc = storable(&filter, ffound, "filter", &e);
   if (rc == 0) rc = session_opt(L, &k, &opts, &e);
   if (rc) {
     bson_destroy(&filter);
@@ -560,6 +617,7 @@ static int write_one(lua_State *L, int kind, const char *op) {
     bson_destroy(&opts);
     return fail(L, &k, &e);
   }
+  if (clean) no_validation(&opts);
   switch (kind) {
   case W_UPDATE_ONE: ok = mongoc_collection_update_one(k.c->coll, &filter, &body, &opts, &reply, &be); break;
   case W_UPDATE_MANY: ok = mongoc_collection_update_many(k.c->coll, &filter, &body, &opts, &reply, &be); break;
@@ -611,17 +669,17 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   ms_err_t e;
   mongoc_find_and_modify_opts_t *fam;
   bson_iter_t it;
-  int rc, ok, n, upsert = 0, ret_new = 0, flags = MONGOC_FIND_AND_MODIFY_NONE;
+  int rc, ok, n, upsert = 0, ret_new = 0, flags = MONGOC_FIND_AND_MODIFY_NONE, ffound;
   BEGIN(L, k, op, remove ? 3 : 4);
-  rc = doc_arg(L, 2, &filter, "filter", 0, &e);
-  if (rc == 0 && !remove) rc = update_arg(L, 3, &update, "update", &e);
+  rc = doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
+  if (rc == 0 && !remove) rc = update_arg(L, 3, &update, "update", &k.found, &e);
   if (rc == 0) rc = ordered_opt(L, &k, "sort", &tmp, "sort", MS_ORDER_STRICT, &e);
   if (rc == 0) rc = ordered_opt(L, &k, "projection", &tmp, "projection", MS_ORDER_ANY, &e);
   if (rc == 0 && !remove && (bool_opt(L, &k, "upsert", &upsert) || bool_opt(L, &k, "new", &ret_new))) {
     ms_err_set(&e, "invalid", "opts.upsert and opts.new must be booleans");
     rc = -1;
   }
-  if (rc == 0 && upsert) rc = ms_check_storable(&filter, "filter", &e);
+  if (rc == 0 && upsert) rc = storable(&filter, ffound, "filter", &e);
   if (rc == 0) rc = session_opt(L, &k, &extra, &e);
   if (rc) {
     bson_destroy(&filter);
@@ -735,34 +793,38 @@ static int op_spec_keys(lua_State *L, int spec, int which, const char *what, ms_
 }
 
 /* The filter (a), the update or replacement (b) and the options (o) of an
- * update, replace or delete op. */
+ * update, replace or delete op; *clean when libmongoc need not validate b
+ * again. */
 static int encode_op(lua_State *L, const call_t *k, int spec, int which, const char *what, bson_t *a, bson_t *b,
-                     bson_t *o, ms_err_t *e) {
+                     bson_t *o, int *clean, ms_err_t *e) {
   char fw[64];
-  int rc;
+  int rc, afound = 0, bfound = 0;
   if (lua_type(L, spec) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
     return -1;
   }
   if (op_spec_keys(L, spec, which, what, e)) return -1;
-  snprintf(fw, sizeof fw, "%s.filter", what);
+  name_join(fw, sizeof fw, what, ".filter");
   if (!op_field(L, spec, "filter", 1)) {
     ms_err_set(e, "invalid", "%s needs a filter", what);
     rc = -1;
   } else {
-    rc = doc_arg(L, -1, a, fw, 0, e);
+    rc = doc_arg(L, -1, a, fw, 0, &afound, e);
   }
   lua_pop(L, 1);
   if (rc || which > 3) return rc;
-  snprintf(fw, sizeof fw, "%s.%s", what, which == 3 ? "replacement" : "update");
+  name_join(fw, sizeof fw, what, which == 3 ? ".replacement" : ".update");
   if (!op_field(L, spec, which == 3 ? "replacement" : "update", 2)) {
     ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
     rc = -1;
   } else if (which == 3) {
-    if (doc_arg(L, -1, b, fw, 0, e) || ms_check_storable(b, fw, e) || check_top_keys(b, fw, e) || size_ok(k, b, fw, e))
+    if (doc_arg(L, -1, b, fw, 0, &bfound, e) || storable(b, bfound, fw, e) ||
+        ((bfound & MS_FOUND_TOP_DOLLAR) && check_top_keys(b, fw, e)) || size_ok(k, b, fw, e))
       rc = -1;
+    *clean = !(bfound & NEEDS_CHECKS);
   } else {
-    rc = update_arg(L, -1, b, fw, e);
+    rc = update_arg(L, -1, b, fw, &bfound, e);
+    *clean = update_is_clean(bfound);
   }
   lua_pop(L, 1);
   if (rc) return rc;
@@ -773,7 +835,7 @@ static int encode_op(lua_State *L, const call_t *k, int spec, int which, const c
   } else if (lua_toboolean(L, -1)) {
     /* an upsert stores the filter's equality fields */
     bson_append_bool(o, "upsert", 6, true);
-    rc = ms_check_storable(a, fw, e);
+    rc = storable(a, afound, fw, e);
   }
   lua_pop(L, 1);
   return rc;
@@ -784,17 +846,24 @@ static int encode_op(lua_State *L, const call_t *k, int spec, int which, const c
 static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
   bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
   bson_error_t be;
-  char what[48];
-  int which, rc, ok = 1, spec;
+  char what[48], tail[24];
+  int which, rc, ok = 1, spec, found = 0, clean = 0;
   idx = lua_absindex(L, idx);
   if ((which = op_kind(L, idx, i, e)) < 0) return -1;
   lua_getfield(L, idx, op_names[which]);
   spec = lua_gettop(L);
-  snprintf(what, sizeof what, "ops[%zu].%s", i, op_names[which]);
-  rc = which == 0 ? encode_insert(L, k, spec, &a, what, e) : encode_op(L, k, spec, which, what, &a, &b, &o, e);
+  name_join(tail, sizeof tail, "].", op_names[which]);
+  index_name(what, sizeof what, "ops[", i, tail);
+  if (which == 0) {
+    rc = encode_insert(L, k, spec, &a, what, &found, e);
+    clean = !(found & NEEDS_CHECKS);
+  } else {
+    rc = encode_op(L, k, spec, which, what, &a, &b, &o, &clean, e);
+  }
+  if (rc == 0 && clean) no_validation(&o);
   if (rc == 0) {
     switch (which) {
-    case 0: ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, NULL, &be); break;
+    case 0: ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, &o, &be); break;
     case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
     case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
     case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
@@ -923,7 +992,7 @@ static int l_aggregate(lua_State *L) {
   ms_err_t e;
   mongoc_cursor_t *cur;
   BEGIN(L, k, "aggregate", 3);
-  if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &e) || int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
+  if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &k.found, &e) || int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
       ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) || session_opt(L, &k, &opts, &e)) {
     bson_destroy(&pipeline);
     bson_destroy(&opts);
@@ -951,7 +1020,7 @@ static int l_distinct(lua_State *L) {
     bson_destroy(&cmd);
     return fail(L, &k, &e);
   }
-  if (doc_arg(L, 3, &filter, "filter", 1, &e) || session_opt(L, &k, &opts, &e)) {
+  if (doc_arg(L, 3, &filter, "filter", 1, &k.found, &e) || session_opt(L, &k, &opts, &e)) {
     bson_destroy(&cmd);
     bson_destroy(&filter);
     bson_destroy(&opts);
@@ -1013,7 +1082,7 @@ static int l_create_index(lua_State *L) {
   if (rc == 0) lua_pop(L, 1);
   if (rc == 0 && opt(L, &k, "partial_filter") != LUA_TNIL) {
     bson_t pf = BSON_INITIALIZER;
-    rc = doc_arg(L, -1, &pf, "opts.partial_filter", 0, &e);
+    rc = doc_arg(L, -1, &pf, "opts.partial_filter", 0, &k.found, &e);
     if (rc == 0) bson_append_document(&tmp, "partialFilterExpression", -1, &pf);
     bson_destroy(&pf);
   }

@@ -4,6 +4,7 @@
  * only place that turns Lua values into BSON and back.
  */
 #include "ms.h"
+#include "codec.h"
 
 #include <errno.h>
 #include <math.h>
@@ -111,19 +112,39 @@ int ms_path_enter(ms_path_t *p, lua_State *L, int idx, ms_err_t *e) {
 
 void ms_path_leave(ms_path_t *p) { p->depth--; }
 
+/* 1 when s is a storable string: UTF-8 (NUL allowed in a value, not in a
+ * key). Most text is ASCII, which is UTF-8: eight bytes are looked at a
+ * time for a high bit (and, in a key, a zero byte) before the full check. */
+static int string_ok(const char *s, size_t len, int is_key) {
+  const uint64_t ones = UINT64_C(0x0101010101010101), highs = UINT64_C(0x8080808080808080);
+  uint64_t seen = 0, w;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    memcpy(&w, s + i, 8);
+    seen |= w;
+    if (is_key) seen |= (w - ones) & ~w & highs;   /* a high bit for each zero byte (and maybe more) */
+  }
+  for (; i < len; i++) {
+    unsigned char b = (unsigned char)s[i];
+    seen |= b;
+    if (is_key && b == 0) seen |= 0x80;
+  }
+  if ((seen & highs) == 0) return 1;
+  if (is_key && memchr(s, '\0', len)) return 0;
+  /* libbson's validator, with NUL allowed, also lets through C0 80 (the
+   * "modified UTF-8" NUL), which is not UTF-8; in a string it accepted, a C0
+   * byte can only be that pair. */
+  return bson_utf8_validate(s, len, true) && !memchr(s, 0xC0, len);
+}
+
 int ms_check_string(const char *s, size_t len, int is_key, ms_path_t *p, ms_err_t *e) {
+  if (string_ok(s, len, is_key)) return 0;
   if (is_key && memchr(s, '\0', len)) {
     ms_err_set(e, "invalid", "%s: key contains a NUL byte", p->buf);
     return -1;
   }
-  /* libbson's validator, with NUL allowed, also lets through C0 80 (the
-   * "modified UTF-8" NUL), which is not UTF-8; in a string it accepted, a C0
-   * byte can only be that pair. */
-  if (!bson_utf8_validate(s, len, true) || memchr(s, 0xC0, len)) {
-    ms_err_set(e, "invalid", "%s: %s is not valid UTF-8", p->buf, is_key ? "key" : "string");
-    return -1;
-  }
-  return 0;
+  ms_err_set(e, "invalid", "%s: %s is not valid UTF-8", p->buf, is_key ? "key" : "string");
+  return -1;
 }
 
 int ms_check_number(lua_Number n, ms_path_t *p, ms_err_t *e) {
@@ -313,15 +334,106 @@ static int table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, size_t *n
  * set it, so no other metatable passes for a shape). */
 static const char shape_key = 0;
 
-static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
-                        ms_path_t *p, ms_err_t *e);
+/* One encoding. The path of the value being written is kept as segments (a
+ * key, or an array index) and printed into p only when an error is
+ * reported, through the same ms_path_* calls as before, so a storable
+ * document never pays for its messages and the messages are unchanged. */
+typedef struct seg {
+  const char *key;   /* a Lua string on the stack while it is a segment; NULL for an index */
+  size_t len;        /* the key's length, or the 1-based index */
+} seg_t;
+
+/* A segment per table entered and one for its value: ms_path_enter stops
+ * at MS_MAX_DEPTH tables. */
+#define ENC_SEGS (MS_MAX_DEPTH + 4)
+
+typedef struct enc {
+  ms_path_t *p;
+  ms_err_t *e;
+  size_t base;       /* p->len when the encoding began: the segments follow */
+  int nseg;
+  int boxes;         /* the document API's encodings take boxes, the store's do not */
+  int top;           /* the root table's keys are noted in found */
+  int found;         /* MS_FOUND_* */
+  seg_t seg[ENC_SEGS];
+} enc_t;
+
+static void enc_init(enc_t *c, ms_path_t *p, ms_err_t *e, int boxes) {
+  c->p = p;
+  c->e = e;
+  c->base = p->len;
+  c->nseg = 0;
+  c->boxes = boxes;
+  c->top = 0;
+  c->found = 0;
+}
+
+static void seg_push(enc_t *c, const char *key, size_t len) {
+  if (c->nseg < ENC_SEGS) {
+    c->seg[c->nseg].key = key;
+    c->seg[c->nseg].len = len;
+  }
+  c->nseg++;
+}
+
+/* Prints the segments into the path, for a message. */
+static const char *path_show(enc_t *c) {
+  int i, n = c->nseg < ENC_SEGS ? c->nseg : ENC_SEGS;
+  ms_path_pop_key(c->p, c->base);
+  for (i = 0; i < n; i++) {
+    if (c->seg[i].key) ms_path_push_key(c->p, c->seg[i].key, c->seg[i].len);
+    else ms_path_push_index(c->p, c->seg[i].len);
+  }
+  return c->p->buf;
+}
+
+static int path_hide(enc_t *c) {
+  ms_path_pop_key(c->p, c->base);
+  return -1;
+}
+
+static int fail_string(enc_t *c, const char *s, size_t len, int is_key) {
+  path_show(c);
+  ms_check_string(s, len, is_key, c->p, c->e);
+  return path_hide(c);
+}
+
+/* Enters the table at idx (the cycle guard) and classifies it. */
+static int enc_table_enter(lua_State *L, enc_t *c, int idx, size_t *n, size_t *nkeys) {
+  ms_path_t *p = c->p;
+  const void *t = lua_topointer(L, idx);
+  int i, kind;
+  for (i = 0; i < p->depth; i++)
+    if (p->seen[i] == t) break;
+  if (i < p->depth || p->depth >= MS_MAX_DEPTH) {
+    path_show(c);
+    ms_path_enter(p, L, idx, c->e);                  /* fails as found, with its message */
+    return path_hide(c);
+  }
+  p->seen[p->depth++] = t;
+  kind = table_kind(L, idx, n, nkeys, c->e);
+  if (kind < 0) {
+    ms_err_prefix(c->e, path_show(c));
+    p->depth--;
+    return path_hide(c);
+  }
+  luaL_checkstack(L, 10, "mongostore: value too deep");
+  return kind;
+}
+
+static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, enc_t *c);
+
+/* The boxes whose BSON holds strings or a scope document. */
+static int legacy_box(int kind) {
+  return kind == MS_BOX_CODE || kind == MS_BOX_CODEWSCOPE || kind == MS_BOX_SYMBOL || kind == MS_BOX_REGEX ||
+         kind == MS_BOX_DBPOINTER;
+}
 
 /* hint: the type letter a shape remembers for the field (MS_SHAPE_*): an
  * int32 stays one while the value fits, a double stays one even when
  * integral (LuaJIT, where every number is a double) or not finite (it came
  * from BSON that way); any other value is written by its own type. */
-static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
-                        ms_path_t *p, ms_err_t *e, int hint) {
+static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, enc_t *c, int hint) {
   int t = lua_type(L, idx);
   int kl = (int)keylen;
   switch (t) {
@@ -352,7 +464,11 @@ static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, siz
         bson_append_int64(doc, key, kl, iv);
     } else {
       lua_Number n = lua_tonumber(L, idx);
-      if (ms_check_number(n, p, e)) return -1;
+      if (isnan(n) || isinf(n)) {
+        path_show(c);
+        ms_check_number(n, c->p, c->e);
+        return path_hide(c);
+      }
       bson_append_double(doc, key, kl, (double)n);
     }
     return 0;
@@ -360,12 +476,12 @@ static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, siz
   case LUA_TSTRING: {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
-    if (ms_check_string(s, len, 0, p, e)) return -1;
+    if (!string_ok(s, len, 0)) return fail_string(c, s, len, 0);
     bson_append_utf8(doc, key, kl, s, (int)len);
     return 0;
   }
   case LUA_TTABLE:
-    return append_table(L, idx, doc, key, keylen, p, e);
+    return append_table(L, idx, doc, key, keylen, c);
   case LUA_TLIGHTUSERDATA:
     if (ms_is_null(L, idx)) {
       bson_append_null(doc, key, kl);
@@ -373,8 +489,13 @@ static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, siz
     }
     break;
   case LUA_TUSERDATA: {
-    int64_t iv;
-    if (ms_append_box(L, idx, doc, key, keylen)) return 0;
+    int64_t iv, kind;
+    /* boxes are the document API's: the store's fields read back through
+     * the plain codec, which has no form for them */
+    if (c->boxes && (kind = ms_append_box(L, idx, doc, key, keylen)) != 0) {
+      if (legacy_box((int)kind)) c->found |= MS_FOUND_LEGACY;
+      return 0;
+    }
     if (ms_to_int64(L, idx, &iv)) {
       bson_append_int64(doc, key, kl, iv);
       return 0;
@@ -384,29 +505,43 @@ static int append_value(lua_State *L, int idx, bson_t *doc, const char *key, siz
   default:
     break;
   }
-  ms_err_set(e, "invalid", "%s: a %s cannot be stored", p->buf, luaL_typename(L, idx));
-  return -1;
+  ms_err_set(c->e, "invalid", "%s: a %s cannot be stored", path_show(c), luaL_typename(L, idx));
+  return path_hide(c);
 }
 
 int ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
                     ms_path_t *p, ms_err_t *e) {
-  return append_value(L, idx, doc, key, keylen, p, e, MS_SHAPE_OTHER);
+  enc_t c;
+  enc_init(&c, p, e, 0);
+  return append_value(L, idx, doc, key, keylen, &c, MS_SHAPE_OTHER);
 }
 
-static int append_field(lua_State *L, int kidx, int vidx, bson_t *doc, ms_path_t *p, ms_err_t *e, int hint) {
-  size_t kl, oldlen = p->len;
+int ms_document_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, ms_path_t *p,
+                             int *found, ms_err_t *e) {
+  enc_t c;
+  int rc;
+  enc_init(&c, p, e, 1);
+  rc = append_value(L, idx, doc, key, keylen, &c, MS_SHAPE_OTHER);
+  *found |= c.found;
+  return rc;
+}
+
+static int append_field(lua_State *L, int kidx, int vidx, bson_t *doc, enc_t *c, int hint) {
+  size_t kl;
   const char *k = lua_tolstring(L, kidx, &kl);
   int rc;
-  ms_path_push_key(p, k, kl);
-  rc = ms_check_string(k, kl, 1, p, e);
-  if (rc == 0) rc = append_value(L, vidx, doc, k, kl, p, e, hint);
-  ms_path_pop_key(p, oldlen);
+  if (kl == 0) c->found |= MS_FOUND_EMPTY_KEY;
+  if (c->top && c->nseg == 0) c->found |= k[0] == '$' ? MS_FOUND_TOP_DOLLAR : MS_FOUND_TOP_PLAIN;
+  seg_push(c, k, kl);
+  if (!string_ok(k, kl, 1)) rc = fail_string(c, k, kl, 1);
+  else rc = append_value(L, vidx, doc, k, kl, c, hint);
+  c->nseg--;
   return rc;
 }
 
 /* The fields of the document table at idx (nkeys string keys), in its
  * shape's order when it has one, then the keys the shape does not hold. */
-static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, ms_path_t *p, ms_err_t *e) {
+static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, enc_t *c) {
   int top = lua_gettop(L), rc = 0, shaped = 0;
   if (lua_getmetatable(L, idx)) {
     lua_rawgetp(L, top + 1, &shape_key);
@@ -425,7 +560,7 @@ static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, ms_pa
         lua_pushvalue(L, -1);
         lua_rawget(L, idx);
         if (!lua_isnil(L, -1)) {
-          rc = append_field(L, -2, -1, doc, p, e, i <= tl ? types[i - 1] : MS_SHAPE_OTHER);
+          rc = append_field(L, -2, -1, doc, c, i <= tl ? types[i - 1] : MS_SHAPE_OTHER);
           written++;
         }
         lua_pop(L, 1);
@@ -437,7 +572,7 @@ static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, ms_pa
       while (rc == 0 && lua_next(L, idx)) {
         lua_pushvalue(L, -2);
         lua_rawget(L, top + 5);
-        if (lua_isnil(L, -1)) rc = append_field(L, -3, -2, doc, p, e, MS_SHAPE_OTHER);
+        if (lua_isnil(L, -1)) rc = append_field(L, -3, -2, doc, c, MS_SHAPE_OTHER);
         lua_pop(L, 2);
       }
     }
@@ -445,7 +580,7 @@ static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, ms_pa
     lua_settop(L, top);
     lua_pushnil(L);
     while (rc == 0 && lua_next(L, idx)) {
-      rc = append_field(L, -2, -1, doc, p, e, MS_SHAPE_OTHER);
+      rc = append_field(L, -2, -1, doc, c, MS_SHAPE_OTHER);
       lua_pop(L, 1);
     }
   }
@@ -453,17 +588,19 @@ static int append_fields(lua_State *L, int idx, bson_t *doc, size_t nkeys, ms_pa
   return rc;
 }
 
-static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
-                        ms_path_t *p, ms_err_t *e) {
+static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, enc_t *c) {
   bson_t child;
   size_t n = 0, nkeys = 0;
-  int kind, rc = 0;
+  int kind, rc = 0, top;
   idx = lua_absindex(L, idx);
-  if ((kind = table_enter(L, idx, p, &n, &nkeys, e)) < 0) return -1;
+  if ((kind = enc_table_enter(L, c, idx, &n, &nkeys)) < 0) return -1;
+  /* below the root, keys are not the top level's */
+  top = c->top;
+  c->top = 0;
   if (kind == MS_KIND_ARRAY) {
     size_t i, tl = 0;
     const char *types = "";
-    int top = lua_gettop(L);
+    int stack = lua_gettop(L);
     /* an array's shape: a type letter per item at [2] */
     if (lua_getmetatable(L, idx)) {
       lua_rawgeti(L, -1, 2);
@@ -473,29 +610,30 @@ static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, siz
     for (i = 1; i <= n && rc == 0; i++) {
       char ibuf[24];
       const char *ikey;
-      size_t oldlen = p->len;
       size_t ilen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ibuf, sizeof ibuf);
       lua_rawgeti(L, idx, (lua_Integer)i);
-      ms_path_push_index(p, i);
-      rc = append_value(L, -1, &child, ikey, ilen, p, e, i <= tl ? types[i - 1] : MS_SHAPE_OTHER);
-      ms_path_pop_key(p, oldlen);
+      seg_push(c, NULL, i);
+      rc = append_value(L, -1, &child, ikey, ilen, c, i <= tl ? types[i - 1] : MS_SHAPE_OTHER);
+      c->nseg--;
       lua_pop(L, 1);
     }
     bson_append_array_end(doc, &child);
-    lua_settop(L, top);
+    lua_settop(L, stack);
   } else {
     bson_append_document_begin(doc, key, (int)keylen, &child);
-    rc = append_fields(L, idx, &child, nkeys, p, e);
+    rc = append_fields(L, idx, &child, nkeys, c);
     bson_append_document_end(doc, &child);
   }
-  ms_path_leave(p);
+  c->top = top;
+  ms_path_leave(c->p);
   return rc;
 }
 
-int ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_err_t *e) {
+static int encode_root(lua_State *L, int idx, bson_t *doc, const char *what, int boxes, int *found, ms_err_t *e) {
   ms_path_t p;
+  enc_t c;
   size_t n, nkeys;
-  int kind;
+  int kind, rc;
   idx = lua_absindex(L, idx);
   ms_path_init(&p, what);
   if (lua_type(L, idx) != LUA_TTABLE) {
@@ -510,7 +648,19 @@ int ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_er
     return -1;
   }
   luaL_checkstack(L, 8, "mongostore: value too deep");
-  return append_fields(L, idx, doc, nkeys, &p, e);
+  enc_init(&c, &p, e, boxes);
+  c.top = found != NULL;
+  rc = append_fields(L, idx, doc, nkeys, &c);
+  if (found) *found = c.found;
+  return rc;
+}
+
+int ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_err_t *e) {
+  return encode_root(L, idx, doc, what, 0, NULL, e);
+}
+
+int ms_document_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int *found, ms_err_t *e) {
+  return encode_root(L, idx, doc, what, 1, found, e);
 }
 
 /* ---- BSON -> Lua ---- */
@@ -1004,6 +1154,46 @@ static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int
   return is_array ? doc_array(L, c, it, depth) : doc_object(L, c, it, depth);
 }
 
+/* Pushes the cache, its list and the array mark (three slots) for a read
+ * with c. */
+static void dctx_open(lua_State *L, dctx_t *c, ms_err_t *e) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    open_shapes(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  }
+  c->sh = (shapes_t *)lua_touserdata(L, -1);
+  c->sh->len = 0;                                    /* a read cut short by a Lua error left some */
+  c->e = e;
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
+  c->list = lua_gettop(L);
+  luaL_getmetatable(L, MS_ARRAY_MT);
+  c->mark = lua_gettop(L);
+}
+
+int ms_push_document_value(lua_State *L, const bson_iter_t *it, ms_err_t *e) {
+  dctx_t c;
+  int rc;
+  switch (bson_iter_type(it)) {
+  case BSON_TYPE_DOCUMENT:
+  case BSON_TYPE_ARRAY:
+    break;
+  default:
+    /* a value that is not a table needs no cache */
+    c.e = e;
+    c.sh = NULL;
+    return doc_value(L, &c, it, 1);
+  }
+  luaL_checkstack(L, 8, "mongostore: document too deep");
+  dctx_open(L, &c, e);
+  /* a field of a document: one level down, as ms_push_document reads it */
+  rc = doc_value(L, &c, it, 1);
+  if (rc == 0) lua_replace(L, c.list - 1);
+  lua_settop(L, c.list - 1 - (rc != 0));
+  return rc;
+}
+
 int ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e) {
   bson_iter_t it;
   dctx_t c;
@@ -1012,19 +1202,7 @@ int ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e) {
     ms_err_set(e, "server", "corrupt document from the server");
     return -1;
   }
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    open_shapes(L);
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
-  }
-  c.sh = (shapes_t *)lua_touserdata(L, -1);
-  c.sh->len = 0;                                     /* a read cut short by a Lua error left some */
-  c.e = e;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
-  c.list = lua_gettop(L);
-  luaL_getmetatable(L, MS_ARRAY_MT);
-  c.mark = lua_gettop(L);
+  dctx_open(L, &c, e);
   rc = doc_table(L, &c, &it, 0, 0);
   if (rc == 0) lua_replace(L, c.list - 1);
   lua_settop(L, c.list - 1 - (rc != 0));
@@ -1057,12 +1235,14 @@ static int is_pair_list(lua_State *L, int idx, size_t *n) {
 int ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int mode, ms_err_t *e) {
   size_t n, i, keys = 0;
   ms_path_t p;
+  enc_t c;
   idx = lua_absindex(L, idx);
   if (lua_type(L, idx) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "%s: expected a table, got %s", what, luaL_typename(L, idx));
     return -1;
   }
   if (!is_pair_list(L, idx, &n)) {
+    int found;
     lua_pushnil(L);
     while (lua_next(L, idx)) { keys++; lua_pop(L, 1); }
     if (mode == MS_ORDER_STRICT && keys > 1) {
@@ -1070,26 +1250,29 @@ int ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int
                  "{ { key, value }, ... }", what, keys);
       return -1;
     }
-    return ms_table_to_bson(L, idx, doc, what, e);
+    return ms_document_to_bson(L, idx, doc, what, &found, e);
   }
   ms_path_init(&p, what);
   if (ms_path_enter(&p, L, idx, e)) return -1;
+  enc_init(&c, &p, e, 1);
   for (i = 1; i <= n; i++) {
-    size_t kl, oldlen = p.len;
+    size_t kl;
     const char *k;
     int rc;
     lua_rawgeti(L, idx, (lua_Integer)i);
     lua_rawgeti(L, -1, 1);
     lua_rawgeti(L, -2, 2);
     k = lua_tolstring(L, -2, &kl);
-    ms_path_push_key(&p, k, kl);
-    rc = ms_check_string(k, kl, 1, &p, e);
-    if (rc == 0 && kl == 0) {
+    seg_push(&c, k, kl);
+    if (!string_ok(k, kl, 1)) {
+      rc = fail_string(&c, k, kl, 1);
+    } else if (kl == 0) {
       ms_err_set(e, "invalid", "%s: an empty key", what);
       rc = -1;
+    } else {
+      rc = append_value(L, -1, doc, k, kl, &c, MS_SHAPE_OTHER);
     }
-    if (rc == 0) rc = ms_append_value(L, -1, doc, k, kl, &p, e);
-    ms_path_pop_key(&p, oldlen);
+    c.nseg--;
     lua_pop(L, 3);
     if (rc) return -1;
   }
@@ -1131,15 +1314,17 @@ static int l_bson_roundtrip(lua_State *L) {
 }
 
 /* bson_encode(doc) -> the BSON bytes of a table with string keys, or nil,
- * msg, code: the encoder every store write uses, for specs, fuzzing and
- * callers that keep documents of their own. */
+ * msg, code: the encoder every write uses (in the document API's form,
+ * boxes taken, as bson_decode's opts.document reads them), for specs,
+ * fuzzing and callers that keep documents of their own. */
 static int l_bson_encode(lua_State *L) {
   bson_t doc = BSON_INITIALIZER;
   ms_err_t e;
+  int found;
   if (lua_type(L, 1) != LUA_TTABLE)
     return luaL_error(L, "bson_encode: doc must be a table, got %s", luaL_typename(L, 1));
   luaL_checkstack(L, 4 * MS_MAX_DEPTH + 8, "mongostore: bson_encode");
-  if (ms_table_to_bson(L, 1, &doc, "bson_encode", &e)) {
+  if (ms_document_to_bson(L, 1, &doc, "bson_encode", &found, &e)) {
     bson_destroy(&doc);
     return ms_push_error(L, &e);
   }

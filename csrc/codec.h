@@ -1,0 +1,32 @@
+/*
+ * codec.h - value.c's document-API forms of the encoder, shared by
+ * collection.c and bsontypes.c: boxes taken, and what the encoding saw
+ * reported, so that the checks a storable document needs run only when
+ * they can fail.
+ */
+#ifndef MS_CODEC_H
+#define MS_CODEC_H
+
+#include "ms.h"
+
+/* What an encoding saw (an int of these bits): an empty key at any depth;
+ * a box whose BSON holds strings or a document of its own (code, code with
+ * scope, symbol, regex, DBPointer), which libmongoc's validation reads
+ * further than the encoder does; a top-level key starting with '$', and
+ * one that does not. */
+#define MS_FOUND_EMPTY_KEY 1
+#define MS_FOUND_LEGACY 2
+#define MS_FOUND_TOP_DOLLAR 4
+#define MS_FOUND_TOP_PLAIN 8
+
+/* As ms_table_to_bson, for the document API: boxes are values, and *found
+ * gets the MS_FOUND_* bits of the table (its top-level keys included). */
+int ms_document_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int *found, ms_err_t *e);
+/* As ms_append_value, for the document API; *found gains the bits seen. */
+int ms_document_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, ms_path_t *p,
+                             int *found, ms_err_t *e);
+/* Pushes the value under it as ms_push_document reads a field (a box, a
+ * number that remembers nothing, a table with its shape). */
+int ms_push_document_value(lua_State *L, const bson_iter_t *it, ms_err_t *e);
+
+#endif
