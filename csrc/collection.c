@@ -22,13 +22,37 @@ typedef struct call {
   char doing[160];       /* "insert_one articles" */
 } call_t;
 
+/* pre, the decimal i, then post, into buf ("docs[12]"): once per document
+ * or op, where snprintf would cost more than some encodings. */
+static void index_name(char *buf, size_t size, const char *pre, size_t i, const char *post) {
+  char digits[24];
+  size_t nd = 0, at = 0;
+  do {
+    digits[nd++] = (char)('0' + i % 10);
+    i /= 10;
+  } while (i && nd < sizeof digits);
+  for (; *pre && at + 1 < size; pre++) buf[at++] = *pre;
+  while (nd && at + 1 < size) buf[at++] = digits[--nd];
+  for (; *post && at + 1 < size; post++) buf[at++] = *post;
+  buf[at] = '\0';
+}
+
+/* a then b into buf, cut as snprintf would */
+static void name_join(char *buf, size_t size, const char *a, const char *b) {
+  size_t at = 0;
+  for (; *a && at + 1 < size; a++) buf[at++] = *a;
+  for (; *b && at + 1 < size; b++) buf[at++] = *b;
+  buf[at] = '\0';
+}
+
 /* The first line of every method: the collection, its options at opts_idx
  * and the prefix of its errors; 0 when its database is closed. */
 static int begin(lua_State *L, call_t *k, const char *op, int opts_idx) {
   k->c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
   k->db = k->c->db;
   k->opts = opts_idx && lua_istable(L, opts_idx) ? opts_idx : 0;
-  snprintf(k->doing, sizeof k->doing, "%s %s", op, k->c->name);
+  name_join(k->doing, sizeof k->doing, op, " ");
+  name_join(k->doing + strlen(k->doing), sizeof k->doing - strlen(k->doing), k->c->name, "");
   if (!k->db->client) return 0;
   k->db->op_started = ms_now();
   ms_failed_reset();
@@ -244,29 +268,6 @@ static int push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t
   return ms_push_document_value(L, &it, e);
 }
 
-/* pre, the decimal i, then post, into buf ("docs[12]"): once per document
- * or op, where snprintf would cost more than some encodings. */
-static void index_name(char *buf, size_t size, const char *pre, size_t i, const char *post) {
-  char digits[24];
-  size_t nd = 0, at = 0;
-  do {
-    digits[nd++] = (char)('0' + i % 10);
-    i /= 10;
-  } while (i && nd < sizeof digits);
-  for (; *pre && at + 1 < size; pre++) buf[at++] = *pre;
-  while (nd && at + 1 < size) buf[at++] = digits[--nd];
-  for (; *post && at + 1 < size; post++) buf[at++] = *post;
-  buf[at] = '\0';
-}
-
-/* a then b into buf, cut as snprintf would */
-static void name_join(char *buf, size_t size, const char *a, const char *b) {
-  size_t at = 0;
-  for (; *a && at + 1 < size; a++) buf[at++] = *a;
-  for (; *b && at + 1 < size; b++) buf[at++] = *b;
-  buf[at] = '\0';
-}
-
 /* ---- inserts ---- */
 
 /* A stored document (an insert, a replacement) may not have a top-level key
@@ -430,7 +431,9 @@ static int l_insert_many(lua_State *L) {
     int found;
     index_name(what, sizeof what, "docs[", i + 1, "]");
     lua_rawgeti(L, 2, (lua_Integer)(i + 1));
-    docs[i] = bson_new();
+    /* sized as the one before (a list's documents are mostly alike): one
+     * allocation rather than a chain of reallocs as it grows */
+    docs[i] = i ? bson_sized_new(docs[i - 1]->len + 64) : bson_new();
     made++;
     rc = encode_insert(L, &k, -1, docs[i], what, &found, &e);
     checks[i] = (found & NEEDS_CHECKS) != 0;

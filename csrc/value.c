@@ -398,11 +398,11 @@ static int fail_string(enc_t *c, const char *s, size_t len, int is_key) {
   return path_hide(c);
 }
 
-/* Enters the table at idx (the cycle guard) and classifies it. */
-static int enc_table_enter(lua_State *L, enc_t *c, int idx, size_t *n, size_t *nkeys) {
+/* Puts the table at idx on the path (the cycle guard, the depth bound). */
+static int enc_enter(lua_State *L, enc_t *c, int idx) {
   ms_path_t *p = c->p;
   const void *t = lua_topointer(L, idx);
-  int i, kind;
+  int i;
   for (i = 0; i < p->depth; i++)
     if (p->seen[i] == t) break;
   if (i < p->depth || p->depth >= MS_MAX_DEPTH) {
@@ -411,14 +411,66 @@ static int enc_table_enter(lua_State *L, enc_t *c, int idx, size_t *n, size_t *n
     return path_hide(c);
   }
   p->seen[p->depth++] = t;
-  kind = table_kind(L, idx, n, nkeys, c->e);
+  luaL_checkstack(L, 10, "mongostore: value too deep");
+  return 0;
+}
+
+/* Classifies the table entered at idx; on error it is left. */
+static int enc_kind(lua_State *L, enc_t *c, int idx, size_t *n, size_t *nkeys) {
+  int kind = table_kind(L, idx, n, nkeys, c->e);
   if (kind < 0) {
     ms_err_prefix(c->e, path_show(c));
-    p->depth--;
+    c->p->depth--;
     return path_hide(c);
   }
-  luaL_checkstack(L, 10, "mongostore: value too deep");
   return kind;
+}
+
+static int append_field(lua_State *L, int kidx, int vidx, bson_t *doc, enc_t *c, int hint);
+
+/* A table with no metatable whose first key (on the stack with its value,
+ * from lua_next) is a string is most likely a document: its fields are
+ * written in the one pass that classifies it. When it is not one after all
+ * (another key is not a string), or a field fails, the error is the one
+ * the table's kind gives first, if any, as when the kind is read before
+ * the fields: *bad is set then. */
+static int append_plain_fields(lua_State *L, int idx, bson_t *doc, enc_t *c, int *bad) {
+  int top = lua_gettop(L) - 2, rc = 0;
+  *bad = 0;
+  do {
+    if (lua_type(L, -2) != LUA_TSTRING) {
+      rc = -1;
+      *bad = 1;
+      break;
+    }
+    rc = append_field(L, -2, -1, doc, c, MS_SHAPE_OTHER);
+    lua_pop(L, 1);
+    if (rc) break;
+  } while (lua_next(L, idx));
+  lua_settop(L, top);
+  if (rc) {
+    size_t n, nkeys;
+    ms_err_t ke;
+    if (table_kind(L, idx, &n, &nkeys, &ke) < 0) {
+      *c->e = ke;
+      *bad = 1;
+    }
+  }
+  return rc;
+}
+
+/* 1 when the table at idx has no metatable and a first key, which is a
+ * string: then that key and its value are pushed. */
+static int plain_candidate(lua_State *L, int idx) {
+  if (lua_getmetatable(L, idx)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pushnil(L);
+  if (!lua_next(L, idx)) return 0;
+  if (lua_type(L, -2) == LUA_TSTRING) return 1;
+  lua_pop(L, 2);
+  return 0;
 }
 
 static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, enc_t *c);
@@ -593,10 +645,27 @@ static int append_table(lua_State *L, int idx, bson_t *doc, const char *key, siz
   size_t n = 0, nkeys = 0;
   int kind, rc = 0, top;
   idx = lua_absindex(L, idx);
-  if ((kind = enc_table_enter(L, c, idx, &n, &nkeys)) < 0) return -1;
+  if (enc_enter(L, c, idx)) return -1;
   /* below the root, keys are not the top level's */
   top = c->top;
   c->top = 0;
+  if (plain_candidate(L, idx)) {
+    int bad;
+    bson_append_document_begin(doc, key, (int)keylen, &child);
+    rc = append_plain_fields(L, idx, &child, c, &bad);
+    bson_append_document_end(doc, &child);
+    if (bad) {
+      ms_err_prefix(c->e, path_show(c));
+      path_hide(c);
+    }
+    c->top = top;
+    ms_path_leave(c->p);
+    return rc;
+  }
+  if ((kind = enc_kind(L, c, idx, &n, &nkeys)) < 0) {
+    c->top = top;
+    return -1;
+  }
   if (kind == MS_KIND_ARRAY) {
     size_t i, tl = 0;
     const char *types = "";
@@ -641,16 +710,22 @@ static int encode_root(lua_State *L, int idx, bson_t *doc, const char *what, int
     return -1;
   }
   if (ms_path_enter(&p, L, idx, e)) return -1;
-  kind = table_kind(L, idx, &n, &nkeys, e);
-  if (kind != MS_KIND_DOC) {
-    if (kind == MS_KIND_ARRAY) ms_err_set(e, "invalid", "%s: expected a table with string keys, got an array", what);
-    else ms_err_prefix(e, what);
-    return -1;
-  }
-  luaL_checkstack(L, 8, "mongostore: value too deep");
+  luaL_checkstack(L, 10, "mongostore: value too deep");
   enc_init(&c, &p, e, boxes);
   c.top = found != NULL;
-  rc = append_fields(L, idx, doc, nkeys, &c);
+  if (plain_candidate(L, idx)) {
+    int bad;
+    rc = append_plain_fields(L, idx, doc, &c, &bad);
+    if (bad) ms_err_prefix(e, what);
+  } else {
+    kind = table_kind(L, idx, &n, &nkeys, e);
+    if (kind != MS_KIND_DOC) {
+      if (kind == MS_KIND_ARRAY) ms_err_set(e, "invalid", "%s: expected a table with string keys, got an array", what);
+      else ms_err_prefix(e, what);
+      return -1;
+    }
+    rc = append_fields(L, idx, doc, nkeys, &c);
+  }
   if (found) *found = c.found;
   return rc;
 }
@@ -985,25 +1060,32 @@ static int shape_push(lua_State *L, dctx_t *c, size_t start) {
 
 static int doc_table(lua_State *L, dctx_t *c, bson_iter_t *it, int is_array, int depth);
 
+/* The iterator's element, read without libbson's calls: bson_iter_next has
+ * checked its bounds already (these are libbson's own inline readers). */
+#define ITER_TYPE(it) bson_iter_type_unsafe(it)
+#define ITER_KEY(it) bson_iter_key_unsafe(it)
+/* the value starts right after the key's NUL */
+#define ITER_KEY_LEN(it) ((uint32_t)((it)->d1 - (it)->key - 1))
+
 static int doc_value(lua_State *L, dctx_t *c, const bson_iter_t *it, int depth) {
   bson_iter_t child;
-  switch (bson_iter_type(it)) {
-  case BSON_TYPE_DOUBLE: lua_pushnumber(L, bson_iter_double(it)); break;
+  switch (ITER_TYPE(it)) {
+  case BSON_TYPE_DOUBLE: lua_pushnumber(L, bson_iter_double_unsafe(it)); break;
   case BSON_TYPE_UTF8: {
-    uint32_t len;
-    const char *s = bson_iter_utf8(it, &len);
+    size_t len;
+    const char *s = bson_iter_utf8_unsafe(it, &len);
     lua_pushlstring(L, s, len);
     break;
   }
   case BSON_TYPE_INT32:
 #if LUA_VERSION_NUM >= 503
-    lua_pushinteger(L, (lua_Integer)bson_iter_int32(it));
+    lua_pushinteger(L, (lua_Integer)bson_iter_int32_unsafe(it));
 #else
-    lua_pushnumber(L, (lua_Number)bson_iter_int32(it));
+    lua_pushnumber(L, (lua_Number)bson_iter_int32_unsafe(it));
 #endif
     break;
-  case BSON_TYPE_INT64: ms_push_int64(L, bson_iter_int64(it)); break;
-  case BSON_TYPE_BOOL: lua_pushboolean(L, bson_iter_bool(it)); break;
+  case BSON_TYPE_INT64: ms_push_int64(L, bson_iter_int64_unsafe(it)); break;
+  case BSON_TYPE_BOOL: lua_pushboolean(L, bson_iter_bool_unsafe(it)); break;
   case BSON_TYPE_NULL: ms_push_null(L); break;
   case BSON_TYPE_DOCUMENT:
   case BSON_TYPE_ARRAY:
@@ -1016,10 +1098,10 @@ static int doc_value(lua_State *L, dctx_t *c, const bson_iter_t *it, int depth) 
       ms_err_set(c->e, "server", "corrupt document from the server");
       return -1;
     }
-    return doc_table(L, c, &child, bson_iter_type(it) == BSON_TYPE_ARRAY, depth);
+    return doc_table(L, c, &child, ITER_TYPE(it) == BSON_TYPE_ARRAY, depth);
   default:
     if (!ms_push_box(L, it)) {
-      ms_err_set(c->e, "server", "document holds an unknown BSON type 0x%02x", (unsigned)bson_iter_type(it));
+      ms_err_set(c->e, "server", "document holds an unknown BSON type 0x%02x", (unsigned)ITER_TYPE(it));
       return -1;
     }
     break;
@@ -1038,7 +1120,7 @@ static int doc_array(lua_State *L, dctx_t *c, bson_iter_t *it, int depth) {
   lua_createtable(L, sh->hint_arr[depth], 0);
   shape_put(L, sh, "A", 1);
   while (bson_iter_next(it)) {
-    char letter = type_letter(bson_iter_type(it));
+    char letter = type_letter(ITER_TYPE(it));
     shape_put(L, sh, &letter, 1);
     typed |= letter != MS_SHAPE_OTHER;
     if (doc_value(L, c, it, depth + 1)) { lua_pop(L, 1); return -1; }
@@ -1066,7 +1148,7 @@ static void unpredict(lua_State *L, shapes_t *sh, const bson_iter_t *first, int 
   bson_iter_t it = *first;
   shape_put(L, sh, "D", 1);
   while (n-- > 0 && bson_iter_next(&it))
-    shape_put_field(L, sh, type_letter(bson_iter_type(&it)), bson_iter_key(&it), bson_iter_key_len(&it));
+    shape_put_field(L, sh, type_letter(ITER_TYPE(&it)), ITER_KEY(&it), ITER_KEY_LEN(&it));
 }
 
 /* A document. The shape last read at the same depth is the likely one (a
@@ -1098,9 +1180,9 @@ static int doc_object(lua_State *L, dctx_t *c, bson_iter_t *it, int depth) {
     shape_put(L, sh, "D", 1);
   }
   while (bson_iter_next(it)) {
-    char letter = type_letter(bson_iter_type(it));
-    uint32_t kl = bson_iter_key_len(it);
-    const char *k = bson_iter_key(it);
+    char letter = type_letter(ITER_TYPE(it));
+    uint32_t kl = ITER_KEY_LEN(it);
+    const char *k = ITER_KEY(it);
     int pushed = 0;
     if (matching) {
       if (poff + kl + 2 <= plen && pb[poff] == letter && memcmp(pb + poff + 1, k, (size_t)kl + 1) == 0) {
