@@ -154,7 +154,8 @@ static int l_all(lua_State *L) {
 /* each()'s iterator: a failure raises (a for loop has no place for it),
  * here, outside any libmongoc call. */
 static int each_step(lua_State *L) {
-  ms_cursor_t *c = (ms_cursor_t *)luaL_checkudata(L, lua_upvalueindex(1), MS_CURSOR_MT);
+  /* the upvalue is the Cursor l_each checked (no Lua code can change it) */
+  ms_cursor_t *c = (ms_cursor_t *)lua_touserdata(L, lua_upvalueindex(1));
   int n;
   lua_settop(L, 0);
   if (c->closed || !c->db || !c->db->client) return luaL_error(L, "%s: the cursor is closed", c->doing);

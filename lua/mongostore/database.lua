@@ -31,24 +31,43 @@ local function check_arg(fn, name, v, kind)
   end
 end
 
+-- check_arg's test without its strings (the calls that pass never build
+-- one); kinds as check_arg's, optional already taken off.
+local function fits(v, kind)
+  local t = type(v)
+  return t == kind or (kind == "hint" and (t == "string" or t == "table"))
+end
+
 local function check_opts(fn, opts, known)
   if opts == nil then return end
   if type(opts) ~= "table" then error(format("%s: opts must be a table or nil, got %s", fn, type(opts)), 4) end
   for k, v in pairs(opts) do
     -- as mongostore.store's check_keys, one level further from the caller
-    if not known[k] then error(format("%s: unknown option %s", fn, tostring(k)), 4) end
-    check_arg(fn, "opts." .. k, v, known[k])
+    local kind = known[k]
+    if not kind then error(format("%s: unknown option %s", fn, tostring(k)), 4) end
+    if not fits(v, kind) then check_arg(fn, "opts." .. k, v, kind) end
   end
 end
 
 -- Replaces t[name] (a C method) with one that checks its arguments first.
 -- args: { { "filter", "table?" }, ... } before the options; known: the
--- option keys and their kinds (nil: the method takes no options).
+-- option keys and their kinds (nil: the method takes no options). The
+-- kinds are read once here; check_arg, which raises, runs only for an
+-- argument that does not fit.
 local function wrap(t, name, args, known)
   local f = t[name]
   local nargs = #args
+  local base, optional = {}, {}
+  for i = 1, nargs do
+    local kind = args[i][2]
+    optional[i] = kind:sub(-1) == "?"
+    base[i] = optional[i] and kind:sub(1, -2) or kind
+  end
   t[name] = function(self, ...)
-    for i = 1, nargs do check_arg(name, args[i][1], (select(i, ...)), args[i][2]) end
+    for i = 1, nargs do
+      local v = (select(i, ...))
+      if not ((v == nil and optional[i]) or fits(v, base[i])) then check_arg(name, args[i][1], v, args[i][2]) end
+    end
     if known then check_opts(name, (select(nargs + 1, ...)), known) end
     return f(self, ...)
   end
