@@ -405,13 +405,14 @@ static int whole_failure(const bson_t *reply) {
  * errors = { { index =, code =, message = } } }: every document is encoded
  * (and refused whole, nothing written) before any is sent. */
 static int l_insert_many(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER, reply, **docs = NULL;
+  bson_t opts = BSON_INITIALIZER, reply, scratch = BSON_INITIALIZER, ids = BSON_INITIALIZER,
+         unchecked = BSON_INITIALIZER, **late = NULL;
   bson_error_t be;
-  ms_err_t e;
+  ms_err_t e, ie;
   mongoc_bulk_operation_t *bulk = NULL;
-  size_t n = 0, i, made = 0;
+  size_t n = 0, i, made = 0, first_late;
   char *failed = NULL, *checks = NULL;
-  int rc = 0, nret;
+  int rc = 0, irc = 0, nret;
   BEGIN(L, k, "insert_many", 3);
   if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
     ms_err_set(&e, "invalid", "docs must be a non-empty list of documents");
@@ -422,36 +423,61 @@ static int l_insert_many(lua_State *L) {
     bson_destroy(&opts);
     return fail(L, &k, &e);
   }
-  /* each its own heap bson_t (bson_new): a bson_t needs more alignment
-   * than an array of them from malloc has */
-  docs = (bson_t **)bson_malloc0(n * sizeof *docs);
+  no_validation(&unchecked);
+  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
+  bson_destroy(&opts);
   checks = (char *)bson_malloc0(n);
+  /* Nothing is sent before every document is encoded (a bad one refuses
+   * the call whole), but a document libmongoc need not validate goes into
+   * the bulk (which copies it) as soon as it is encoded, through one reused
+   * buffer, and only its _id is kept. From the first that libmongoc
+   * validates on, the rest are kept (each its own heap bson_t: an array of
+   * bson_t from malloc lacks their alignment) and added after the last is
+   * encoded, so the errors come as before: the first document that does
+   * not encode, else the first libmongoc refuses. */
+  first_late = n;
   for (i = 0; i < n && rc == 0; i++) {
     char what[32];
     int found;
+    bson_t *doc;
+    bson_iter_t it;
     index_name(what, sizeof what, "docs[", i + 1, "]");
     lua_rawgeti(L, 2, (lua_Integer)(i + 1));
-    /* sized as the one before (a list's documents are mostly alike): one
-     * allocation rather than a chain of reallocs as it grows */
-    docs[i] = i ? bson_sized_new(docs[i - 1]->len + 64) : bson_new();
-    made++;
-    rc = encode_insert(L, &k, -1, docs[i], what, &found, &e);
-    checks[i] = (found & NEEDS_CHECKS) != 0;
-    lua_pop(L, 1);
-  }
-  if (rc == 0) {
-    bson_t unchecked = BSON_INITIALIZER;
-    no_validation(&unchecked);
-    bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
-    for (i = 0; i < n && rc == 0; i++) {
-      if (!mongoc_bulk_operation_insert_with_opts(bulk, docs[i], checks[i] ? NULL : &unchecked, &be)) {
-        ms_err_set(&e, "invalid", "docs[%zu]: %s", i + 1, be.message);
-        rc = -1;
-      }
+    if (first_late == n) {
+      bson_reinit(&scratch);
+      doc = &scratch;
+    } else {
+      /* sized as the one before: one allocation, not a chain of reallocs */
+      doc = late[made] = bson_sized_new(late[made - 1]->len + 64);
+      made++;
     }
-    bson_destroy(&unchecked);
+    rc = encode_insert(L, &k, -1, doc, what, &found, &e);
+    lua_pop(L, 1);
+    if (rc) break;
+    checks[i] = (found & NEEDS_CHECKS) != 0;
+    if (first_late == n && checks[i]) {
+      first_late = i;
+      late = (bson_t **)bson_malloc0((n - i) * sizeof *late);
+      doc = late[0] = bson_copy(&scratch);
+      made = 1;
+    }
+    if (first_late == n && irc == 0 && !mongoc_bulk_operation_insert_with_opts(bulk, doc, &unchecked, &be)) {
+      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
+      irc = -1;
+    }
+    if (bson_iter_init_find(&it, doc, "_id")) bson_append_iter(&ids, "", 0, &it);
+    else bson_append_null(&ids, "", 0);
   }
-  bson_destroy(&opts);
+  for (i = first_late; rc == 0 && irc == 0 && i < n; i++) {
+    if (!mongoc_bulk_operation_insert_with_opts(bulk, late[i - first_late], checks[i] ? NULL : &unchecked, &be)) {
+      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
+      irc = -1;
+    }
+  }
+  if (rc == 0 && irc) {
+    e = ie;
+    rc = -1;
+  }
   if (rc) {
     nret = fail(L, &k, &e);
   } else {
@@ -461,18 +487,21 @@ static int l_insert_many(lua_State *L) {
     } else {
       size_t first_failed = n;
       int ordered = 1;
+      bson_iter_t it;
       if (opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
       lua_pop(L, 1);
       lua_createtable(L, 0, 2);
       push_write_errors(L, &k, &reply, failed, n);
       for (i = 0; i < n; i++)
         if (failed[i] && i < first_failed) first_failed = i;
-      lua_newtable(L);
-      for (i = 0; i < n && rc == 0; i++) {
-        /* an ordered insert stops at its first error */
-        if (failed[i] || (ordered && i > first_failed)) continue;
-        if (push_field(L, docs[i], "_id", &e)) rc = -1;
-        else lua_rawseti(L, -2, (lua_Integer)(i + 1));
+      lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
+      if (bson_iter_init(&it, &ids)) {
+        for (i = 0; i < n && rc == 0 && bson_iter_next(&it); i++) {
+          /* an ordered insert stops at its first error */
+          if (failed[i] || (ordered && i > first_failed)) continue;
+          if (ms_push_document_value(L, &it, &e)) rc = -1;
+          else lua_rawseti(L, -2, (lua_Integer)(i + 1));
+        }
       }
       if (rc) nret = fail(L, &k, &e);
       else {
@@ -483,9 +512,12 @@ static int l_insert_many(lua_State *L) {
     }
     bson_destroy(&reply);
   }
-  if (bulk) mongoc_bulk_operation_destroy(bulk);
-  for (i = 0; i < made; i++) bson_destroy(docs[i]);
-  bson_free(docs);
+  mongoc_bulk_operation_destroy(bulk);
+  for (i = 0; i < made; i++) bson_destroy(late[i]);
+  bson_free(late);
+  bson_destroy(&scratch);
+  bson_destroy(&ids);
+  bson_destroy(&unchecked);
   bson_free(checks);
   bson_free(failed);
   return nret;
