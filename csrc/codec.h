@@ -9,6 +9,9 @@
 
 #include "ms.h"
 
+/* hidden, as in ms.h */
+#pragma GCC visibility push(hidden)
+
 /* What an encoding saw (an int of these bits): an empty key at any depth;
  * a box whose BSON holds strings or a document of its own (code, code with
  * scope, symbol, regex, DBPointer), which libmongoc's validation reads
@@ -28,5 +31,7 @@ int ms_document_append_value(lua_State *L, int idx, bson_t *doc, const char *key
 /* Pushes the value under it as ms_push_document reads a field (a box, a
  * number that remembers nothing, a table with its shape). */
 int ms_push_document_value(lua_State *L, const bson_iter_t *it, ms_err_t *e);
+
+#pragma GCC visibility pop
 
 #endif

@@ -164,7 +164,9 @@ int  ms_table_enter(lua_State *L, int idx, ms_path_t *p, size_t *n, ms_err_t *e)
 int  ms_check_string(const char *s, size_t len, int is_key, ms_path_t *p, ms_err_t *e);
 /* Checks a float is finite. */
 int  ms_check_number(lua_Number n, ms_path_t *p, ms_err_t *e);
-/* Appends the Lua value at idx under key to doc; what names the value in errors. */
+/* Appends the Lua value at idx under key to doc; what names the value in
+ * errors. This and ms_table_to_bson are the execution store's form, which
+ * refuses boxes; the document API's form is in codec.h. */
 int  ms_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen,
                      ms_path_t *p, ms_err_t *e);
 /* Converts the Lua table at idx into doc (initialised by the caller). */
@@ -213,7 +215,8 @@ int  ms_box_kind(lua_State *L, int idx);                  /* MS_BOX_*, or 0 when
 /* Pushes the box for the value under it (1), or pushes nothing (0) for a
  * type that is not a box's. */
 int  ms_push_box(lua_State *L, const bson_iter_t *it);
-/* Appends the box at idx under key (1), or does nothing (0) when not a box. */
+/* Appends the box at idx under key and returns its kind (MS_BOX_*, nonzero),
+ * or does nothing and returns 0 when the value is not a box. */
 int  ms_append_box(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen);
 void ms_open_bsontypes(lua_State *L);                     /* constructors, minkey, maxkey, undefined */
 
