@@ -547,6 +547,8 @@ void ms_open_session(lua_State *L) {
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, l_gc);
     lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_gc);     /* local s <close> = db:session() */
+    lua_setfield(L, -2, "__close");
     lua_pushcfunction(L, l_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pushliteral(L, "mongostore.Session");

@@ -1278,7 +1278,7 @@ end, { timeout = 30, write_concern = "majority" })]] },
         { class = "mongostore.Session",
           desc = [[
 A client session, from `db:session()` (or the one `db:transaction` passes to
-`fn`). Closed by `s:close()`, by garbage collection and with its database;
+`fn`). Closed by `s:close()`, by garbage collection, by `<close>` and with its database;
 its methods then return `nil, msg, "closed"`, and as `opts.session` it is
 `invalid` (so is a session of another database handle).]] },
         { method = "start_transaction", of = "mongostore.Session",

@@ -342,7 +342,7 @@ local Cursor = {}
 ---@field timeout? number seconds before it gives up retrying (> 0)
 
 --- A client session, from `db:session()` (or the one `db:transaction` passes to
---- `fn`). Closed by `s:close()`, by garbage collection and with its database;
+--- `fn`). Closed by `s:close()`, by garbage collection, by `<close>` and with its database;
 --- its methods then return `nil, msg, "closed"`, and as `opts.session` it is
 --- `invalid` (so is a session of another database handle).
 ---@class mongostore.Session

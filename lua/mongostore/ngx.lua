@@ -86,8 +86,18 @@ end
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
 -- server_selection_timeout (seconds) bounds every wait for a server.
 -- run_modules: the modules msngx.run may call (none when absent).
+-- configure's settings: a misspelt one raises, as every options table does
+local CONFIG_KEYS = {
+  uri = true, db = true, prefix = true, charts = true, max_inflight = true, wait = true,
+  server_selection_timeout = true, run_modules = true, trace_max = true, thread_pool = true, trace = true,
+  call_timeout = true,
+}
+
 function M.configure(cfg)
   if type(cfg) ~= "table" then error("mongostore.ngx.configure: expected a table", 2) end
+  for k in pairs(cfg) do
+    if not CONFIG_KEYS[k] then error("mongostore.ngx.configure: unknown setting " .. tostring(k), 2) end
+  end
   if type(cfg.uri) ~= "string" or cfg.uri == "" then error("mongostore.ngx.configure: uri must be a string", 2) end
   if cfg.charts ~= nil and type(cfg.charts) ~= "string" then
     error("mongostore.ngx.configure: charts must be the name of a module returning a list of charts", 2)

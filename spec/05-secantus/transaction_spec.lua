@@ -390,6 +390,19 @@ function TestTransactions:test_closed_sessions()
   lu.assertEquals({ v, code }, { nil, "closed" }, err)
   s3:close()
   lu.assertEquals(rawdb.count(self.name, "orders"), 1)
+
+  -- a to-be-closed session ends (its transaction aborted) when its block does
+  local leaked
+  do
+    local s4 <close> = ok(self.db:session())
+    ok(s4:start_transaction())
+    ok(self.c:insert_one({ _id = "w" }, { session = s4 }))
+    leaked = s4
+  end
+  lu.assertFalse(leaked:in_transaction())
+  v, err, code = leaked:commit()
+  lu.assertEquals({ v, code }, { nil, "closed" }, err)
+  lu.assertNil(self.c:find_one({ _id = "w" }))
 end
 
 -- Sessions dropped without close are ended by the collector, open
