@@ -1,7 +1,7 @@
 /*
  * database.c - the Database userdata (mongostore.database): opening one on
  * the process's client pool, collection, command, list_collections, info,
- * session and close; how a failed operation of the document API reaches
+ * stats, session and close; how a failed operation of the document API reaches
  * Lua (ms_document_push_error); and the module's document metatables.
  */
 #include "document.h"
@@ -383,8 +383,19 @@ static int l_name(lua_State *L) {
   return 1;
 }
 
+/* db:stats() -> { find = n, update = n, ..., total = n, reply_bytes = n }:
+ * the commands started on the handle's pool (the process's for its URI, so
+ * every handle and store on that URI counts in it), as store:stats(). A
+ * caller compares two readings: the model's specs count what a save sent. */
+static int l_stats(lua_State *L) {
+  DB_OR_CLOSED(L, db, "stats");
+  ms_pool_push_stats(L, db->pool);
+  return 1;
+}
+
 static const luaL_Reg database_methods[] = {
   {"collection", l_collection},
+  {"stats", l_stats},
   {"command", l_command},
   {"list_collections", l_list_collections},
   {"info", l_info},

@@ -82,6 +82,7 @@ end
 wrap(core.Database, "collection", { { "name", "string" } })
 wrap(core.Database, "command", { { "cmd", "table" } }, S)
 wrap(core.Database, "list_collections", {}, S)
+wrap(core.Database, "stats", {})
 -- db:transaction(fn, opts): the retry loop is Lua's (mongostore.transaction)
 core.Database.transaction = transaction.run
 
