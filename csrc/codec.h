@@ -1,8 +1,7 @@
 /*
- * codec.h - value.c's document-API forms of the encoder, shared by
- * collection.c and bsontypes.c: boxes taken, and what the encoding saw
- * reported, so that the checks a storable document needs run only when
- * they can fail.
+ * codec.h - the document API's codec: value.c's forms of the encoder (boxes
+ * taken, what the encoding saw reported, so that the checks a storable
+ * document needs run only when they can fail) and decode.c's field reader.
  */
 #ifndef MS_CODEC_H
 #define MS_CODEC_H
@@ -28,7 +27,11 @@ int ms_document_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, in
 /* As ms_append_value, for the document API; *found gains the bits seen. */
 int ms_document_append_value(lua_State *L, int idx, bson_t *doc, const char *key, size_t keylen, ms_path_t *p,
                              int *found, ms_err_t *e);
-/* Pushes the value under it as ms_push_document reads a field (a box, a
+/* The key that marks a shape metatable (value.c's; decode.c sets it on the
+ * shapes it makes, the encoder looks for it). */
+extern const char ms_shape_key;
+
+/* decode.c: pushes the value under it as ms_push_document reads a field (a box, a
  * number that remembers nothing, a table with its shape). */
 int ms_push_document_value(lua_State *L, const bson_iter_t *it, ms_err_t *e);
 

@@ -176,24 +176,26 @@ int  ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err
 /* Pushes a whole document as a table. */
 int  ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e);
 void ms_open_value(lua_State *L);                         /* adds null, array, is_array to module */
-/* The document API's decoding: every BSON type kept (boxes where Lua has no
- * type), and each table remembering its fields' order and numeric types,
- * so ms_table_to_bson writes it back unchanged. */
-int  ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e);
 /* An ordered document (index keys, sort, projection): a list of {key, value}
  * pairs in order, or a table; with MS_ORDER_STRICT a table of more than one
  * key is refused (its order would be pairs()'s). -1 with e set ("invalid"). */
 #define MS_ORDER_ANY 0
 #define MS_ORDER_STRICT 1
 int  ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, int mode, ms_err_t *e);
-/* Each table ms_push_document makes carries a shape as its metatable, one
- * per distinct shape, cached per state: a document's shape holds its keys in
- * order ([1], a list), a type letter per key ([2], a string: 'i' int32,
- * 'd' double, '-' anything else) and the keys as a set ([3]); an array's
- * holds [2] and, at [0], the array mark, which is what makes it an array. */
+/* Each table ms_push_document (decode.c) makes carries a shape as its
+ * metatable, one per distinct shape, cached per state: a document's shape
+ * holds its keys in order ([1], a list), a type letter per key ([2], a
+ * string: 'i' int32, 'd' double, '-' anything else) and the keys as a set
+ * ([3]); an array's holds [2] and, at [0], the array mark, which is what
+ * makes it an array. */
 #define MS_SHAPE_INT32 'i'
 #define MS_SHAPE_DOUBLE 'd'
 #define MS_SHAPE_OTHER '-'
+
+/* decode.c: the document API's decoding: every BSON type kept (boxes where
+ * Lua has no type), and each table remembering its fields' order and numeric
+ * types, so ms_document_to_bson writes it back unchanged. */
+int  ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e);
 
 /* bsontypes.c: the boxes, typed values for the BSON types Lua has none for */
 #define MS_BOX_OBJECTID 1
