@@ -1,5 +1,434 @@
 /*
- * bulk.c - the Collection's many-document writes (insert_many, bulk_write):
- * being moved here out of collection.c.
+ * bulk.c - the Collection's many-document writes: insert_many and
+ * bulk_write, each encoding every document or op before anything is sent,
+ * and their results (write errors with 1-based indexes, inserted ids).
  */
 #include "document.h"
+
+#include <string.h>
+
+#include <mongoc/mongoc.h>
+
+/* The writeErrors of a bulk reply as { { index = i (1-based, + base),
+ * code =, server_code =, message = } }, and the 1-based indexes that failed
+ * into failed[] (when given). */
+static void push_write_errors(lua_State *L, const ms_call_t *k, const bson_t *reply, char *failed, size_t nops) {
+  bson_iter_t it, arr, doc;
+  lua_Integer i = 0;
+  lua_newtable(L);
+  ms_mark_array(L, -1);
+  if (!bson_iter_init_find(&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+    return;
+  while (bson_iter_next(&arr)) {
+    int64_t index = -1, code = 0;
+    const char *msg = "";
+    ms_err_t e;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &doc)) continue;
+    while (bson_iter_next(&doc)) {
+      const char *key = bson_iter_key(&doc);
+      if (strcmp(key, "index") == 0 && BSON_ITER_HOLDS_NUMBER(&doc)) index = bson_iter_as_int64(&doc);
+      else if (strcmp(key, "code") == 0 && BSON_ITER_HOLDS_NUMBER(&doc)) code = bson_iter_as_int64(&doc);
+      else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&doc)) msg = bson_iter_utf8(&doc, NULL);
+    }
+    if (failed && index >= 0 && (size_t)index < nops) failed[index] = 1;
+    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)", k->doing, msg,
+               (int)code);
+    ms_scrub(k->db->password, &e);
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, (lua_Integer)(index + 1));
+    lua_setfield(L, -2, "index");
+    lua_pushstring(L, e.code);
+    lua_setfield(L, -2, "code");
+    lua_pushinteger(L, (lua_Integer)code);
+    lua_setfield(L, -2, "server_code");
+    lua_pushstring(L, e.msg);
+    lua_setfield(L, -2, "message");
+    lua_rawseti(L, -2, ++i);
+  }
+}
+
+/* A bulk's options: ordered (default true) and the session. */
+static int bulk_opts(lua_State *L, const ms_call_t *k, bson_t *o, ms_err_t *e) {
+  int ordered = 1;
+  if (ms_call_opt(L, k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  bson_append_bool(o, "ordered", 7, ordered);
+  return ms_call_session(L, k, o, e);
+}
+
+/* A reply that holds no write errors yet failed (a network error, a write
+ * concern error, a refused command): the whole call failed. */
+static int whole_failure(const bson_t *reply) {
+  bson_iter_t it;
+  return !(bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+           bson_iter_recurse(&it, &it) && bson_iter_next(&it));
+}
+
+/* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
+ * errors = { { index =, code =, message = } } }: every document is encoded
+ * (and refused whole, nothing written) before any is sent. */
+int ms_collection_insert_many(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER, reply, scratch = BSON_INITIALIZER, ids = BSON_INITIALIZER,
+         unchecked = BSON_INITIALIZER, **late = NULL;
+  bson_error_t be;
+  ms_err_t e, ie;
+  mongoc_bulk_operation_t *bulk = NULL;
+  size_t n = 0, i, made = 0, first_late;
+  char *failed = NULL, *checks = NULL;
+  int rc = 0, irc = 0, nret;
+  MS_CALL_BEGIN(L, k, "insert_many", 3);
+  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
+    ms_err_set(&e, "invalid", "docs must be a non-empty list of documents");
+    bson_destroy(&opts);
+    return ms_call_fail(L, &k, &e);
+  }
+  if (bulk_opts(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return ms_call_fail(L, &k, &e);
+  }
+  ms_no_validation(&unchecked);
+  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
+  bson_destroy(&opts);
+  checks = (char *)bson_malloc0(n);
+  /* Nothing is sent before every document is encoded (a bad one refuses
+   * the call whole), but a document libmongoc need not validate goes into
+   * the bulk (which copies it) as soon as it is encoded, through one reused
+   * buffer, and only its _id is kept. From the first that libmongoc
+   * validates on, the rest are kept (each its own heap bson_t: an array of
+   * bson_t from malloc lacks their alignment) and added after the last is
+   * encoded, so the errors come as before: the first document that does
+   * not encode, else the first libmongoc refuses. */
+  first_late = n;
+  for (i = 0; i < n && rc == 0; i++) {
+    char what[32];
+    int found;
+    bson_t *doc;
+    bson_iter_t it;
+    ms_index_name(what, sizeof what, "docs[", i + 1, "]");
+    lua_rawgeti(L, 2, (lua_Integer)(i + 1));
+    if (first_late == n) {
+      bson_reinit(&scratch);
+      doc = &scratch;
+    } else {
+      /* sized as the one before: one allocation, not a chain of reallocs */
+      doc = late[made] = bson_sized_new(late[made - 1]->len + 64);
+      made++;
+    }
+    rc = ms_encode_insert(L, &k, -1, doc, what, &found, &e);
+    lua_pop(L, 1);
+    if (rc) break;
+    checks[i] = (found & MS_NEEDS_CHECKS) != 0;
+    if (first_late == n && checks[i]) {
+      first_late = i;
+      late = (bson_t **)bson_malloc0((n - i) * sizeof *late);
+      doc = late[0] = bson_copy(&scratch);
+      made = 1;
+    }
+    if (first_late == n && irc == 0 && !mongoc_bulk_operation_insert_with_opts(bulk, doc, &unchecked, &be)) {
+      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
+      irc = -1;
+    }
+    if (bson_iter_init_find(&it, doc, "_id")) bson_append_iter(&ids, "", 0, &it);
+    else bson_append_null(&ids, "", 0);
+  }
+  for (i = first_late; rc == 0 && irc == 0 && i < n; i++) {
+    if (!mongoc_bulk_operation_insert_with_opts(bulk, late[i - first_late], checks[i] ? NULL : &unchecked, &be)) {
+      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
+      irc = -1;
+    }
+  }
+  if (rc == 0 && irc) {
+    e = ie;
+    rc = -1;
+  }
+  if (rc) {
+    nret = ms_call_fail(L, &k, &e);
+  } else {
+    failed = (char *)bson_malloc0(n);
+    if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
+      nret = ms_call_fail_bson(L, &k, &be, &reply);
+    } else {
+      size_t first_failed = n;
+      int ordered = 1;
+      bson_iter_t it;
+      if (ms_call_opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      lua_createtable(L, 0, 2);
+      push_write_errors(L, &k, &reply, failed, n);
+      for (i = 0; i < n; i++)
+        if (failed[i] && i < first_failed) first_failed = i;
+      lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
+      if (bson_iter_init(&it, &ids)) {
+        for (i = 0; i < n && rc == 0 && bson_iter_next(&it); i++) {
+          /* an ordered insert stops at its first error */
+          if (failed[i] || (ordered && i > first_failed)) continue;
+          if (ms_push_document_value(L, &it, &e)) rc = -1;
+          else lua_rawseti(L, -2, (lua_Integer)(i + 1));
+        }
+      }
+      if (rc) nret = ms_call_fail(L, &k, &e);
+      else {
+        lua_setfield(L, -3, "inserted");
+        lua_setfield(L, -2, "errors");
+        nret = 1;
+      }
+    }
+    bson_destroy(&reply);
+  }
+  mongoc_bulk_operation_destroy(bulk);
+  for (i = 0; i < made; i++) bson_destroy(late[i]);
+  bson_free(late);
+  bson_destroy(&scratch);
+  bson_destroy(&ids);
+  bson_destroy(&unchecked);
+  bson_free(checks);
+  bson_free(failed);
+  return nret;
+}
+
+/* ---- bulk_write ---- */
+
+static const char *const op_names[] = {"insert_one", "update_one", "update_many", "replace_one", "delete_one",
+                                       "delete_many", NULL};
+
+/* The op's field: by name, or by position (filter 1, update/replacement 2). */
+static int op_field(lua_State *L, int idx, const char *name, int pos) {
+  if (lua_getfield(L, idx, name) != LUA_TNIL) return 1;
+  lua_pop(L, 1);
+  return lua_rawgeti(L, idx, pos) != LUA_TNIL;
+}
+
+/* Which of op_names the op at idx holds (its one key), or -1 with e set. */
+static int op_kind(lua_State *L, int idx, size_t i, ms_err_t *e) {
+  int which = -1, nkeys = 0, j;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "ops[%zu] must be a table, got %s", i, luaL_typename(L, idx));
+    return -1;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    nkeys++;
+    for (j = 0; op_names[j]; j++)
+      if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), op_names[j]) == 0) which = j;
+    lua_pop(L, 1);
+  }
+  if (nkeys != 1 || which < 0) {
+    ms_err_set(e, "invalid", "ops[%zu] must hold one of insert_one, update_one, update_many, replace_one, "
+               "delete_one, delete_many", i);
+    return -1;
+  }
+  return which;
+}
+
+/* An update, replace or delete's spec (a table at spec): its keys are
+ * filter, update or replacement, upsert, or the positions 1 and 2. */
+static int op_spec_keys(lua_State *L, int spec, int which, const char *what, ms_err_t *e) {
+  lua_pushnil(L);
+  while (lua_next(L, spec)) {
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    int known = key ? strcmp(key, "filter") == 0 || (which <= 3 && strcmp(key, "upsert") == 0) ||
+                        (which <= 2 && strcmp(key, "update") == 0) || (which == 3 && strcmp(key, "replacement") == 0)
+                    : lua_type(L, -2) == LUA_TNUMBER && lua_tonumber(L, -2) >= 1 &&
+                        lua_tonumber(L, -2) <= (which <= 3 ? 2 : 1) && lua_tonumber(L, -2) == (int)lua_tonumber(L, -2);
+    lua_pop(L, 1);
+    if (!known) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: unknown key %s", what, key ? key : "(not a name)");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The filter (a), the update or replacement (b) and the options (o) of an
+ * update, replace or delete op; *clean when libmongoc need not validate b
+ * again. */
+static int encode_op(lua_State *L, const ms_call_t *k, int spec, int which, const char *what, bson_t *a, bson_t *b,
+                     bson_t *o, int *clean, ms_err_t *e) {
+  char fw[64];
+  int rc, afound = 0, bfound = 0;
+  if (lua_type(L, spec) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
+    return -1;
+  }
+  if (op_spec_keys(L, spec, which, what, e)) return -1;
+  ms_name_join(fw, sizeof fw, what, ".filter");
+  if (!op_field(L, spec, "filter", 1)) {
+    ms_err_set(e, "invalid", "%s needs a filter", what);
+    rc = -1;
+  } else {
+    rc = ms_doc_arg(L, -1, a, fw, 0, &afound, e);
+  }
+  lua_pop(L, 1);
+  if (rc || which > 3) return rc;
+  ms_name_join(fw, sizeof fw, what, which == 3 ? ".replacement" : ".update");
+  if (!op_field(L, spec, which == 3 ? "replacement" : "update", 2)) {
+    ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
+    rc = -1;
+  } else if (which == 3) {
+    if (ms_doc_arg(L, -1, b, fw, 0, &bfound, e) || ms_storable(b, bfound, fw, e) ||
+        ((bfound & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(b, fw, e)) || ms_size_ok(k, b, fw, e))
+      rc = -1;
+    *clean = !(bfound & MS_NEEDS_CHECKS);
+  } else {
+    rc = ms_update_arg(L, -1, b, fw, &bfound, e);
+    *clean = ms_update_is_clean(bfound);
+  }
+  lua_pop(L, 1);
+  if (rc) return rc;
+  lua_getfield(L, spec, "upsert");
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) {
+    ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
+    rc = -1;
+  } else if (lua_toboolean(L, -1)) {
+    /* an upsert stores the filter's equality fields */
+    bson_append_bool(o, "upsert", 6, true);
+    rc = ms_storable(a, afound, fw, e);
+  }
+  lua_pop(L, 1);
+  return rc;
+}
+
+/* Adds ops[i] (the table at idx) to bulk; -1 with e set (invalid) when it
+ * is malformed or libmongoc refuses it. */
+static int add_op(lua_State *L, const ms_call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
+  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
+  bson_error_t be;
+  char what[48], tail[24];
+  int which, rc, ok = 1, spec, found = 0, clean = 0;
+  idx = lua_absindex(L, idx);
+  if ((which = op_kind(L, idx, i, e)) < 0) return -1;
+  lua_getfield(L, idx, op_names[which]);
+  spec = lua_gettop(L);
+  ms_name_join(tail, sizeof tail, "].", op_names[which]);
+  ms_index_name(what, sizeof what, "ops[", i, tail);
+  if (which == 0) {
+    rc = ms_encode_insert(L, k, spec, &a, what, &found, e);
+    clean = !(found & MS_NEEDS_CHECKS);
+  } else {
+    rc = encode_op(L, k, spec, which, what, &a, &b, &o, &clean, e);
+  }
+  if (rc == 0 && clean) ms_no_validation(&o);
+  if (rc == 0) {
+    switch (which) {
+    case 0: ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, &o, &be); break;
+    case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
+    case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
+    case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
+    case 4: ok = mongoc_bulk_operation_remove_one_with_opts(bulk, &a, NULL, &be); break;
+    default: ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &a, NULL, &be); break;
+    }
+    if (!ok) {
+      ms_err_set(e, "invalid", "%s: %s", what, be.message);
+      rc = -1;
+    }
+  }
+  lua_settop(L, idx);
+  bson_destroy(&a);
+  bson_destroy(&b);
+  bson_destroy(&o);
+  return rc;
+}
+
+/* upserted: [{ index, _id }] as { [i] = id } */
+static int push_upserted(lua_State *L, const bson_t *reply, ms_err_t *e) {
+  bson_iter_t it, arr;
+  lua_newtable(L);
+  if (!bson_iter_init_find(&it, reply, "upserted") || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+    return 0;
+  while (bson_iter_next(&arr)) {
+    uint32_t len;
+    const uint8_t *data;
+    bson_t one;
+    int64_t index;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
+    bson_iter_document(&arr, &len, &data);
+    if (!bson_init_static(&one, data, len)) continue;
+    index = ms_reply_int(&one, "index");
+    if (ms_push_field(L, &one, "_id", e)) return -1;
+    lua_rawseti(L, -2, (lua_Integer)(index + 1));
+  }
+  return 0;
+}
+
+/* c:bulk_write(ops, { ordered = true, session }) -> { inserted, matched,
+ * modified, deleted, upserted (counts), upserted_ids = { [i] = id }, errors =
+ * { { index =, code =, message = } } }; every op is checked before any is
+ * sent. */
+int ms_collection_bulk_write(lua_State *L) {
+  bson_t opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  ms_err_t e;
+  mongoc_bulk_operation_t *bulk;
+  size_t n = 0, i;
+  char *is_insert, *failed;
+  int rc = 0, nret;
+  MS_CALL_BEGIN(L, k, "bulk_write", 3);
+  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
+    ms_err_set(&e, "invalid", "ops must be a non-empty list of operations");
+    bson_destroy(&opts);
+    return ms_call_fail(L, &k, &e);
+  }
+  if (bulk_opts(L, &k, &opts, &e)) {
+    bson_destroy(&opts);
+    return ms_call_fail(L, &k, &e);
+  }
+  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
+  bson_destroy(&opts);
+  is_insert = (char *)bson_malloc0(n);
+  failed = (char *)bson_malloc0(n);
+  for (i = 1; i <= n && rc == 0; i++) {
+    lua_rawgeti(L, 2, (lua_Integer)i);
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "insert_one");
+      is_insert[i - 1] = !lua_isnil(L, -1);
+      lua_pop(L, 1);
+    }
+    rc = add_op(L, &k, bulk, -1, i, &e);
+    lua_pop(L, 1);
+  }
+  if (rc) {
+    mongoc_bulk_operation_destroy(bulk);
+    bson_free(is_insert);
+    bson_free(failed);
+    return ms_call_fail(L, &k, &e);
+  }
+  if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
+    nret = ms_call_fail_bson(L, &k, &be, &reply);
+  } else {
+    static const char *const counts[][2] = {{"inserted", "nInserted"}, {"matched", "nMatched"},
+                                            {"modified", "nModified"}, {"deleted", "nRemoved"},
+                                            {"upserted", "nUpserted"}};
+    size_t first_failed = n, inserted = 0;
+    int ordered = 1;
+    lua_createtable(L, 0, 7);
+    for (i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+      lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, counts[i][1]));
+      lua_setfield(L, -2, counts[i][0]);
+    }
+    push_write_errors(L, &k, &reply, failed, n);
+    lua_setfield(L, -2, "errors");
+    /* inserts counted from the errors: an insert either lands or has one,
+     * and an ordered bulk stops at its first (some servers count a whole
+     * unordered batch as inserted) */
+    if (ms_call_opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    for (i = 0; i < n; i++)
+      if (failed[i] && i < first_failed) first_failed = i;
+    for (i = 0; i < n; i++)
+      if (is_insert[i] && !failed[i] && (!ordered || i < first_failed)) inserted++;
+    lua_pushinteger(L, (lua_Integer)inserted);
+    lua_setfield(L, -2, "inserted");
+    if (push_upserted(L, &reply, &e)) nret = ms_call_fail(L, &k, &e);
+    else {
+      lua_setfield(L, -2, "upserted_ids");
+      nret = 1;
+    }
+  }
+  bson_destroy(&reply);
+  mongoc_bulk_operation_destroy(bulk);
+  bson_free(is_insert);
+  bson_free(failed);
+  return nret;
+}
+

@@ -14,17 +14,9 @@
 
 #include <mongoc/mongoc.h>
 
-typedef struct call {
-  ms_collection_t *c;
-  ms_database_t *db;
-  int opts;              /* stack index of the options table, 0 for none */
-  int found;             /* what an encoding saw, where nothing else depends on it */
-  char doing[160];       /* "insert_one articles" */
-} call_t;
-
 /* pre, the decimal i, then post, into buf ("docs[12]"): once per document
  * or op, where snprintf would cost more than some encodings. */
-static void index_name(char *buf, size_t size, const char *pre, size_t i, const char *post) {
+void ms_index_name(char *buf, size_t size, const char *pre, size_t i, const char *post) {
   char digits[24];
   size_t nd = 0, at = 0;
   do {
@@ -38,7 +30,7 @@ static void index_name(char *buf, size_t size, const char *pre, size_t i, const 
 }
 
 /* a then b into buf, cut as snprintf would */
-static void name_join(char *buf, size_t size, const char *a, const char *b) {
+void ms_name_join(char *buf, size_t size, const char *a, const char *b) {
   size_t at = 0;
   for (; *a && at + 1 < size; a++) buf[at++] = *a;
   for (; *b && at + 1 < size; b++) buf[at++] = *b;
@@ -47,51 +39,33 @@ static void name_join(char *buf, size_t size, const char *a, const char *b) {
 
 /* The first line of every method: the collection, its options at opts_idx
  * and the prefix of its errors; 0 when its database is closed. */
-static int begin(lua_State *L, call_t *k, const char *op, int opts_idx) {
+int ms_call_begin(lua_State *L, ms_call_t *k, const char *op, int opts_idx) {
   k->c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
   k->db = k->c->db;
   k->opts = opts_idx && lua_istable(L, opts_idx) ? opts_idx : 0;
-  name_join(k->doing, sizeof k->doing, op, " ");
-  name_join(k->doing + strlen(k->doing), sizeof k->doing - strlen(k->doing), k->c->name, "");
+  ms_name_join(k->doing, sizeof k->doing, op, " ");
+  ms_name_join(k->doing + strlen(k->doing), sizeof k->doing - strlen(k->doing), k->c->name, "");
   if (!k->db->client) return 0;
   k->db->op_started = ms_now();
   ms_failed_reset();
   return 1;
 }
 
-#define BEGIN(L, k, op, opts_idx) \
-  call_t k;                       \
-  if (!begin(L, &k, op, opts_idx)) return ms_document_closed(L, k.doing)
-
-static int fail(lua_State *L, const call_t *k, ms_err_t *e) {
+int ms_call_fail(lua_State *L, const ms_call_t *k, ms_err_t *e) {
   ms_err_prefix(e, k->doing);
   ms_scrub(k->db->password, e);
   return ms_push_error(L, e);
 }
 
-static int fail_bson(lua_State *L, const call_t *k, const bson_error_t *be, const bson_t *reply) {
+int ms_call_fail_bson(lua_State *L, const ms_call_t *k, const bson_error_t *be, const bson_t *reply) {
   return ms_document_push_error(L, k->db, be, reply, k->doing);
 }
 
 /* ---- encoding arguments and options (no Lua error, no libmongoc) ---- */
 
-/* An update given as a pipeline (beside value.c's MS_FOUND_* bits). */
-#define FOUND_PIPELINE 0x100
-
-/* What makes a document need the full checks: ms_check_storable's (an
- * empty key, anywhere, or a box that holds a document of its own), and
- * libmongoc's validation (UTF-8 and empty keys, which the encoder has
- * covered unless one of these was seen). */
-#define NEEDS_CHECKS (MS_FOUND_EMPTY_KEY | MS_FOUND_LEGACY | FOUND_PIPELINE)
-
-/* ms_check_storable, when what the encoding found says it can fail. */
-static int storable(const bson_t *doc, int found, const char *what, ms_err_t *e) {
-  return (found & (MS_FOUND_EMPTY_KEY | MS_FOUND_LEGACY)) ? ms_check_storable(doc, what, e) : 0;
-}
-
 /* A document argument (filter, update, replacement); nil is {} when
  * may_be_nil; *found: what value.c's encoder saw (MS_FOUND_*). */
-static int doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_nil, int *found, ms_err_t *e) {
+int ms_doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_nil, int *found, ms_err_t *e) {
   *found = 0;
   if (lua_isnoneornil(L, idx) && may_be_nil) return 0;
   if (lua_type(L, idx) != LUA_TTABLE) {
@@ -152,13 +126,13 @@ static int is_list(lua_State *L, int idx) {
 
 /* An update: a document of operators, or a pipeline (a list of stages),
  * which libmongoc takes as a document keyed "0", "1", ... *found as
- * doc_arg's, FOUND_PIPELINE for a pipeline. */
-static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, int *found, ms_err_t *e) {
+ * doc_arg's, MS_FOUND_PIPELINE for a pipeline. */
+int ms_update_arg(lua_State *L, int idx, bson_t *out, const char *what, int *found, ms_err_t *e) {
   if (is_list(L, idx)) {
     bson_t tmp = BSON_INITIALIZER;
     bson_iter_t it;
     int rc;
-    *found = FOUND_PIPELINE;
+    *found = MS_FOUND_PIPELINE;
     rc = list_arg(L, idx, &tmp, "u", what, found, e);
     if (rc == 0 && bson_iter_init_find(&it, &tmp, "u")) {
       uint32_t len;
@@ -170,21 +144,13 @@ static int update_arg(lua_State *L, int idx, bson_t *out, const char *what, int 
     bson_destroy(&tmp);
     return rc;
   }
-  if (doc_arg(L, idx, out, what, 0, found, e)) return -1;
-  return storable(out, *found, what, e);
+  if (ms_doc_arg(L, idx, out, what, 0, found, e)) return -1;
+  return ms_storable(out, *found, what, e);
 }
-
-/* An update libmongoc would pass (every top-level key an operator, nothing
- * its validation reads that the encoder did not check) is sent without
- * that second pass. */
-static int update_is_clean(int found) { return !(found & (NEEDS_CHECKS | MS_FOUND_TOP_PLAIN)); }
-
-/* Asks libmongoc not to validate a document again (its opts). */
-static void no_validation(bson_t *opts) { bson_append_bool(opts, "validate", 8, false); }
 
 /* Reads an option: its Lua type, with the value pushed (nil pushed when there
  * are no options). */
-static int opt(lua_State *L, const call_t *k, const char *name) {
+int ms_call_opt(lua_State *L, const ms_call_t *k, const char *name) {
   if (!k->opts) {
     lua_pushnil(L);
     return LUA_TNIL;
@@ -193,9 +159,9 @@ static int opt(lua_State *L, const call_t *k, const char *name) {
 }
 
 /* A non-negative integer option into o under key; absent is fine. */
-static int int_opt(lua_State *L, const call_t *k, const char *name, bson_t *o, const char *key, ms_err_t *e) {
+static int int_opt(lua_State *L, const ms_call_t *k, const char *name, bson_t *o, const char *key, ms_err_t *e) {
   int64_t v;
-  int t = opt(L, k, name), rc = 0;
+  int t = ms_call_opt(L, k, name), rc = 0;
   if (t != LUA_TNIL) {
     if (!ms_to_int64(L, -1, &v) || v < 0) {
       ms_err_set(e, "invalid", "opts.%s must be an integer >= 0", name);
@@ -208,8 +174,8 @@ static int int_opt(lua_State *L, const call_t *k, const char *name, bson_t *o, c
   return rc;
 }
 
-static int bool_opt(lua_State *L, const call_t *k, const char *name, int *out) {
-  int t = opt(L, k, name);
+static int bool_opt(lua_State *L, const ms_call_t *k, const char *name, int *out) {
+  int t = ms_call_opt(L, k, name);
   *out = t == LUA_TBOOLEAN ? lua_toboolean(L, -1) : 0;
   lua_pop(L, 1);
   return t == LUA_TNIL || t == LUA_TBOOLEAN ? 0 : -1;
@@ -217,9 +183,9 @@ static int bool_opt(lua_State *L, const call_t *k, const char *name, int *out) {
 
 /* An ordered option (sort, projection, keys, hint given as a document) into
  * o under key. */
-static int ordered_opt(lua_State *L, const call_t *k, const char *name, bson_t *o, const char *key, int mode,
+static int ordered_opt(lua_State *L, const ms_call_t *k, const char *name, bson_t *o, const char *key, int mode,
                        ms_err_t *e) {
-  int t = opt(L, k, name), rc = 0;
+  int t = ms_call_opt(L, k, name), rc = 0;
   if (t == LUA_TSTRING && strcmp(name, "hint") == 0) {
     size_t n;
     const char *s = lua_tolstring(L, -1, &n);
@@ -236,12 +202,12 @@ static int ordered_opt(lua_State *L, const call_t *k, const char *name, bson_t *
   return rc;
 }
 
-static int session_opt(lua_State *L, const call_t *k, bson_t *o, ms_err_t *e) {
+int ms_call_session(lua_State *L, const ms_call_t *k, bson_t *o, ms_err_t *e) {
   return ms_session_append(L, k->opts, k->db, o, e);
 }
 
 /* Refuses a document over the server's limit before it is sent. */
-static int size_ok(const call_t *k, const bson_t *doc, const char *what, ms_err_t *e) {
+int ms_size_ok(const ms_call_t *k, const bson_t *doc, const char *what, ms_err_t *e) {
   if ((int64_t)doc->len > (int64_t)k->db->max_bson) {
     ms_err_set(e, "too_large", "%s is %u bytes, over the server's limit of %d", what, (unsigned)doc->len,
                (int)k->db->max_bson);
@@ -252,14 +218,14 @@ static int size_ok(const call_t *k, const bson_t *doc, const char *what, ms_err_
 
 /* ---- results ---- */
 
-static int64_t reply_int(const bson_t *reply, const char *key) {
+int64_t ms_reply_int(const bson_t *reply, const char *key) {
   bson_iter_t it;
   if (bson_iter_init_find(&it, reply, key) && BSON_ITER_HOLDS_NUMBER(&it)) return bson_iter_as_int64(&it);
   return 0;
 }
 
 /* Pushes the value under key of doc through the document codec, or nil. */
-static int push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t *e) {
+int ms_push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t *e) {
   bson_iter_t it;
   if (!bson_iter_init_find(&it, doc, key)) {
     lua_pushnil(L);
@@ -273,7 +239,7 @@ static int push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t
 /* A stored document (an insert, a replacement) may not have a top-level key
  * starting with '$': that is an update given where a document belongs, and
  * servers differ on storing it. Nested ones stay (a DBRef's $ref, $id). */
-static int check_top_keys(const bson_t *doc, const char *what, ms_err_t *e) {
+int ms_check_top_keys(const bson_t *doc, const char *what, ms_err_t *e) {
   bson_iter_t it;
   if (!bson_iter_init(&it, doc)) return 0;
   while (bson_iter_next(&it)) {
@@ -289,7 +255,7 @@ static int check_top_keys(const bson_t *doc, const char *what, ms_err_t *e) {
 /* The document at idx encoded into out (initialised by the caller, who
  * destroys it) with an ObjectId made here first when it has no _id, so the
  * caller knows the id of what it inserted. */
-static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, const char *what, int *found,
+int ms_encode_insert(lua_State *L, const ms_call_t *k, int idx, bson_t *out, const char *what, int *found,
                          ms_err_t *e) {
   int has_id;
   *found = 0;
@@ -306,10 +272,10 @@ static int encode_insert(lua_State *L, const call_t *k, int idx, bson_t *out, co
     bson_oid_init(&oid, NULL);
     bson_append_oid(out, "_id", 3, &oid);
   }
-  if (ms_document_to_bson(L, idx, out, what, found, e) || storable(out, *found, what, e) ||
-      ((*found & MS_FOUND_TOP_DOLLAR) && check_top_keys(out, what, e)))
+  if (ms_document_to_bson(L, idx, out, what, found, e) || ms_storable(out, *found, what, e) ||
+      ((*found & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(out, what, e)))
     return -1;
-  return size_ok(k, out, what, e);
+  return ms_size_ok(k, out, what, e);
 }
 
 /* c:insert_one(doc, opts) -> { inserted_id = id } */
@@ -318,24 +284,24 @@ static int l_insert_one(lua_State *L) {
   bson_error_t be;
   ms_err_t e;
   int ok, n, found;
-  BEGIN(L, k, "insert_one", 3);
-  if (session_opt(L, &k, &opts, &e)) {
+  MS_CALL_BEGIN(L, k, "insert_one", 3);
+  if (ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
-  if (encode_insert(L, &k, 2, &doc, "doc", &found, &e)) {
+  if (ms_encode_insert(L, &k, 2, &doc, "doc", &found, &e)) {
     bson_destroy(&opts);
     bson_destroy(&doc);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
-  if (!(found & NEEDS_CHECKS)) no_validation(&opts);
+  if (!(found & MS_NEEDS_CHECKS)) ms_no_validation(&opts);
   ok = mongoc_collection_insert_one(k.c->coll, &doc, &opts, &reply, &be);
   bson_destroy(&opts);
   if (!ok) {
-    n = fail_bson(L, &k, &be, &reply);
+    n = ms_call_fail_bson(L, &k, &be, &reply);
   } else {
     lua_createtable(L, 0, 1);
-    if (push_field(L, &doc, "_id", &e)) n = fail(L, &k, &e);
+    if (ms_push_field(L, &doc, "_id", &e)) n = ms_call_fail(L, &k, &e);
     else {
       lua_setfield(L, -2, "inserted_id");
       n = 1;
@@ -346,192 +312,15 @@ static int l_insert_one(lua_State *L) {
   return n;
 }
 
-/* The writeErrors of a bulk reply as { { index = i (1-based, + base),
- * code =, server_code =, message = } }, and the 1-based indexes that failed
- * into failed[] (when given). */
-static void push_write_errors(lua_State *L, const call_t *k, const bson_t *reply, char *failed, size_t nops) {
-  bson_iter_t it, arr, doc;
-  lua_Integer i = 0;
-  lua_newtable(L);
-  ms_mark_array(L, -1);
-  if (!bson_iter_init_find(&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
-    return;
-  while (bson_iter_next(&arr)) {
-    int64_t index = -1, code = 0;
-    const char *msg = "";
-    ms_err_t e;
-    if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &doc)) continue;
-    while (bson_iter_next(&doc)) {
-      const char *key = bson_iter_key(&doc);
-      if (strcmp(key, "index") == 0 && BSON_ITER_HOLDS_NUMBER(&doc)) index = bson_iter_as_int64(&doc);
-      else if (strcmp(key, "code") == 0 && BSON_ITER_HOLDS_NUMBER(&doc)) code = bson_iter_as_int64(&doc);
-      else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&doc)) msg = bson_iter_utf8(&doc, NULL);
-    }
-    if (failed && index >= 0 && (size_t)index < nops) failed[index] = 1;
-    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)", k->doing, msg,
-               (int)code);
-    ms_scrub(k->db->password, &e);
-    lua_createtable(L, 0, 4);
-    lua_pushinteger(L, (lua_Integer)(index + 1));
-    lua_setfield(L, -2, "index");
-    lua_pushstring(L, e.code);
-    lua_setfield(L, -2, "code");
-    lua_pushinteger(L, (lua_Integer)code);
-    lua_setfield(L, -2, "server_code");
-    lua_pushstring(L, e.msg);
-    lua_setfield(L, -2, "message");
-    lua_rawseti(L, -2, ++i);
-  }
-}
-
-/* A bulk's options: ordered (default true) and the session. */
-static int bulk_opts(lua_State *L, const call_t *k, bson_t *o, ms_err_t *e) {
-  int ordered = 1;
-  if (opt(L, k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  bson_append_bool(o, "ordered", 7, ordered);
-  return session_opt(L, k, o, e);
-}
-
-/* A reply that holds no write errors yet failed (a network error, a write
- * concern error, a refused command): the whole call failed. */
-static int whole_failure(const bson_t *reply) {
-  bson_iter_t it;
-  return !(bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-           bson_iter_recurse(&it, &it) && bson_iter_next(&it));
-}
-
-/* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
- * errors = { { index =, code =, message = } } }: every document is encoded
- * (and refused whole, nothing written) before any is sent. */
-static int l_insert_many(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER, reply, scratch = BSON_INITIALIZER, ids = BSON_INITIALIZER,
-         unchecked = BSON_INITIALIZER, **late = NULL;
-  bson_error_t be;
-  ms_err_t e, ie;
-  mongoc_bulk_operation_t *bulk = NULL;
-  size_t n = 0, i, made = 0, first_late;
-  char *failed = NULL, *checks = NULL;
-  int rc = 0, irc = 0, nret;
-  BEGIN(L, k, "insert_many", 3);
-  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
-    ms_err_set(&e, "invalid", "docs must be a non-empty list of documents");
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
-  if (bulk_opts(L, &k, &opts, &e)) {
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
-  no_validation(&unchecked);
-  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
-  bson_destroy(&opts);
-  checks = (char *)bson_malloc0(n);
-  /* Nothing is sent before every document is encoded (a bad one refuses
-   * the call whole), but a document libmongoc need not validate goes into
-   * the bulk (which copies it) as soon as it is encoded, through one reused
-   * buffer, and only its _id is kept. From the first that libmongoc
-   * validates on, the rest are kept (each its own heap bson_t: an array of
-   * bson_t from malloc lacks their alignment) and added after the last is
-   * encoded, so the errors come as before: the first document that does
-   * not encode, else the first libmongoc refuses. */
-  first_late = n;
-  for (i = 0; i < n && rc == 0; i++) {
-    char what[32];
-    int found;
-    bson_t *doc;
-    bson_iter_t it;
-    index_name(what, sizeof what, "docs[", i + 1, "]");
-    lua_rawgeti(L, 2, (lua_Integer)(i + 1));
-    if (first_late == n) {
-      bson_reinit(&scratch);
-      doc = &scratch;
-    } else {
-      /* sized as the one before: one allocation, not a chain of reallocs */
-      doc = late[made] = bson_sized_new(late[made - 1]->len + 64);
-      made++;
-    }
-    rc = encode_insert(L, &k, -1, doc, what, &found, &e);
-    lua_pop(L, 1);
-    if (rc) break;
-    checks[i] = (found & NEEDS_CHECKS) != 0;
-    if (first_late == n && checks[i]) {
-      first_late = i;
-      late = (bson_t **)bson_malloc0((n - i) * sizeof *late);
-      doc = late[0] = bson_copy(&scratch);
-      made = 1;
-    }
-    if (first_late == n && irc == 0 && !mongoc_bulk_operation_insert_with_opts(bulk, doc, &unchecked, &be)) {
-      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
-      irc = -1;
-    }
-    if (bson_iter_init_find(&it, doc, "_id")) bson_append_iter(&ids, "", 0, &it);
-    else bson_append_null(&ids, "", 0);
-  }
-  for (i = first_late; rc == 0 && irc == 0 && i < n; i++) {
-    if (!mongoc_bulk_operation_insert_with_opts(bulk, late[i - first_late], checks[i] ? NULL : &unchecked, &be)) {
-      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
-      irc = -1;
-    }
-  }
-  if (rc == 0 && irc) {
-    e = ie;
-    rc = -1;
-  }
-  if (rc) {
-    nret = fail(L, &k, &e);
-  } else {
-    failed = (char *)bson_malloc0(n);
-    if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
-      nret = fail_bson(L, &k, &be, &reply);
-    } else {
-      size_t first_failed = n;
-      int ordered = 1;
-      bson_iter_t it;
-      if (opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
-      lua_pop(L, 1);
-      lua_createtable(L, 0, 2);
-      push_write_errors(L, &k, &reply, failed, n);
-      for (i = 0; i < n; i++)
-        if (failed[i] && i < first_failed) first_failed = i;
-      lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
-      if (bson_iter_init(&it, &ids)) {
-        for (i = 0; i < n && rc == 0 && bson_iter_next(&it); i++) {
-          /* an ordered insert stops at its first error */
-          if (failed[i] || (ordered && i > first_failed)) continue;
-          if (ms_push_document_value(L, &it, &e)) rc = -1;
-          else lua_rawseti(L, -2, (lua_Integer)(i + 1));
-        }
-      }
-      if (rc) nret = fail(L, &k, &e);
-      else {
-        lua_setfield(L, -3, "inserted");
-        lua_setfield(L, -2, "errors");
-        nret = 1;
-      }
-    }
-    bson_destroy(&reply);
-  }
-  mongoc_bulk_operation_destroy(bulk);
-  for (i = 0; i < made; i++) bson_destroy(late[i]);
-  bson_free(late);
-  bson_destroy(&scratch);
-  bson_destroy(&ids);
-  bson_destroy(&unchecked);
-  bson_free(checks);
-  bson_free(failed);
-  return nret;
-}
-
 /* ---- finds ---- */
 
 /* find's options into o: projection, sort, skip, limit, batch_size, hint,
  * session. */
-static int find_opts(lua_State *L, const call_t *k, bson_t *o, ms_err_t *e) {
+static int find_opts(lua_State *L, const ms_call_t *k, bson_t *o, ms_err_t *e) {
   if (ordered_opt(L, k, "projection", o, "projection", MS_ORDER_ANY, e) ||
       ordered_opt(L, k, "sort", o, "sort", MS_ORDER_STRICT, e) || int_opt(L, k, "skip", o, "skip", e) ||
       int_opt(L, k, "limit", o, "limit", e) || int_opt(L, k, "batch_size", o, "batchSize", e) ||
-      ordered_opt(L, k, "hint", o, "hint", MS_ORDER_STRICT, e) || session_opt(L, k, o, e))
+      ordered_opt(L, k, "hint", o, "hint", MS_ORDER_STRICT, e) || ms_call_session(L, k, o, e))
     return -1;
   return 0;
 }
@@ -541,11 +330,11 @@ static int l_find(lua_State *L) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
   ms_err_t e;
   mongoc_cursor_t *cur;
-  BEGIN(L, k, "find", 3);
-  if (doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || find_opts(L, &k, &opts, &e)) {
+  MS_CALL_BEGIN(L, k, "find", 3);
+  if (ms_doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || find_opts(L, &k, &opts, &e)) {
     bson_destroy(&filter);
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   cur = mongoc_collection_find_with_opts(k.c->coll, &filter, &opts, NULL);
   bson_destroy(&filter);
@@ -563,11 +352,11 @@ static int l_find_one(lua_State *L) {
   ms_err_t e;
   mongoc_cursor_t *cur;
   int n;
-  BEGIN(L, k, "find_one", 3);
-  if (doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || find_opts(L, &k, &opts, &e)) {
+  MS_CALL_BEGIN(L, k, "find_one", 3);
+  if (ms_doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || find_opts(L, &k, &opts, &e)) {
     bson_destroy(&filter);
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   bson_append_int64(&opts, "limit", 5, 1);
   bson_append_bool(&opts, "singleBatch", 11, true);
@@ -575,9 +364,9 @@ static int l_find_one(lua_State *L) {
   bson_destroy(&filter);
   bson_destroy(&opts);
   if (mongoc_cursor_next(cur, &doc)) {
-    n = ms_push_document(L, doc, &e) ? fail(L, &k, &e) : 1;
+    n = ms_push_document(L, doc, &e) ? ms_call_fail(L, &k, &e) : 1;
   } else if (mongoc_cursor_error_document(cur, &be, &reply)) {
-    n = fail_bson(L, &k, &be, reply);
+    n = ms_call_fail_bson(L, &k, &be, reply);
   } else {
     lua_pushnil(L);
     n = 1;
@@ -593,18 +382,18 @@ static int l_count(lua_State *L) {
   ms_err_t e;
   int64_t count;
   int n;
-  BEGIN(L, k, "count", 3);
-  if (doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || int_opt(L, &k, "skip", &opts, "skip", &e) ||
+  MS_CALL_BEGIN(L, k, "count", 3);
+  if (ms_doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || int_opt(L, &k, "skip", &opts, "skip", &e) ||
       int_opt(L, &k, "limit", &opts, "limit", &e) || ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) ||
-      session_opt(L, &k, &opts, &e)) {
+      ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&filter);
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   count = mongoc_collection_count_documents(k.c->coll, &filter, &opts, NULL, &reply, &be);
   bson_destroy(&filter);
   bson_destroy(&opts);
-  if (count < 0) n = fail_bson(L, &k, &be, &reply);
+  if (count < 0) n = ms_call_fail_bson(L, &k, &be, &reply);
   else {
     lua_pushinteger(L, (lua_Integer)count);
     n = 1;
@@ -623,17 +412,17 @@ static int write_one(lua_State *L, int kind, const char *op) {
   ms_err_t e;
   int is_delete = kind == W_DELETE_ONE || kind == W_DELETE_MANY, ok = 0, n, rc, upsert = 0, ffound, bfound = 0,
       clean = 0;
-  BEGIN(L, k, op, is_delete ? 3 : 4);
-  rc = doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
+  MS_CALL_BEGIN(L, k, op, is_delete ? 3 : 4);
+  rc = ms_doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
   if (rc == 0 && kind == W_REPLACE_ONE) {
-    rc = doc_arg(L, 3, &body, "replacement", 0, &bfound, &e);
-    if (rc == 0) rc = storable(&body, bfound, "replacement", &e);
-    if (rc == 0 && (bfound & MS_FOUND_TOP_DOLLAR)) rc = check_top_keys(&body, "replacement", &e);
-    if (rc == 0) rc = size_ok(&k, &body, "replacement", &e);
-    clean = !(bfound & NEEDS_CHECKS);
+    rc = ms_doc_arg(L, 3, &body, "replacement", 0, &bfound, &e);
+    if (rc == 0) rc = ms_storable(&body, bfound, "replacement", &e);
+    if (rc == 0 && (bfound & MS_FOUND_TOP_DOLLAR)) rc = ms_check_top_keys(&body, "replacement", &e);
+    if (rc == 0) rc = ms_size_ok(&k, &body, "replacement", &e);
+    clean = !(bfound & MS_NEEDS_CHECKS);
   } else if (rc == 0 && !is_delete) {
-    rc = update_arg(L, 3, &body, "update", &bfound, &e);
-    clean = update_is_clean(bfound);
+    rc = ms_update_arg(L, 3, &body, "update", &bfound, &e);
+    clean = ms_update_is_clean(bfound);
   }
   if (rc == 0 && !is_delete) {
     if (bool_opt(L, &k, "upsert", &upsert)) {
@@ -644,15 +433,15 @@ static int write_one(lua_State *L, int kind, const char *op) {
     }
   }
   /* an upsert stores the filter's equality fields */
-  if (rc == 0 && upsert) rc = storable(&filter, ffound, "filter", &e);
-  if (rc == 0) rc = session_opt(L, &k, &opts, &e);
+  if (rc == 0 && upsert) rc = ms_storable(&filter, ffound, "filter", &e);
+  if (rc == 0) rc = ms_call_session(L, &k, &opts, &e);
   if (rc) {
     bson_destroy(&filter);
     bson_destroy(&body);
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
-  if (clean) no_validation(&opts);
+  if (clean) ms_no_validation(&opts);
   switch (kind) {
   case W_UPDATE_ONE: ok = mongoc_collection_update_one(k.c->coll, &filter, &body, &opts, &reply, &be); break;
   case W_UPDATE_MANY: ok = mongoc_collection_update_many(k.c->coll, &filter, &body, &opts, &reply, &be); break;
@@ -664,19 +453,19 @@ static int write_one(lua_State *L, int kind, const char *op) {
   bson_destroy(&body);
   bson_destroy(&opts);
   if (!ok) {
-    n = fail_bson(L, &k, &be, &reply);
+    n = ms_call_fail_bson(L, &k, &be, &reply);
   } else if (is_delete) {
     lua_createtable(L, 0, 1);
-    lua_pushinteger(L, (lua_Integer)reply_int(&reply, "deletedCount"));
+    lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, "deletedCount"));
     lua_setfield(L, -2, "deleted");
     n = 1;
   } else {
     lua_createtable(L, 0, 3);
-    lua_pushinteger(L, (lua_Integer)reply_int(&reply, "matchedCount"));
+    lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, "matchedCount"));
     lua_setfield(L, -2, "matched");
-    lua_pushinteger(L, (lua_Integer)reply_int(&reply, "modifiedCount"));
+    lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, "modifiedCount"));
     lua_setfield(L, -2, "modified");
-    if (push_field(L, &reply, "upsertedId", &e)) n = fail(L, &k, &e);
+    if (ms_push_field(L, &reply, "upsertedId", &e)) n = ms_call_fail(L, &k, &e);
     else {
       lua_setfield(L, -2, "upserted_id");
       n = 1;
@@ -705,17 +494,17 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   mongoc_find_and_modify_opts_t *fam;
   bson_iter_t it;
   int rc, ok, n, upsert = 0, ret_new = 0, flags = MONGOC_FIND_AND_MODIFY_NONE, ffound;
-  BEGIN(L, k, op, remove ? 3 : 4);
-  rc = doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
-  if (rc == 0 && !remove) rc = update_arg(L, 3, &update, "update", &k.found, &e);
+  MS_CALL_BEGIN(L, k, op, remove ? 3 : 4);
+  rc = ms_doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
+  if (rc == 0 && !remove) rc = ms_update_arg(L, 3, &update, "update", &k.found, &e);
   if (rc == 0) rc = ordered_opt(L, &k, "sort", &tmp, "sort", MS_ORDER_STRICT, &e);
   if (rc == 0) rc = ordered_opt(L, &k, "projection", &tmp, "projection", MS_ORDER_ANY, &e);
   if (rc == 0 && !remove && (bool_opt(L, &k, "upsert", &upsert) || bool_opt(L, &k, "new", &ret_new))) {
     ms_err_set(&e, "invalid", "opts.upsert and opts.new must be booleans");
     rc = -1;
   }
-  if (rc == 0 && upsert) rc = storable(&filter, ffound, "filter", &e);
-  if (rc == 0) rc = session_opt(L, &k, &extra, &e);
+  if (rc == 0 && upsert) rc = ms_storable(&filter, ffound, "filter", &e);
+  if (rc == 0) rc = ms_call_session(L, &k, &extra, &e);
   if (rc) {
     bson_destroy(&filter);
     bson_destroy(&update);
@@ -723,7 +512,7 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
     bson_destroy(&fields);
     bson_destroy(&extra);
     bson_destroy(&tmp);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   fam = mongoc_find_and_modify_opts_new();
   if (remove) flags |= MONGOC_FIND_AND_MODIFY_REMOVE;
@@ -756,9 +545,9 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   bson_destroy(&fields);
   bson_destroy(&extra);
   bson_destroy(&tmp);
-  if (!ok) n = fail_bson(L, &k, &be, &reply);
+  if (!ok) n = ms_call_fail_bson(L, &k, &be, &reply);
   else if (bson_iter_init_find(&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&it))
-    n = push_field(L, &reply, "value", &e) ? fail(L, &k, &e) : 1;
+    n = ms_push_field(L, &reply, "value", &e) ? ms_call_fail(L, &k, &e) : 1;
   else {
     lua_pushnil(L);
     n = 1;
@@ -773,252 +562,6 @@ static int l_find_one_and_update(lua_State *L) { return find_and_modify(L, 0, "f
 /* c:find_one_and_delete(filter, { sort, projection, session }) -> the deleted document, or nil */
 static int l_find_one_and_delete(lua_State *L) { return find_and_modify(L, 1, "find_one_and_delete"); }
 
-/* ---- bulk_write ---- */
-
-static const char *const op_names[] = {"insert_one", "update_one", "update_many", "replace_one", "delete_one",
-                                       "delete_many", NULL};
-
-/* The op's field: by name, or by position (filter 1, update/replacement 2). */
-static int op_field(lua_State *L, int idx, const char *name, int pos) {
-  if (lua_getfield(L, idx, name) != LUA_TNIL) return 1;
-  lua_pop(L, 1);
-  return lua_rawgeti(L, idx, pos) != LUA_TNIL;
-}
-
-/* Which of op_names the op at idx holds (its one key), or -1 with e set. */
-static int op_kind(lua_State *L, int idx, size_t i, ms_err_t *e) {
-  int which = -1, nkeys = 0, j;
-  if (lua_type(L, idx) != LUA_TTABLE) {
-    ms_err_set(e, "invalid", "ops[%zu] must be a table, got %s", i, luaL_typename(L, idx));
-    return -1;
-  }
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    nkeys++;
-    for (j = 0; op_names[j]; j++)
-      if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), op_names[j]) == 0) which = j;
-    lua_pop(L, 1);
-  }
-  if (nkeys != 1 || which < 0) {
-    ms_err_set(e, "invalid", "ops[%zu] must hold one of insert_one, update_one, update_many, replace_one, "
-               "delete_one, delete_many", i);
-    return -1;
-  }
-  return which;
-}
-
-/* An update, replace or delete's spec (a table at spec): its keys are
- * filter, update or replacement, upsert, or the positions 1 and 2. */
-static int op_spec_keys(lua_State *L, int spec, int which, const char *what, ms_err_t *e) {
-  lua_pushnil(L);
-  while (lua_next(L, spec)) {
-    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    int known = key ? strcmp(key, "filter") == 0 || (which <= 3 && strcmp(key, "upsert") == 0) ||
-                        (which <= 2 && strcmp(key, "update") == 0) || (which == 3 && strcmp(key, "replacement") == 0)
-                    : lua_type(L, -2) == LUA_TNUMBER && lua_tonumber(L, -2) >= 1 &&
-                        lua_tonumber(L, -2) <= (which <= 3 ? 2 : 1) && lua_tonumber(L, -2) == (int)lua_tonumber(L, -2);
-    lua_pop(L, 1);
-    if (!known) {
-      lua_pop(L, 1);
-      ms_err_set(e, "invalid", "%s: unknown key %s", what, key ? key : "(not a name)");
-      return -1;
-    }
-  }
-  return 0;
-}
-
-/* The filter (a), the update or replacement (b) and the options (o) of an
- * update, replace or delete op; *clean when libmongoc need not validate b
- * again. */
-static int encode_op(lua_State *L, const call_t *k, int spec, int which, const char *what, bson_t *a, bson_t *b,
-                     bson_t *o, int *clean, ms_err_t *e) {
-  char fw[64];
-  int rc, afound = 0, bfound = 0;
-  if (lua_type(L, spec) != LUA_TTABLE) {
-    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
-    return -1;
-  }
-  if (op_spec_keys(L, spec, which, what, e)) return -1;
-  name_join(fw, sizeof fw, what, ".filter");
-  if (!op_field(L, spec, "filter", 1)) {
-    ms_err_set(e, "invalid", "%s needs a filter", what);
-    rc = -1;
-  } else {
-    rc = doc_arg(L, -1, a, fw, 0, &afound, e);
-  }
-  lua_pop(L, 1);
-  if (rc || which > 3) return rc;
-  name_join(fw, sizeof fw, what, which == 3 ? ".replacement" : ".update");
-  if (!op_field(L, spec, which == 3 ? "replacement" : "update", 2)) {
-    ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
-    rc = -1;
-  } else if (which == 3) {
-    if (doc_arg(L, -1, b, fw, 0, &bfound, e) || storable(b, bfound, fw, e) ||
-        ((bfound & MS_FOUND_TOP_DOLLAR) && check_top_keys(b, fw, e)) || size_ok(k, b, fw, e))
-      rc = -1;
-    *clean = !(bfound & NEEDS_CHECKS);
-  } else {
-    rc = update_arg(L, -1, b, fw, &bfound, e);
-    *clean = update_is_clean(bfound);
-  }
-  lua_pop(L, 1);
-  if (rc) return rc;
-  lua_getfield(L, spec, "upsert");
-  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) {
-    ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
-    rc = -1;
-  } else if (lua_toboolean(L, -1)) {
-    /* an upsert stores the filter's equality fields */
-    bson_append_bool(o, "upsert", 6, true);
-    rc = storable(a, afound, fw, e);
-  }
-  lua_pop(L, 1);
-  return rc;
-}
-
-/* Adds ops[i] (the table at idx) to bulk; -1 with e set (invalid) when it
- * is malformed or libmongoc refuses it. */
-static int add_op(lua_State *L, const call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
-  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
-  bson_error_t be;
-  char what[48], tail[24];
-  int which, rc, ok = 1, spec, found = 0, clean = 0;
-  idx = lua_absindex(L, idx);
-  if ((which = op_kind(L, idx, i, e)) < 0) return -1;
-  lua_getfield(L, idx, op_names[which]);
-  spec = lua_gettop(L);
-  name_join(tail, sizeof tail, "].", op_names[which]);
-  index_name(what, sizeof what, "ops[", i, tail);
-  if (which == 0) {
-    rc = encode_insert(L, k, spec, &a, what, &found, e);
-    clean = !(found & NEEDS_CHECKS);
-  } else {
-    rc = encode_op(L, k, spec, which, what, &a, &b, &o, &clean, e);
-  }
-  if (rc == 0 && clean) no_validation(&o);
-  if (rc == 0) {
-    switch (which) {
-    case 0: ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, &o, &be); break;
-    case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
-    case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
-    case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
-    case 4: ok = mongoc_bulk_operation_remove_one_with_opts(bulk, &a, NULL, &be); break;
-    default: ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &a, NULL, &be); break;
-    }
-    if (!ok) {
-      ms_err_set(e, "invalid", "%s: %s", what, be.message);
-      rc = -1;
-    }
-  }
-  lua_settop(L, idx);
-  bson_destroy(&a);
-  bson_destroy(&b);
-  bson_destroy(&o);
-  return rc;
-}
-
-/* upserted: [{ index, _id }] as { [i] = id } */
-static int push_upserted(lua_State *L, const bson_t *reply, ms_err_t *e) {
-  bson_iter_t it, arr;
-  lua_newtable(L);
-  if (!bson_iter_init_find(&it, reply, "upserted") || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
-    return 0;
-  while (bson_iter_next(&arr)) {
-    uint32_t len;
-    const uint8_t *data;
-    bson_t one;
-    int64_t index;
-    if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) continue;
-    bson_iter_document(&arr, &len, &data);
-    if (!bson_init_static(&one, data, len)) continue;
-    index = reply_int(&one, "index");
-    if (push_field(L, &one, "_id", e)) return -1;
-    lua_rawseti(L, -2, (lua_Integer)(index + 1));
-  }
-  return 0;
-}
-
-/* c:bulk_write(ops, { ordered = true, session }) -> { inserted, matched,
- * modified, deleted, upserted (counts), upserted_ids = { [i] = id }, errors =
- * { { index =, code =, message = } } }; every op is checked before any is
- * sent. */
-static int l_bulk_write(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER, reply;
-  bson_error_t be;
-  ms_err_t e;
-  mongoc_bulk_operation_t *bulk;
-  size_t n = 0, i;
-  char *is_insert, *failed;
-  int rc = 0, nret;
-  BEGIN(L, k, "bulk_write", 3);
-  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
-    ms_err_set(&e, "invalid", "ops must be a non-empty list of operations");
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
-  if (bulk_opts(L, &k, &opts, &e)) {
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
-  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
-  bson_destroy(&opts);
-  is_insert = (char *)bson_malloc0(n);
-  failed = (char *)bson_malloc0(n);
-  for (i = 1; i <= n && rc == 0; i++) {
-    lua_rawgeti(L, 2, (lua_Integer)i);
-    if (lua_istable(L, -1)) {
-      lua_getfield(L, -1, "insert_one");
-      is_insert[i - 1] = !lua_isnil(L, -1);
-      lua_pop(L, 1);
-    }
-    rc = add_op(L, &k, bulk, -1, i, &e);
-    lua_pop(L, 1);
-  }
-  if (rc) {
-    mongoc_bulk_operation_destroy(bulk);
-    bson_free(is_insert);
-    bson_free(failed);
-    return fail(L, &k, &e);
-  }
-  if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
-    nret = fail_bson(L, &k, &be, &reply);
-  } else {
-    static const char *const counts[][2] = {{"inserted", "nInserted"}, {"matched", "nMatched"},
-                                            {"modified", "nModified"}, {"deleted", "nRemoved"},
-                                            {"upserted", "nUpserted"}};
-    size_t first_failed = n, inserted = 0;
-    int ordered = 1;
-    lua_createtable(L, 0, 7);
-    for (i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-      lua_pushinteger(L, (lua_Integer)reply_int(&reply, counts[i][1]));
-      lua_setfield(L, -2, counts[i][0]);
-    }
-    push_write_errors(L, &k, &reply, failed, n);
-    lua_setfield(L, -2, "errors");
-    /* inserts counted from the errors: an insert either lands or has one,
-     * and an ordered bulk stops at its first (some servers count a whole
-     * unordered batch as inserted) */
-    if (opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    for (i = 0; i < n; i++)
-      if (failed[i] && i < first_failed) first_failed = i;
-    for (i = 0; i < n; i++)
-      if (is_insert[i] && !failed[i] && (!ordered || i < first_failed)) inserted++;
-    lua_pushinteger(L, (lua_Integer)inserted);
-    lua_setfield(L, -2, "inserted");
-    if (push_upserted(L, &reply, &e)) nret = fail(L, &k, &e);
-    else {
-      lua_setfield(L, -2, "upserted_ids");
-      nret = 1;
-    }
-  }
-  bson_destroy(&reply);
-  mongoc_bulk_operation_destroy(bulk);
-  bson_free(is_insert);
-  bson_free(failed);
-  return nret;
-}
-
 /* ---- aggregate, distinct ---- */
 
 /* c:aggregate(pipeline, { batch_size, hint, session }) -> a Cursor */
@@ -1026,12 +569,12 @@ static int l_aggregate(lua_State *L) {
   bson_t pipeline = BSON_INITIALIZER, opts = BSON_INITIALIZER;
   ms_err_t e;
   mongoc_cursor_t *cur;
-  BEGIN(L, k, "aggregate", 3);
+  MS_CALL_BEGIN(L, k, "aggregate", 3);
   if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &k.found, &e) || int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
-      ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) || session_opt(L, &k, &opts, &e)) {
+      ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) || ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&pipeline);
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   cur = mongoc_collection_aggregate(k.c->coll, MONGOC_QUERY_NONE, &pipeline, &opts, NULL);
   bson_destroy(&pipeline);
@@ -1048,18 +591,18 @@ static int l_distinct(lua_State *L) {
   size_t fl = 0;
   const char *field;
   int n, ok;
-  BEGIN(L, k, "distinct", 4);
+  MS_CALL_BEGIN(L, k, "distinct", 4);
   field = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &fl) : NULL;
   if (!field || ms_text_error(field, fl)) {
     ms_err_set(&e, "invalid", "field must be a non-empty UTF-8 string without NUL");
     bson_destroy(&cmd);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
-  if (doc_arg(L, 3, &filter, "filter", 1, &k.found, &e) || session_opt(L, &k, &opts, &e)) {
+  if (ms_doc_arg(L, 3, &filter, "filter", 1, &k.found, &e) || ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&cmd);
     bson_destroy(&filter);
     bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   bson_append_utf8(&cmd, "distinct", 8, k.c->name, -1);
   bson_append_utf8(&cmd, "key", 3, field, (int)fl);
@@ -1068,8 +611,8 @@ static int l_distinct(lua_State *L) {
   bson_destroy(&cmd);
   bson_destroy(&filter);
   bson_destroy(&opts);
-  if (!ok) n = fail_bson(L, &k, &be, &reply);
-  else if (push_field(L, &reply, "values", &e)) n = fail(L, &k, &e);
+  if (!ok) n = ms_call_fail_bson(L, &k, &be, &reply);
+  else if (ms_push_field(L, &reply, "values", &e)) n = ms_call_fail(L, &k, &e);
   else {
     if (lua_isnil(L, -1)) {
       lua_pop(L, 1);
@@ -1094,7 +637,7 @@ static int l_create_index(lua_State *L) {
   ms_err_t e;
   char *name = NULL;
   int rc, ok, n, unique = 0, sparse = 0;
-  BEGIN(L, k, "create_index", 3);
+  MS_CALL_BEGIN(L, k, "create_index", 3);
   rc = ms_ordered_to_bson(L, 2, &keys, "keys", MS_ORDER_STRICT, &e);
   if (rc == 0 && bson_count_keys(&keys) == 0) {
     ms_err_set(&e, "invalid", "keys: an index needs at least one key");
@@ -1104,7 +647,7 @@ static int l_create_index(lua_State *L) {
     ms_err_set(&e, "invalid", "opts.unique and opts.sparse must be booleans");
     rc = -1;
   }
-  if (rc == 0 && opt(L, &k, "name") != LUA_TNIL) {
+  if (rc == 0 && ms_call_opt(L, &k, "name") != LUA_TNIL) {
     size_t nl;
     const char *s = lua_tolstring(L, -1, &nl);
     if (!s || ms_text_error(s, nl)) {
@@ -1115,22 +658,22 @@ static int l_create_index(lua_State *L) {
     }
   }
   if (rc == 0) lua_pop(L, 1);
-  if (rc == 0 && opt(L, &k, "partial_filter") != LUA_TNIL) {
+  if (rc == 0 && ms_call_opt(L, &k, "partial_filter") != LUA_TNIL) {
     bson_t pf = BSON_INITIALIZER;
-    rc = doc_arg(L, -1, &pf, "opts.partial_filter", 0, &k.found, &e);
+    rc = ms_doc_arg(L, -1, &pf, "opts.partial_filter", 0, &k.found, &e);
     if (rc == 0) bson_append_document(&tmp, "partialFilterExpression", -1, &pf);
     bson_destroy(&pf);
   }
   if (rc == 0) lua_pop(L, 1);
   if (rc == 0) rc = int_opt(L, &k, "expire_after", &tmp, "expireAfterSeconds", &e);
-  if (rc == 0) rc = session_opt(L, &k, &opts, &e);
+  if (rc == 0) rc = ms_call_session(L, &k, &opts, &e);
   if (rc) {
     bson_destroy(&keys);
     bson_destroy(&tmp);
     bson_destroy(&cmd);
     bson_destroy(&opts);
     bson_free(name);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
   if (!name) name = mongoc_collection_keys_to_index_string(&keys);
   bson_append_utf8(&cmd, "createIndexes", -1, k.c->name, -1);
@@ -1144,7 +687,7 @@ static int l_create_index(lua_State *L) {
   bson_append_document_end(&idxs, &idx);
   bson_append_array_end(&cmd, &idxs);
   ok = mongoc_collection_write_command_with_opts(k.c->coll, &cmd, &opts, &reply, &be);
-  if (!ok) n = fail_bson(L, &k, &be, &reply);
+  if (!ok) n = ms_call_fail_bson(L, &k, &be, &reply);
   else {
     lua_pushstring(L, name ? name : "");
     n = 1;
@@ -1158,16 +701,32 @@ static int l_create_index(lua_State *L) {
   return n;
 }
 
+/* The start of a method whose one option is the session: opts initialised
+ * with it, 0; or the error pushed (its count returned), opts left empty. */
+static int session_only(lua_State *L, const ms_call_t *k, bson_t *opts) {
+  ms_err_t e;
+  bson_init(opts);
+  if (ms_call_session(L, k, opts, &e) == 0) return 0;
+  bson_destroy(opts);
+  return ms_call_fail(L, k, &e);
+}
+
+/* The end of a call that returns true: opts destroyed, then true or the
+ * call's failure. */
+static int push_done(lua_State *L, const ms_call_t *k, bson_t *opts, int ok, const bson_error_t *be) {
+  bson_destroy(opts);
+  if (!ok) return ms_call_fail_bson(L, k, be, NULL);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* c:list_indexes({ session }) -> a list of index entries ({ key, name, ... }) */
 static int l_list_indexes(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER;
-  ms_err_t e;
+  bson_t opts;
   mongoc_cursor_t *cur;
-  BEGIN(L, k, "list_indexes", 2);
-  if (session_opt(L, &k, &opts, &e)) {
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
+  int n;
+  MS_CALL_BEGIN(L, k, "list_indexes", 2);
+  if ((n = session_only(L, &k, &opts))) return n;
   cur = mongoc_collection_find_indexes_with_opts(k.c->coll, &opts);
   bson_destroy(&opts);
   return ms_document_push_list(L, k.db, cur, k.doing);
@@ -1175,50 +734,34 @@ static int l_list_indexes(lua_State *L) {
 
 /* c:drop_index(name, { session }) -> true */
 static int l_drop_index(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER;
+  bson_t opts;
   bson_error_t be;
   ms_err_t e;
   size_t nl = 0;
   const char *name;
-  BEGIN(L, k, "drop_index", 3);
+  int n, ok;
+  MS_CALL_BEGIN(L, k, "drop_index", 3);
   name = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &nl) : NULL;
   if (!name || ms_text_error(name, nl)) {
     ms_err_set(&e, "invalid", "name must be a non-empty UTF-8 string without NUL");
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
+    return ms_call_fail(L, &k, &e);
   }
-  if (session_opt(L, &k, &opts, &e)) {
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
-  if (!mongoc_collection_drop_index_with_opts(k.c->coll, name, &opts, &be)) {
-    bson_destroy(&opts);
-    return fail_bson(L, &k, &be, NULL);
-  }
-  bson_destroy(&opts);
-  lua_pushboolean(L, 1);
-  return 1;
+  if ((n = session_only(L, &k, &opts))) return n;
+  ok = mongoc_collection_drop_index_with_opts(k.c->coll, name, &opts, &be);
+  return push_done(L, &k, &opts, ok, &be);
 }
 
 /* c:drop({ session }) -> true; a collection that does not exist is dropped
  * already. */
 static int l_drop(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER;
+  bson_t opts;
   bson_error_t be;
-  ms_err_t e;
-  BEGIN(L, k, "drop", 2);
-  if (session_opt(L, &k, &opts, &e)) {
-    bson_destroy(&opts);
-    return fail(L, &k, &e);
-  }
-  if (!mongoc_collection_drop_with_opts(k.c->coll, &opts, &be) &&
-      !(be.domain == MONGOC_ERROR_SERVER && be.code == 26) && !strstr(be.message, "ns not found")) {
-    bson_destroy(&opts);
-    return fail_bson(L, &k, &be, NULL);
-  }
-  bson_destroy(&opts);
-  lua_pushboolean(L, 1);
-  return 1;
+  int n, ok;
+  MS_CALL_BEGIN(L, k, "drop", 2);
+  if ((n = session_only(L, &k, &opts))) return n;
+  ok = mongoc_collection_drop_with_opts(k.c->coll, &opts, &be) ||
+       (be.domain == MONGOC_ERROR_SERVER && be.code == 26) || strstr(be.message, "ns not found");
+  return push_done(L, &k, &opts, ok, &be);
 }
 
 static int l_name(lua_State *L) {
@@ -1247,7 +790,7 @@ static int l_tostring(lua_State *L) {
 void ms_open_collection(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"insert_one", l_insert_one},
-    {"insert_many", l_insert_many},
+    {"insert_many", ms_collection_insert_many},
     {"find_one", l_find_one},
     {"find", l_find},
     {"count", l_count},
@@ -1258,7 +801,7 @@ void ms_open_collection(lua_State *L) {
     {"delete_many", l_delete_many},
     {"find_one_and_update", l_find_one_and_update},
     {"find_one_and_delete", l_find_one_and_delete},
-    {"bulk_write", l_bulk_write},
+    {"bulk_write", ms_collection_bulk_write},
     {"aggregate", l_aggregate},
     {"distinct", l_distinct},
     {"create_index", l_create_index},

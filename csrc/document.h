@@ -7,6 +7,7 @@
 #define MS_DOCUMENT_H
 
 #include "store.h"
+#include "codec.h"
 
 /* hidden, as in ms.h (after the driver's headers) */
 #pragma GCC visibility push(hidden)
@@ -105,6 +106,75 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db);
 /* Ends every open session of db (their transactions aborted): db:close()
  * and the Database's __gc call it before the client goes back to the pool. */
 void ms_session_close_all(lua_State *L, ms_database_t *db);
+
+/* ---- from collection.c: what the Collection's methods share (bulk.c's
+ * among them). The Lua half has checked argument types and option keys;
+ * each method encodes every input before any libmongoc call. ---- */
+
+/* One method call: its collection, its options table and the prefix of its
+ * errors. */
+typedef struct ms_call {
+  ms_collection_t *c;
+  ms_database_t *db;
+  int opts;              /* stack index of the options table, 0 for none */
+  int found;             /* what an encoding saw, where nothing else depends on it */
+  char doing[160];       /* "insert_one articles" */
+} ms_call_t;
+
+/* The collection at 1, the options at opts_idx, the clock started; 0 when
+ * its database is closed. MS_CALL_BEGIN declares k and returns the closed
+ * error. */
+int ms_call_begin(lua_State *L, ms_call_t *k, const char *op, int opts_idx);
+#define MS_CALL_BEGIN(L, k, op, opts_idx) \
+  ms_call_t k;                            \
+  if (!ms_call_begin(L, &k, op, opts_idx)) return ms_document_closed(L, k.doing)
+int ms_call_fail(lua_State *L, const ms_call_t *k, ms_err_t *e);   /* nil, "<doing>: msg", code */
+int ms_call_fail_bson(lua_State *L, const ms_call_t *k, const bson_error_t *be, const bson_t *reply);
+/* Pushes option name (its Lua type returned; nil pushed without options). */
+int ms_call_opt(lua_State *L, const ms_call_t *k, const char *name);
+int ms_call_session(lua_State *L, const ms_call_t *k, bson_t *o, ms_err_t *e);   /* opts.session into o */
+
+/* An update given as a pipeline (beside codec.h's MS_FOUND_* bits). */
+#define MS_FOUND_PIPELINE 0x100
+/* What makes a document need the full checks: ms_check_storable's (an
+ * empty key, anywhere, or a box that holds a document of its own), and
+ * libmongoc's validation (UTF-8 and empty keys, which the encoder has
+ * covered unless one of these was seen). */
+#define MS_NEEDS_CHECKS (MS_FOUND_EMPTY_KEY | MS_FOUND_LEGACY | MS_FOUND_PIPELINE)
+
+/* ms_check_storable, when what the encoding found says it can fail. */
+static inline int ms_storable(const bson_t *doc, int found, const char *what, ms_err_t *e) {
+  return (found & (MS_FOUND_EMPTY_KEY | MS_FOUND_LEGACY)) ? ms_check_storable(doc, what, e) : 0;
+}
+/* An update libmongoc would pass (every top-level key an operator, nothing
+ * its validation reads that the encoder did not check) is sent without
+ * that second pass. */
+static inline int ms_update_is_clean(int found) { return !(found & (MS_NEEDS_CHECKS | MS_FOUND_TOP_PLAIN)); }
+/* Asks libmongoc not to validate a document again (its opts). */
+static inline void ms_no_validation(bson_t *opts) { bson_append_bool(opts, "validate", 8, false); }
+
+/* A document argument (nil is {} when may_be_nil), an update (a document of
+ * operators or a pipeline), a document to insert (an _id made first when it
+ * has none, checked as stored documents are); *found as codec.h's. */
+int ms_doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_nil, int *found, ms_err_t *e);
+int ms_update_arg(lua_State *L, int idx, bson_t *out, const char *what, int *found, ms_err_t *e);
+int ms_encode_insert(lua_State *L, const ms_call_t *k, int idx, bson_t *out, const char *what, int *found,
+                     ms_err_t *e);
+int ms_check_top_keys(const bson_t *doc, const char *what, ms_err_t *e);   /* no top-level '$' key */
+int ms_size_ok(const ms_call_t *k, const bson_t *doc, const char *what, ms_err_t *e);   /* within max_bson */
+
+int64_t ms_reply_int(const bson_t *reply, const char *key);   /* a number of a reply, 0 when absent */
+int ms_push_field(lua_State *L, const bson_t *doc, const char *key, ms_err_t *e);   /* decoded, or nil */
+
+/* pre, the decimal i, then post into buf ("docs[12]"); a then b into buf;
+ * both cut as snprintf would, and cheaper per document. */
+void ms_index_name(char *buf, size_t size, const char *pre, size_t i, const char *post);
+void ms_name_join(char *buf, size_t size, const char *a, const char *b);
+
+/* ---- from bulk.c: the many-document writes ---- */
+
+int ms_collection_insert_many(lua_State *L);   /* c:insert_many(docs, opts) */
+int ms_collection_bulk_write(lua_State *L);    /* c:bulk_write(ops, opts) */
 
 /* ---- each file's methods and metatables (database.c assembles them;
  * ms_open_database, in ms.h, is what core.c calls) ---- */
