@@ -3,7 +3,8 @@
 -- so they yield instead of blocking the event loop, and so do the app's own
 -- functions through msngx.run (document operations, say); start_worker runs
 -- the relays and the timer sweep on ngx.timer.every, one nginx worker at a
--- time. Arguments and results cross the thread boundary as JSON text.
+-- time. Arguments and results cross the thread boundary as one encoded text
+-- (JSON for the store calls, BSON for msngx.run: mongostore.ngx_thread.CODECS).
 local type, error, tostring, pairs, ipairs, select = type, error, tostring, pairs, ipairs, select
 local unpack = unpack or table.unpack
 local format = string.format
@@ -136,20 +137,17 @@ M._with_timeouts = with_timeouts -- for the specs
 -- the VM pool must stay below it.
 local inflight
 
-local function decode(text)
-  -- results cross as JSON text, which keeps arrays (even empty ones) arrays
-  return require("mongostore.core").json_decode(text)
-end
+local function codecs() return require("mongostore.ngx_thread").CODECS end
 
--- The arguments as one JSON text { n, v = [...] }, nil as null: a copy by
--- ngx.run_worker_thread would refuse a boxed int64 (userdata) and drop the
--- marks that keep empty arrays arrays. Not encodable: nil, msg.
-local function encode_args(...)
+-- The arguments as one text { n, v = [...] } in codec c, nil as null: a
+-- copy by ngx.run_worker_thread would refuse a boxed int64 (userdata) and
+-- drop the marks that keep empty arrays arrays. Not encodable: nil, msg.
+local function encode_args(c, ...)
   local core = require "mongostore.core"
   local n = select("#", ...)
   local v = { ... }
   for i = 1, n do if v[i] == nil then v[i] = core.null end end
-  return core.json_encode({ n = n, v = core.array(v) }, "arguments")
+  return c.encode({ n = n, v = core.array(v) }, "arguments")
 end
 
 -- Every thread call of this process, the worker's steps included, takes a
@@ -165,13 +163,13 @@ end
 
 -- What a thread call answered (thread_call's res, or nil, werr), as the
 -- call's results; label starts the messages of mongostore.ngx's own errors.
-local function results(label, res, werr)
+local function results(label, c, res, werr)
   if not res then return nil, format("%s: %s", label, werr), "unavailable" end
   if not res[1] then error(res[2], 0) end
   if not res[2] then
     return nil, format("%s: worker thread failed: %s", label, tostring(res[3])), "unavailable"
   end
-  local out = type(res[3]) == "string" and decode(res[3])
+  local out = type(res[3]) == "string" and c.decode(res[3])
   if type(out) ~= "table" or type(out.v) ~= "table" then
     return nil, label .. ": unreadable answer from the worker thread", "server"
   end
@@ -185,9 +183,10 @@ end
 
 local function run(kind, method, ...)
   if not config then error("mongostore.ngx: call configure{...} first", 3) end
-  local args, aerr = encode_args(...)
+  local c = codecs().json
+  local args, aerr = encode_args(c, ...)
   if not args then return nil, format("%s: %s", method, tostring(aerr)), "invalid" end
-  return results(method, thread_call(config.call_timeout, kind, config, method, args))
+  return results(method, c, thread_call(config.call_timeout, kind, config, method, args))
 end
 
 -- Store calls: msngx.load(id), msngx.list_executions{...}, msngx.read_trace(id), ...
@@ -223,12 +222,13 @@ end
 -- msngx.run(module, fn, ...) calls require(module)[fn](...) in a worker
 -- thread's VM and answers what it returns: the handler yields meanwhile,
 -- so the function may block (document operations, any C library). The
--- arguments and the results cross as JSON text (mongostore.json: integers
--- stay exact, int64 boxes beyond 2^53 included, arrays stay arrays, a nil
--- travels as null); they take the same in-flight slots as every other call
+-- arguments and the results cross as BSON in the document API's form
+-- (bson_encode, bson_decode{ document = true }: every box comes back as the
+-- box it was, ObjectIds and dates included, an int32 stays an int32, integers
+-- stay exact, arrays stay arrays, a nil travels as null); they take the same in-flight slots as every other call
 -- (max_inflight, call_timeout), with the same errors. Failures:
 --   what fn returns, unchanged (its own nil, msg, code)
---   nil, "run m.f: ... not encodable ...", "invalid"   an argument JSON cannot carry
+--   nil, "run m.f: arguments: ...", "invalid"          an argument BSON cannot carry
 --   nil, "run m.f: no module m ...", "invalid"         require found no such module
 --   nil, "run m.f: module m has no function f", "invalid"
 --   nil, "run m.f: Lua error: ...", "server"           a raise in fn or while loading m
@@ -252,9 +252,10 @@ function M.run(module, fn, ...)
     error("mongostore.ngx.run: module '" .. module .. "' is not in configure's run_modules", 2)
   end
   local label = "run " .. module .. "." .. fn
-  local args, aerr = encode_args(...)
+  local c = codecs().bson
+  local args, aerr = encode_args(c, ...)
   if not args then return nil, format("%s: %s", label, tostring(aerr)), "invalid" end
-  return results(label, thread_call(config.call_timeout, "run", config, module, fn, args))
+  return results(label, c, thread_call(config.call_timeout, "run", config, module, fn, args))
 end
 
 ------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 -- mongostore.ngx_thread - the side of mongostore.ngx that runs inside an
 -- nginx worker thread (its own Lua VM). It keeps one store and one engine per
 -- configuration for the life of the thread's VM, runs the app functions
--- msngx.run names (config() and database() serve them); arguments arrive and
--- results leave as JSON text, so boxed int64s and empty arrays survive.
+-- msngx.run names (config() and database() serve them). Arguments arrive and
+-- results leave as one encoded text, so boxed int64s and empty arrays survive:
+-- JSON for the store calls (an execution holds plain values only), BSON in the
+-- document API's form for msngx.run (every BSON type: ObjectIds, dates, ...).
 local type, ipairs, pairs, tostring, select, pcall, xpcall = type, ipairs, pairs, tostring, select, pcall, xpcall
 local unpack = unpack or table.unpack
 
@@ -38,10 +40,34 @@ local function plain(v)
   return v
 end
 
--- The results travel as one JSON text, { v = [ ... ] }: a copy across the
--- thread boundary would drop the marks that keep empty arrays arrays.
-local function pack_labelled(label, ...)
+-- The two encodings of the values that cross the thread boundary, each a
+-- table { n =, v = [...] } of one text (a copy by ngx.run_worker_thread
+-- would drop the marks that keep empty arrays arrays, and refuse userdata).
+local DOCUMENT = { document = true }
+-- encode(t, label) -> text, or nil, msg (msg starts with label).
+local function bson_encode(t, label)
+  local text, err = require("mongostore.core").bson_encode(t)
+  if text then return text end
+  err = tostring(err)
+  if label and err:sub(1, 11) == "bson_encode" then err = label .. err:sub(12) end
+  return nil, err
+end
+
+local CODECS = {
+  json = { encode = function(t, label) return require("mongostore.core").json_encode(t, label) end,
+           decode = function(s) return require("mongostore.core").json_decode(s) end,
+           carries = "JSON carries plain values, no boxes" },
+  bson = { encode = bson_encode,
+           decode = function(s) return require("mongostore.core").bson_decode(s, DOCUMENT) end,
+           carries = "BSON carries strings, numbers, booleans, tables and the mongostore boxes" },
+}
+M.CODECS = CODECS
+
+-- The results as one text { v = [ ... ] } in codec c (CODECS.json when nil);
+-- label names msngx.run's function, whose answers the app chose.
+local function pack_labelled(label, c, ...)
   local core = require "mongostore.core"
+  c = c or CODECS.json
   local n = select("#", ...)
   local values = { ... }
   for i = 1, n do
@@ -49,17 +75,16 @@ local function pack_labelled(label, ...)
     if v == nil then v = core.null end
     values[i] = v
   end
-  local text, err = core.json_encode({ v = core.array(values) })
+  local text, err = c.encode({ v = core.array(values) })
   if not text then
     local msg = "answer not encodable: " .. tostring(err)
-    -- msngx.run's answers: the app's function chose them
-    if label then msg = label .. ": " .. msg .. " (JSON carries plain values, no boxes: tostring an ObjectId)" end
-    text = core.json_encode({ v = core.array({ core.null, msg, "server" }) })
+    if label then msg = label .. ": " .. msg .. " (" .. c.carries .. ")" end
+    text = c.encode({ v = core.array({ core.null, msg, "server" }) })
   end
   return text
 end
 
-local function pack(...) return pack_labelled(nil, ...) end
+local function pack(...) return pack_labelled(nil, nil, ...) end
 
 -- A raise inside the call (a wrong argument from the handler) comes back as
 -- nil, msg, "invalid" rather than as a failed thread.
@@ -81,11 +106,12 @@ local function with_execution(store, method, fields, ...)
   return nil, err, code, found
 end
 
--- The arguments mongostore.ngx encoded: { n, v = [...] }, null for nil at
--- the top level (null inside a value stays mongostore.null).
-local function unpack_args(text)
+-- The arguments mongostore.ngx encoded (codec c, CODECS.json when nil):
+-- { n, v = [...] }, null for nil at the top level (null inside a value stays
+-- mongostore.null).
+local function unpack_args(text, c)
   local core = require "mongostore.core"
-  local t = type(text) == "string" and core.json_decode(text)
+  local t = type(text) == "string" and (c or CODECS.json).decode(text)
   if type(t) ~= "table" or type(t.v) ~= "table" or type(t.n) ~= "number" then return nil end
   local v, n, null = t.v, t.n, core.null
   for i = 1, n do if v[i] == null then v[i] = nil end end
@@ -241,7 +267,7 @@ end
 local function pack_raise(label, what, traceback)
   local core = require "mongostore.core"
   local msg = label .. ": " .. what
-  return core.json_encode({ v = core.array({ core.null, msg, "server" }), log = msg .. "\n" .. traceback })
+  return CODECS.bson.encode({ v = core.array({ core.null, msg, "server" }), log = msg .. "\n" .. traceback })
 end
 
 -- require(module), told apart: nil, "missing" when no such module exists,
@@ -253,17 +279,22 @@ local function load_module(module)
   return nil, mod
 end
 
+-- msngx.run's own answers, in its codec
+local function run_pack(...) return pack_labelled(nil, CODECS.bson, ...) end
+
 function M.run(cfg, module, fn, args)
   local label = "run " .. tostring(module) .. "." .. tostring(fn)
   if type(module) ~= "string" or type(fn) ~= "string" then
-    return pack(nil, label .. ": module and fn must be strings", "invalid")
+    return run_pack(nil, label .. ": module and fn must be strings", "invalid")
   end
   local mod, lerr = load_module(module)
-  if lerr == "missing" then return pack(nil, label .. ": no module " .. module .. " on lua_package_path", "invalid") end
+  if lerr == "missing" then
+    return run_pack(nil, label .. ": no module " .. module .. " on lua_package_path", "invalid")
+  end
   if lerr then return pack_raise(label, "Lua error loading " .. module .. ": " .. lerr.msg, lerr.traceback) end
   local f = type(mod) == "table" and mod[fn]
   if type(f) ~= "function" then
-    return pack(nil, label .. ": module " .. module .. " has no function " .. fn, "invalid")
+    return run_pack(nil, label .. ": module " .. module .. " has no function " .. fn, "invalid")
   end
   local function go(ok, ...)
     if not ok then return nil, label .. ": unreadable arguments", "invalid" end
@@ -275,10 +306,10 @@ function M.run(cfg, module, fn, args)
       local e = ...
       return pack_raise(label, "Lua error: " .. e.msg, e.traceback)
     end
-    return pack_labelled(label, ...)
+    return pack_labelled(label, CODECS.bson, ...)
   end
   current = cfg
-  return finish(xpcall(function() return go(unpack_args(args)) end, lua_error))
+  return finish(xpcall(function() return go(unpack_args(args, CODECS.bson)) end, lua_error))
 end
 
 -- One step of the ngx worker (start_worker): spawns, the outbox and, when
