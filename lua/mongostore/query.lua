@@ -13,7 +13,7 @@
 --   field:exists(b)                         { path = { ["$exists"] = b } } (b defaults to true)
 --   field:prefix(s)                         { path = { ["$regex"] = "^" .. s escaped } }
 --   field:regex(pattern, flags)             { path = { ["$regex"] = pattern, ["$options"] = flags } }
---                                           (flags optional)
+--                                           (flags optional); a mongostore.regex box: { path = box }
 --   field:all_(list) :size(n)               $all (array), $size
 --   field:elem_match(c)                     { path = { ["$elemMatch"] = filter(c) } }; c is a Cond
 --                                           or a plain table, its paths are the element's (no rename)
@@ -212,7 +212,8 @@ function Field:regex(pattern, flags)
   local ops
   if is_regex_box(pattern) then
     if flags ~= nil then error("regex: flags go in the regex box itself", 2) end
-    ops = { ["$regex"] = pattern }
+    -- the bare value is the form every server takes ({ $regex = box } is refused by some)
+    return new_cond({ kind = "field", path = rawget(self, "path"), eq = pattern, regex = true })
   elseif type(pattern) == "string" then
     if flags ~= nil and type(flags) ~= "string" then
       error("regex: flags must be a string or nil, got " .. type(flags), 2)
@@ -357,7 +358,7 @@ render = function(c, rename)
     if part.kind == "field" or part.kind == "elem" then
       local f = render(part, rename)
       local path, ops = next(f)
-      if part.kind == "field" and part.ops == nil then ops = { ["$eq"] = ops } end
+      if part.kind == "field" and part.ops == nil and not part.regex then ops = { ["$eq"] = ops } end
       return { [path] = { ["$not"] = ops } }
     end
     return { ["$nor"] = array({ render(part, rename) }) }
