@@ -1,0 +1,1403 @@
+-- mongostore.model - models on the document API: define (fields, roles, indexes),
+-- tracked instances (a snapshot at load, the difference at save), atomic updates,
+-- revisions, timestamps, soft delete, bulk writes, and registries that bind models
+-- to a database and run transactions with in-memory rollback.
+local core = require "mongostore.core"
+local query = require "mongostore.query"
+local track = require "mongostore.track"
+local schema = require "mongostore.schema"
+
+local type, error, pairs, ipairs, next, select, setmetatable, getmetatable, rawget, rawset, tostring, pcall =
+  type, error, pairs, ipairs, next, select, setmetatable, getmetatable, rawget, rawset, tostring, pcall
+local format, concat = string.format, table.concat
+local unpack = table.unpack or unpack  -- luacheck: ignore 143
+
+local null, array, objectid, date = core.null, core.array, core.objectid, core.date
+local copy, equal, diff = track.copy, track.equal, track.diff
+local to_filter, to_update, update_paths = query.filter, query.update, query.paths
+local is_cond, is_op = query.is_cond, query.is_op
+local check_doc, check_value, field_at = schema.check, schema.check_value, schema.field_at
+
+local M = {}
+M.Q, M.ops = query.Q, query.ops
+
+-- ------------------------------------------------------------ errors
+
+local Error = {}
+Error.__index = Error
+Error.__name = "mongostore.model.Error"
+Error.__tostring = function(e) return e.message end
+
+local function new_error(code, message, fields)
+  local e = fields or {}
+  e.code, e.message = code, message
+  return setmetatable(e, Error)
+end
+
+-- nil, err, code[, detail]: the fourth value keeps a driver's labels, so a
+-- transient failure returned from a transaction's fn runs it again.
+local function fail(code, message, fields)
+  local e = new_error(code, message, fields)
+  return nil, e, code, e.detail
+end
+
+local function driver_fail(msg, code, detail)
+  return fail(code or "server", tostring(msg), { detail = detail })
+end
+
+function M.is_error(x) return getmetatable(x) == Error end
+
+-- ------------------------------------------------------------ instance state
+
+-- The snapshot of each tracked document (what it was when last read or
+-- written), and the documents deleted for good. Weak keys: a document
+-- dropped by its caller takes its state with it.
+local snaps = setmetatable({}, { __mode = "k" })
+local gone = setmetatable({}, { __mode = "k" })
+
+-- The journal of the transaction a raw session runs (registry:transaction,
+-- registry:session): the state of every document written in it before its
+-- first write there, to put back on abort and before a retry.
+local journals = setmetatable({}, { __mode = "k" })
+
+local Session = {}   -- registry:session()'s wrapper
+Session.__index = Session
+
+local OPTS = { session = true, validate = true, unscoped = true, hard = true, ordered = true }
+
+local function check_opts(fn, opts, allowed)
+  if opts == nil then return end
+  if type(opts) ~= "table" then error(format("%s: opts must be a table or nil, got %s", fn, type(opts)), 3) end
+  for k in pairs(opts) do
+    if not allowed[k] then error(format("%s: unknown option %s", fn, tostring(k)), 3) end
+  end
+end
+
+-- opts.session -> the raw session, and its transaction's journal.
+local function session_of(opts)
+  local s = opts and opts.session
+  if s == nil then return nil, nil end
+  if getmetatable(s) == Session then s = s.raw end
+  return s, journals[s]
+end
+
+local function dopts(raw)
+  if raw == nil then return nil end
+  return { session = raw }
+end
+
+-- Notes a document's state in a journal before its first write in the
+-- transaction: its snapshot (kept unchanged: later writes use a copy), its
+-- flags, and the fields the model itself writes.
+local function journal_note(journal, C, doc)
+  if journal == nil or journal.by_doc[doc] then return end
+  local snap = snaps[doc]
+  local entry = { doc = doc, C = C, snap = snap, gone = gone[doc], vals = {} }
+  for _, name in ipairs(C._managed) do entry.vals[name] = rawget(doc, name) end
+  journal.by_doc[doc] = entry
+  journal[#journal + 1] = entry
+  if snap ~= nil then snaps[doc] = copy(snap) end
+end
+
+local function journal_rollback(journal)
+  for i = #journal, 1, -1 do
+    local e = journal[i]
+    local doc = e.doc
+    snaps[doc] = e.snap
+    gone[doc] = e.gone
+    for _, name in ipairs(e.C._managed) do rawset(doc, name, e.vals[name]) end
+    journal[i] = nil
+  end
+  journal.by_doc = {}
+end
+
+local function new_journal() return { by_doc = {} } end
+
+-- ------------------------------------------------------------ helpers
+
+local function rename(path)
+  if path == "id" then return "_id" end
+  if path:sub(1, 3) == "id." then return "_id" .. path:sub(3) end
+  return path
+end
+
+local function now() return date() end
+
+local function class_of(doc)
+  local mt = getmetatable(doc)
+  return type(mt) == "table" and rawget(mt, "class") or nil
+end
+
+local function bound(C, fn)
+  local coll = C._coll
+  if coll == nil then error(format("%s: the model %s is not in a registry (model.registry(db, { %s }))",
+    fn, C.name, C.name), 3) end
+  return coll
+end
+
+-- Sets path (dotted) to v inside t, making documents on the way.
+local function put_path(t, path, v)
+  local start = 1
+  while true do
+    local dot = path:find(".", start, true)
+    if not dot then break end
+    local k = path:sub(start, dot - 1)
+    local nt = t[k]
+    if type(nt) ~= "table" then nt = {}; t[k] = nt end
+    t = nt
+    start = dot + 1
+  end
+  t[path:sub(start)] = v
+end
+
+local function drop_path(t, path)
+  local start = 1
+  while true do
+    local dot = path:find(".", start, true)
+    if not dot then break end
+    t = t[path:sub(start, dot - 1)]
+    if type(t) ~= "table" then return end
+    start = dot + 1
+  end
+  t[path:sub(start)] = nil
+end
+
+-- The soft-delete scope added to a filter (a fresh table from query.filter).
+local function scope(C, filter, unscoped)
+  local soft = C._soft
+  if soft == nil or unscoped then return filter end
+  if filter[soft] ~= nil then
+    return { ["$and"] = array { filter, { [soft] = null } } }
+  end
+  filter[soft] = null
+  return filter
+end
+
+local function id_of(C, id)
+  if type(id) == "table" and class_of(id) == C then id = rawget(id, "_id") end
+  if C._oid and type(id) == "string" and #id == 24 and id:match("^%x+$") then return objectid(id) end
+  return id
+end
+
+-- Takes a document in as tracked: its snapshot, then the model's metatable
+-- (the snapshot is copied first, so it keeps the read's shapes and no method).
+local function adopt(C, raw)
+  snaps[raw] = copy(raw)
+  return setmetatable(raw, C._imt)
+end
+
+local function validation_error(C, doing, errs)
+  local words = {}
+  for i, e in ipairs(errs) do words[i] = e.message end
+  return fail("validation", format("%s %s: %s", doing, C.collection, concat(words, "; ")), { errors = errs })
+end
+
+local function wants_validation(C, opts)
+  if opts and opts.validate == false then return false end
+  return C.validate_writes
+end
+
+-- ------------------------------------------------------------ update checks
+
+local NUMERIC = { integer = true, number = true, any = true }
+
+-- Checks an update document (after query.update) against the model: an
+-- unknown field, the id, an immutable or a managed field raise (a mistake in
+-- the code); wrong values are listed as validation errors.
+local function check_update(C, doc, fn, validate)
+  local errs = {}
+  for _, p in ipairs(update_paths(doc)) do
+    local path, op = p.path, p.op
+    local top = path:match("^[^.]+")
+    if top == "_id" then error(format("%s: %s.id is immutable", fn, C.name), 4) end
+    if C._immutable[top] then error(format("%s: %s.%s is immutable", fn, C.name, top), 4) end
+    if C._auto[top] then
+      error(format("%s: %s.%s is written by the model (its %s)", fn, C.name, top, C._auto[top]), 4)
+    end
+    local f, why = field_at(C._schema, path)
+    if f == nil then error(format("%s: %s is not a field of %s (%s)", fn, path, C.name, why), 4) end
+    if validate and f then
+      local t = f.type
+      if op == "$set" or op == "$setOnInsert" or op == "$min" or op == "$max" then
+        local v = p.value
+        if v == null then
+          if f.required then errs[#errs + 1] = { field = path, message = path .. " is required" } end
+        else
+          check_value(f, v, path, errs)
+        end
+      elseif op == "$unset" then
+        if f.required then errs[#errs + 1] = { field = path, message = path .. " is required (cannot be unset)" } end
+      elseif op == "$inc" or op == "$mul" then
+        if not NUMERIC[t] then
+          errs[#errs + 1] = { field = path, message = format("%s is %s, not a number (%s)", path, f.words, op) }
+        elseif t == "integer" then
+          check_value(f, p.value, path, errs)
+        end
+      elseif op == "$push" or op == "$addToSet" or op == "$pull" or op == "$pop" or op == "$pullAll" then
+        if t ~= "array" and t ~= "any" then
+          errs[#errs + 1] = { field = path, message = format("%s is %s, not an array (%s)", path, f.words, op) }
+        elseif (op == "$push" or op == "$addToSet") and f.of then
+          local items = p.each or { p.value }
+          for i = 1, #items do check_value(f.of, items[i], path .. "[]", errs) end
+        end
+      elseif op == "$currentDate" then
+        if t ~= "date" and t ~= "any" then
+          errs[#errs + 1] = { field = path, message = format("%s is %s, not a date (%s)", path, f.words, op) }
+        end
+      end
+    end
+  end
+  if #errs > 0 then return errs end
+  return nil
+end
+
+-- The update a write path sends: the caller's pieces, checked, then the
+-- model's own fields: the revision incremented, updated_at now; an upsert
+-- also sets created_at and the defaults on insert.
+local function build_update(C, list, fn, validate, upsert_filter)
+  if #list == 0 then error(fn .. ": no update given", 4) end
+  local doc = to_update(list, rename)
+  local errs = check_update(C, doc, fn, validate)
+  if errs then return nil, errs end
+  local at = now()
+  local r = C._roles
+  if r.revision then
+    local inc = doc["$inc"]
+    if inc == nil then inc = {}; doc["$inc"] = inc end
+    inc[r.revision] = 1
+  end
+  if r.updated_at then
+    local set = doc["$set"]
+    if set == nil then set = {}; doc["$set"] = set end
+    set[r.updated_at] = at
+  end
+  if upsert_filter then
+    local soi = doc["$setOnInsert"]
+    if soi == nil then soi = {}; doc["$setOnInsert"] = soi end
+    if r.created_at then soi[r.created_at] = at end
+    -- defaults of the fields neither the update nor the filter's equalities give
+    local touched = {}
+    for _, fields in pairs(doc) do
+      for path in pairs(fields) do touched[path:match("^[^.]+")] = true end
+    end
+    for k in pairs(upsert_filter) do touched[k] = true end
+    for _, d in ipairs(C._defaults) do
+      if not touched[d.name] then
+        local v = d.value
+        if type(v) == "function" then v = v() else v = copy(v) end
+        soi[d.name] = v
+      end
+    end
+    if next(soi) == nil then doc["$setOnInsert"] = nil end
+  end
+  return doc, at
+end
+
+-- Splits a method's varargs into update pieces and a model.options table.
+local Options = { __name = "mongostore.model.Options" }
+
+function M.options(t)
+  if type(t) ~= "table" then error("options: t must be a table, got " .. type(t), 2) end
+  check_opts("options", t, OPTS)
+  local o = {}
+  for k, v in pairs(t) do o[k] = v end
+  return setmetatable(o, Options)
+end
+
+local function split_args(...)
+  local list, opts = {}, nil
+  for i = 1, select("#", ...) do
+    local v = (select(i, ...))
+    if getmetatable(v) == Options then opts = v
+    elseif v ~= nil then list[#list + 1] = v end
+  end
+  return list, opts
+end
+
+-- ------------------------------------------------------------ instances
+
+local Instance = {}  -- the methods of every model's documents
+M.Instance = Instance
+
+local function ensure_defaults(C, t)
+  for _, d in ipairs(C._defaults) do
+    if rawget(t, d.name) == nil then
+      local v = d.value
+      if type(v) == "function" then v = v() else v = copy(v) end
+      rawset(t, d.name, v)
+    end
+  end
+end
+
+-- Takes the model's own fields of a write, to put back when it fails.
+local function save_managed(C, doc)
+  local vals = {}
+  for _, name in ipairs(C._managed) do vals[name] = rawget(doc, name) end
+  return vals
+end
+
+local function restore_managed(C, doc, vals)
+  for _, name in ipairs(C._managed) do rawset(doc, name, vals[name]) end
+end
+
+local NO_SNAPSHOT = "the document has no snapshot (it is not from a tracked read: a lean() result or a copy), "
+  .. "so save tried to insert it and its _id is taken; read it with get or find, or adopt a raw document "
+  .. "with %s:hydrate(raw)"
+
+-- Inserts a new document (or one with no snapshot): validated, the id, the
+-- timestamps and the revision set, all put back if the server refuses it.
+local function insert_doc(C, doc, opts, fn)
+  local coll = bound(C, fn)
+  if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
+  ensure_defaults(C, doc)
+  if wants_validation(C, opts) then
+    local errs = check_doc(C._schema, doc, C._id_skip)
+    if errs then return validation_error(C, fn, errs) end
+  end
+  local raw, journal = session_of(opts)
+  journal_note(journal, C, doc)
+  local vals = save_managed(C, doc)
+  local had_id = rawget(doc, "_id") ~= nil
+  if not had_id then
+    if not C._oid then
+      restore_managed(C, doc, vals)
+      return fail("validation", format("%s %s: id is required (the model's ids are not ObjectIds)", fn, C.collection),
+        { errors = { { field = "id", message = "id is required" } } })
+    end
+    rawset(doc, "_id", objectid())
+  end
+  local r = C._roles
+  local at = (r.created_at or r.updated_at) and now()
+  if r.created_at then rawset(doc, r.created_at, at) end
+  if r.updated_at then rawset(doc, r.updated_at, at) end
+  if r.revision then rawset(doc, r.revision, 0) end
+  local ok, msg, code, detail = coll:insert_one(doc, dopts(raw))
+  if not ok then
+    restore_managed(C, doc, vals)
+    if code == "duplicate" and had_id and fn == "save" then
+      msg = tostring(msg) .. "; " .. format(NO_SNAPSHOT, C.name)
+    end
+    return driver_fail(msg, code, detail)
+  end
+  local snap = copy(doc)
+  setmetatable(snap, nil)
+  snaps[doc] = snap
+  return doc
+end
+
+-- Zero matches: stale when the document is there (at another revision),
+-- not_found when it is not (or is hidden by the soft-delete scope).
+local function stale_or_missing(C, doc, fn, raw, unscoped)
+  local id = rawget(doc, "_id")
+  local f = scope(C, { _id = id }, unscoped)
+  local found, msg, code, detail = C._coll:find_one(f, { session = raw, projection = C._rev_projection })
+  if found == nil and msg ~= nil then return driver_fail(msg, code, detail) end
+  if found then
+    local rev = C._roles.revision
+    return fail("stale", format("%s %s: document %s is at revision %s, this copy at %s: reload it", fn,
+      C.collection, tostring(id), tostring(rev and found[rev]), tostring(rev and rawget(doc, rev))))
+  end
+  return fail("not_found", format("%s %s: no document %s", fn, C.collection, tostring(id)))
+end
+
+-- What a save sends for a tracked document: the update, and how many paths
+-- changed (0: nothing to send). Raises on a change to the id or an immutable field.
+local function delta(C, doc, snap, fn)
+  if not equal(rawget(doc, "_id"), snap._id) then error(format("%s: %s.id is immutable", fn, C.name), 4) end
+  for name in pairs(C._immutable) do
+    if not equal(rawget(doc, name), snap[name]) then error(format("%s: %s.%s is immutable", fn, C.name, name), 4) end
+  end
+  return diff(snap, doc, C._diff_opts)
+end
+
+-- The update document of a save, and the filter that guards it.
+local function save_update(C, doc, snap, set, unset, at)
+  local u = {}
+  local r = C._roles
+  if r.updated_at then set[r.updated_at] = at end
+  if next(set) then u["$set"] = set end
+  if next(unset) then u["$unset"] = unset end
+  local f = { _id = snap._id }
+  if r.revision then
+    u["$inc"] = { [r.revision] = 1 }
+    f[r.revision] = snap[r.revision]
+  end
+  -- a deleted document (in memory) is written as such; any other is scoped
+  local soft = C._soft
+  local unscoped = soft ~= nil and snap[soft] ~= nil and snap[soft] ~= null
+  return u, scope(C, f, unscoped), unscoped
+end
+
+-- After a write: the document's own fields and its snapshot brought in sync.
+local function applied(C, doc, snap, set, unset, at)
+  for path, v in pairs(set) do put_path(snap, path, v) end
+  for path in pairs(unset) do drop_path(snap, path) end
+  local r = C._roles
+  if r.updated_at then rawset(doc, r.updated_at, at); snap[r.updated_at] = at end
+  if r.revision then
+    local n = (snap[r.revision] or 0) + 1
+    rawset(doc, r.revision, n)
+    snap[r.revision] = n
+  end
+end
+
+function Instance:save(opts)
+  check_opts("save", opts, OPTS)
+  local C = class_of(self)
+  local snap = snaps[self]
+  if snap == nil then return insert_doc(C, self, opts, "save") end
+  local coll = bound(C, "save")
+  if gone[self] then return fail("not_found", format("save %s: the document was deleted", C.collection)) end
+  local set, unset, n = delta(C, self, snap, "save")
+  if n == 0 then return self end
+  if wants_validation(C, opts) then
+    local errs = check_doc(C._schema, self, C._id_skip)
+    if errs then return validation_error(C, "save", errs) end
+  end
+  local raw, journal = session_of(opts)
+  local at = now()
+  local u, f, unscoped = save_update(C, self, snap, set, unset, at)
+  local r, msg, code, detail = coll:update_one(f, u, dopts(raw))
+  if not r then return driver_fail(msg, code, detail) end
+  if r.matched == 0 then return stale_or_missing(C, self, "save", raw, unscoped) end
+  journal_note(journal, C, self)
+  applied(C, self, snaps[self], set, unset, at)
+  return self
+end
+
+function Instance:insert(opts)
+  check_opts("insert", opts, OPTS)
+  local C = class_of(self)
+  if snaps[self] then error(format("insert: this %s is stored already (save it)", C.name), 2) end
+  return insert_doc(C, self, opts, "insert")
+end
+
+--- a:changes() -> { ["$set"] = {...}, ["$unset"] = {...} }, what save would send ({} when nothing).
+function Instance:changes()
+  local C = class_of(self)
+  local set, unset, n = diff(snaps[self], self, C._diff_opts)
+  local out = {}
+  if n > 0 then
+    if next(set) then out["$set"] = set end
+    if next(unset) then out["$unset"] = unset end
+  end
+  return out
+end
+
+function Instance:delete(opts)
+  check_opts("delete", opts, OPTS)
+  local C = class_of(self)
+  local coll = bound(C, "delete")
+  local snap = snaps[self]
+  if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
+  if gone[self] then return fail("not_found", format("delete %s: the document was deleted", C.collection)) end
+  local raw, journal = session_of(opts)
+  local r = C._roles
+  local soft = C._soft
+  if soft and not (opts and opts.hard) then
+    local at = now()
+    local set = { [soft] = at }
+    local u, f, unscoped = save_update(C, self, snap, set, {}, at)
+    local res, msg, code, detail = coll:update_one(f, u, dopts(raw))
+    if not res then return driver_fail(msg, code, detail) end
+    if res.matched == 0 then return stale_or_missing(C, self, "delete", raw, unscoped) end
+    journal_note(journal, C, self)
+    rawset(self, soft, at)
+    applied(C, self, snaps[self], set, {}, at)
+    return true
+  end
+  local f = { _id = snap._id }
+  if r.revision then f[r.revision] = snap[r.revision] end
+  local res, msg, code, detail = coll:delete_one(f, dopts(raw))
+  if not res then return driver_fail(msg, code, detail) end
+  if res.deleted == 0 then return stale_or_missing(C, self, "delete", raw, true) end
+  journal_note(journal, C, self)
+  gone[self] = true
+  return true
+end
+
+function Instance:reload(opts)
+  check_opts("reload", opts, OPTS)
+  local C = class_of(self)
+  local coll = bound(C, "reload")
+  local id = rawget(self, "_id")
+  if id == nil then error("reload: the document has no id", 2) end
+  local soft = C._soft
+  local unscoped = (opts and opts.unscoped) or (soft and rawget(self, soft) ~= nil and rawget(self, soft) ~= null)
+  local raw = session_of(opts)
+  local doc, msg, code, detail = coll:find_one(scope(C, { _id = id }, unscoped), dopts(raw))
+  if doc == nil then
+    if msg ~= nil then return driver_fail(msg, code, detail) end
+    return fail("not_found", format("reload %s: no document %s", C.collection, tostring(id)))
+  end
+  for k in pairs(self) do rawset(self, k, nil) end
+  for k, v in pairs(doc) do rawset(self, k, v) end
+  snaps[self] = copy(doc)
+  setmetatable(snaps[self], nil)
+  gone[self] = nil
+  return self
+end
+
+function Instance:to_table()
+  local t = {}
+  for k, v in pairs(self) do t[k] = copy(v) end
+  return t
+end
+
+-- ------------------------------------------------------------ queries
+
+local Query = {}
+Query.__index = Query
+Query.__name = "mongostore.model.Query"
+
+local function new_query(C, q)
+  return setmetatable({ C = C, filter = to_filter(q, rename), opts = {}, unscoped_ = false, raw = nil }, Query)
+end
+
+function Query:sort(spec)
+  if type(spec) ~= "table" then error("sort: spec must be a table, got " .. type(spec), 2) end
+  local s = {}
+  for i, pair in ipairs(spec) do
+    if type(pair) == "table" then s[i] = { rename(pair[1]), pair[2] } else s = spec; break end
+  end
+  if #spec == 0 then
+    s = {}
+    for k, v in pairs(spec) do s[rename(k)] = v end
+  end
+  self.opts.sort = s
+  return self
+end
+
+function Query:limit(n)
+  if type(n) ~= "number" then error("limit: n must be a number, got " .. type(n), 2) end
+  self.opts.limit = n
+  return self
+end
+
+function Query:skip(n)
+  if type(n) ~= "number" then error("skip: n must be a number, got " .. type(n), 2) end
+  self.opts.skip = n
+  return self
+end
+
+--- q:unscoped("soft_delete") (or q:unscoped()): the soft-deleted documents too.
+function Query:unscoped(name)
+  if name ~= nil and name ~= "soft_delete" then
+    error("unscoped: the only scope is \"soft_delete\", got " .. tostring(name), 2)
+  end
+  self.unscoped_ = true
+  return self
+end
+
+--- q:session(s): run the query's calls in the session (a raw Session or a registry's).
+function Query:session(s)
+  self.session_ = s
+  return self
+end
+
+local function q_raw(self, opts)
+  check_opts("query", opts, OPTS)
+  local s = (opts and opts.session) or self.session_
+  if getmetatable(s) == Session then s = s.raw end
+  return s, journals[s or false]
+end
+
+local function q_filter(self)
+  local f = {}
+  for k, v in pairs(self.filter) do f[k] = v end
+  return scope(self.C, f, self.unscoped_)
+end
+
+local function find_opts(self, raw, limit)
+  local o = {}
+  for k, v in pairs(self.opts) do o[k] = v end
+  if limit then o.limit = limit end
+  o.session = raw
+  return o
+end
+
+function Query:all(opts)
+  local C = self.C
+  local coll = bound(C, "all")
+  local raw = q_raw(self, opts)
+  local cur, msg, code, detail = coll:find(q_filter(self), find_opts(self, raw))
+  if not cur then return driver_fail(msg, code, detail) end
+  local docs
+  docs, msg, code, detail = cur:all()
+  if not docs then return driver_fail(msg, code, detail) end
+  for i = 1, #docs do adopt(C, docs[i]) end
+  return docs
+end
+
+--- q:lean(): the documents as read, untracked (plain tables).
+function Query:lean(opts)
+  local coll = bound(self.C, "lean")
+  local raw = q_raw(self, opts)
+  local cur, msg, code, detail = coll:find(q_filter(self), find_opts(self, raw))
+  if not cur then return driver_fail(msg, code, detail) end
+  local docs
+  docs, msg, code, detail = cur:all()
+  if not docs then return driver_fail(msg, code, detail) end
+  return docs
+end
+
+function Query:first(opts)
+  local C = self.C
+  local coll = bound(C, "first")
+  local raw = q_raw(self, opts)
+  local o = find_opts(self, raw)
+  o.limit = nil
+  local doc, msg, code, detail = coll:find_one(q_filter(self), o)
+  if doc == nil then
+    if msg ~= nil then return driver_fail(msg, code, detail) end
+    return nil
+  end
+  return adopt(C, doc)
+end
+
+--- q:one(): the one document that matches: not_found when none does, invalid when more than one.
+function Query:one(opts)
+  local C = self.C
+  local coll = bound(C, "one")
+  local raw = q_raw(self, opts)
+  local cur, msg, code, detail = coll:find(q_filter(self), find_opts(self, raw, 2))
+  if not cur then return driver_fail(msg, code, detail) end
+  local docs
+  docs, msg, code, detail = cur:all()
+  if not docs then return driver_fail(msg, code, detail) end
+  if #docs == 0 then return fail("not_found", format("one %s: no document matches", C.collection)) end
+  if #docs > 1 then return fail("invalid", format("one %s: more than one document matches", C.collection)) end
+  return adopt(C, docs[1])
+end
+
+function Query:count(opts)
+  local coll = bound(self.C, "count")
+  local raw = q_raw(self, opts)
+  local o = { session = raw, skip = self.opts.skip, limit = self.opts.limit }
+  local n, msg, code, detail = coll:count(q_filter(self), o)
+  if not n then return driver_fail(msg, code, detail) end
+  return n
+end
+
+function Query:distinct(field, opts)
+  if type(field) ~= "string" then error("distinct: field must be a string, got " .. type(field), 2) end
+  local coll = bound(self.C, "distinct")
+  local raw = q_raw(self, opts)
+  local vals, msg, code, detail = coll:distinct(rename(field), q_filter(self), dopts(raw))
+  if not vals then return driver_fail(msg, code, detail) end
+  return vals
+end
+
+--- for doc in q:each() do ... end: tracked documents one at a time; a failure raises.
+function Query:each(opts)
+  local C = self.C
+  local coll = bound(C, "each")
+  local raw = q_raw(self, opts)
+  local cur, msg, code = coll:find(q_filter(self), find_opts(self, raw))
+  if not cur then error(format("%s (%s)", tostring(msg), tostring(code)), 2) end
+  local step, state, init, closing = cur:each()
+  return function(s, v)
+    local doc = step(s, v)
+    if doc == nil then return nil end
+    return adopt(C, doc)
+  end, state, init, closing
+end
+
+--- q:update(op, ...) -> n (documents modified), { matched =, modified = }; every match, none loaded.
+function Query:update(...)
+  local C = self.C
+  local coll = bound(C, "update")
+  local list, opts = split_args(...)
+  local raw = q_raw(self, opts)
+  local u, errs = build_update(C, list, "update", wants_validation(C, opts))
+  if not u then return validation_error(C, "update", errs) end
+  local r, msg, code, detail = coll:update_many(q_filter(self), u, dopts(raw))
+  if not r then return driver_fail(msg, code, detail) end
+  return r.modified, { matched = r.matched, modified = r.modified }
+end
+
+--- q:delete{ hard = } -> n: soft deletes (or removes) every match.
+function Query:delete(opts)
+  local C = self.C
+  local coll = bound(C, "delete")
+  local raw = q_raw(self, opts)
+  if C._soft and not (opts and opts.hard) then
+    local u = build_update(C, { { [C._soft] = now() } }, "delete", false)
+    local r, msg, code, detail = coll:update_many(q_filter(self), u, dopts(raw))
+    if not r then return driver_fail(msg, code, detail) end
+    return r.modified
+  end
+  local r, msg, code, detail = coll:delete_many(q_filter(self), dopts(raw))
+  if not r then return driver_fail(msg, code, detail) end
+  return r.deleted
+end
+
+-- ------------------------------------------------------------ the model (class) methods
+
+local Model = {}
+Model.__index = Model
+
+local function check_class(C, fn)
+  if type(C) ~= "table" or getmetatable(C) ~= C._meta then
+    error(format("%s: call it on a model (Model:%s), not with a dot", fn, fn), 3)
+  end
+end
+
+--- Model:new(fields) -> an unsaved document (the table itself, defaults filled in).
+function Model:new(t)
+  check_class(self, "new")
+  if t == nil then t = {} end
+  if type(t) ~= "table" then error("new: fields must be a table or nil, got " .. type(t), 2) end
+  if snaps[t] then error("new: this table is a stored document already", 2) end
+  local id = rawget(t, "id")
+  if id ~= nil then rawset(t, "id", nil); rawset(t, "_id", id_of(self, id)) end
+  setmetatable(t, self._imt)
+  ensure_defaults(self, t)
+  return t
+end
+
+function Model:insert(t, opts)
+  check_class(self, "insert")
+  check_opts("insert", opts, OPTS)
+  local doc = self:new(t)
+  return insert_doc(self, doc, opts, "insert")
+end
+
+--- Model:hydrate(raw): a raw document (from lean, or any read) adopted as tracked, as it is now.
+function Model:hydrate(raw)
+  check_class(self, "hydrate")
+  if type(raw) ~= "table" then error("hydrate: raw must be a table, got " .. type(raw), 2) end
+  if rawget(raw, "_id") == nil then error("hydrate: raw has no _id (use Model:new for a new document)", 2) end
+  local snap = copy(raw)
+  setmetatable(snap, nil)
+  snaps[raw] = snap
+  gone[raw] = nil
+  return setmetatable(raw, self._imt)
+end
+
+function Model:find(q)
+  check_class(self, "find")
+  return new_query(self, q)
+end
+
+function Model:get(id, opts)
+  check_class(self, "get")
+  check_opts("get", opts, OPTS)
+  local coll = bound(self, "get")
+  local raw = session_of(opts)
+  local doc, msg, code, detail = coll:find_one(scope(self, { _id = id_of(self, id) }, opts and opts.unscoped),
+    dopts(raw))
+  if doc == nil then
+    if msg ~= nil then return driver_fail(msg, code, detail) end
+    return nil
+  end
+  return adopt(self, doc)
+end
+
+function Model:count(q, opts)
+  check_class(self, "count")
+  local qq = new_query(self, q)
+  if opts and opts.unscoped then qq.unscoped_ = true end
+  return qq:count(opts and { session = opts.session })
+end
+
+function Model:distinct(field, q, opts)
+  check_class(self, "distinct")
+  local qq = new_query(self, q)
+  if opts and opts.unscoped then qq.unscoped_ = true end
+  return qq:distinct(field, opts and { session = opts.session })
+end
+
+function Model:lean(q, opts)
+  check_class(self, "lean")
+  local qq = new_query(self, q)
+  if opts and opts.unscoped then qq.unscoped_ = true end
+  return qq:lean(opts and { session = opts.session })
+end
+
+--- Model:aggregate(pipeline, opts) -> the raw results; the soft-delete scope is the first stage.
+function Model:aggregate(pipeline, opts)
+  check_class(self, "aggregate")
+  check_opts("aggregate", opts, OPTS)
+  if type(pipeline) ~= "table" then error("aggregate: pipeline must be a list of stages, got " .. type(pipeline), 2) end
+  local coll = bound(self, "aggregate")
+  local stages = array {}
+  if self._soft and not (opts and opts.unscoped) then stages[1] = { ["$match"] = { [self._soft] = null } } end
+  for i = 1, #pipeline do stages[#stages + 1] = pipeline[i] end
+  local raw = session_of(opts)
+  local cur, msg, code, detail = coll:aggregate(stages, dopts(raw))
+  if not cur then return driver_fail(msg, code, detail) end
+  local docs
+  docs, msg, code, detail = cur:all()
+  if not docs then return driver_fail(msg, code, detail) end
+  return docs
+end
+
+--- Model:update(id, op, ...) -> the document after the update, tracked; one round trip.
+function Model:update(id, ...)
+  check_class(self, "update")
+  local coll = bound(self, "update")
+  local list, opts = split_args(...)
+  local raw = session_of(opts)
+  local u, errs = build_update(self, list, "update", wants_validation(self, opts))
+  if not u then return validation_error(self, "update", errs) end
+  id = id_of(self, id)
+  local doc, msg, code, detail = coll:find_one_and_update(scope(self, { _id = id }, opts and opts.unscoped), u,
+    { new = true, session = raw })
+  if doc == nil then
+    if msg ~= nil then return driver_fail(msg, code, detail) end
+    return fail("not_found", format("update %s: no document %s", self.collection, tostring(id)))
+  end
+  return adopt(self, doc)
+end
+
+--- Model:upsert(q, op, ...) -> the document after the update (inserted when none matched), tracked.
+function Model:upsert(q, ...)
+  check_class(self, "upsert")
+  local coll = bound(self, "upsert")
+  local list, opts = split_args(...)
+  local raw = session_of(opts)
+  local filter = to_filter(q, rename)
+  local u, errs = build_update(self, list, "upsert", wants_validation(self, opts), filter)
+  if not u then return validation_error(self, "upsert", errs) end
+  local doc, msg, code, detail = coll:find_one_and_update(scope(self, filter, opts and opts.unscoped), u,
+    { new = true, upsert = true, session = raw })
+  if doc == nil then
+    if msg ~= nil then return driver_fail(msg, code, detail) end
+    return fail("not_found", format("upsert %s: the server returned no document", self.collection))
+  end
+  return adopt(self, doc)
+end
+
+--- Model:insert_many(list, { ordered = true }) -> { inserted = { doc... }, errors = { { index =, code =, message =, errors = }... } }
+function Model:insert_many(list, opts)
+  check_class(self, "insert_many")
+  check_opts("insert_many", opts, OPTS)
+  if type(list) ~= "table" then error("insert_many: list must be a table, got " .. type(list), 2) end
+  local coll = bound(self, "insert_many")
+  local ordered = not (opts and opts.ordered == false)
+  local validate = wants_validation(self, opts)
+  local raw, journal = session_of(opts)
+  local r = self._roles
+  local at = (r.created_at or r.updated_at) and now()
+  local send, where, saved, errors = {}, {}, {}, {}
+  for i = 1, #list do
+    local doc = list[i]
+    if type(doc) ~= "table" then error(format("insert_many: item %d must be a table, got %s", i, type(doc)), 2) end
+    if class_of(doc) ~= self then doc = self:new(doc) end
+    if snaps[doc] then error(format("insert_many: item %d is stored already", i), 2) end
+    ensure_defaults(self, doc)
+    local errs = validate and check_doc(self._schema, doc, self._id_skip)
+    if errs then
+      local _, e = validation_error(self, "insert_many", errs)
+      errors[#errors + 1] = { index = i, code = "validation", message = e.message, errors = errs }
+      if ordered then break end
+    else
+      journal_note(journal, self, doc)
+      saved[#send + 1] = save_managed(self, doc)
+      if rawget(doc, "_id") == nil then
+        if self._oid then rawset(doc, "_id", objectid()) end
+      end
+      if r.created_at then rawset(doc, r.created_at, at) end
+      if r.updated_at then rawset(doc, r.updated_at, at) end
+      if r.revision then rawset(doc, r.revision, 0) end
+      send[#send + 1] = doc
+      where[#send] = i
+    end
+  end
+  local inserted = {}
+  if #send > 0 then
+    local res, msg, code, detail = coll:insert_many(send, { ordered = ordered, session = raw })
+    if not res then
+      for j = 1, #send do restore_managed(self, send[j], saved[j]) end
+      return driver_fail(msg, code, detail)
+    end
+    local refused = {}
+    for _, e in ipairs(res.errors) do
+      refused[e.index] = true
+      errors[#errors + 1] = { index = where[e.index], code = e.code, message = e.message, server_code = e.server_code }
+    end
+    for j = 1, #send do
+      local doc = send[j]
+      if res.inserted[j] ~= nil then
+        local snap = copy(doc)
+        setmetatable(snap, nil)
+        snaps[doc] = snap
+        inserted[#inserted + 1] = doc
+      else
+        restore_managed(self, doc, saved[j])
+      end
+    end
+  end
+  table.sort(errors, function(a, b) return a.index < b.index end)
+  return { inserted = inserted, errors = errors }
+end
+
+--- Model:bulk_save(docs) -> n written; or nil, err with err.failed = { { index =, doc =, code =, message = }... }
+function Model:bulk_save(docs, opts)
+  check_class(self, "bulk_save")
+  check_opts("bulk_save", opts, OPTS)
+  if type(docs) ~= "table" then error("bulk_save: docs must be a table, got " .. type(docs), 2) end
+  local coll = bound(self, "bulk_save")
+  local validate = wants_validation(self, opts)
+  local raw, journal = session_of(opts)
+  local at = now()
+  local r = self._roles
+  local ops, plan, failed = {}, {}, {}
+  for i = 1, #docs do
+    local doc = docs[i]
+    if class_of(doc) ~= self then error(format("bulk_save: item %d is not a %s", i, self.name), 2) end
+    local snap = snaps[doc]
+    if gone[doc] then
+      failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
+    elseif snap == nil then
+      ensure_defaults(self, doc)
+      local errs = validate and check_doc(self._schema, doc, self._id_skip)
+      if errs then
+        local _, e = validation_error(self, "bulk_save", errs)
+        failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
+      else
+        journal_note(journal, self, doc)
+        local vals = save_managed(self, doc)
+        if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
+        if r.created_at then rawset(doc, r.created_at, at) end
+        if r.updated_at then rawset(doc, r.updated_at, at) end
+        if r.revision then rawset(doc, r.revision, 0) end
+        ops[#ops + 1] = { insert_one = doc }
+        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals }
+      end
+    else
+      local set, unset, n = delta(self, doc, snap, "bulk_save")
+      if n > 0 then
+        local errs = validate and check_doc(self._schema, doc, self._id_skip)
+        if errs then
+          local _, e = validation_error(self, "bulk_save", errs)
+          failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
+        else
+          local u, f = save_update(self, doc, snap, set, unset, at)
+          ops[#ops + 1] = { update_one = { filter = f, update = u } }
+          plan[#ops] = { index = i, doc = doc, set = set, unset = unset }
+        end
+      end
+    end
+  end
+  local written = 0
+  if #ops > 0 then
+    local res, msg, code, detail = coll:bulk_write(ops, { ordered = false, session = raw })
+    if not res then
+      for j = 1, #ops do
+        if plan[j].insert then restore_managed(self, plan[j].doc, plan[j].vals) end
+      end
+      return driver_fail(msg, code, detail)
+    end
+    local refused = {}
+    for _, e in ipairs(res.errors) do refused[e.index] = e end
+    -- updates that matched nothing are not errors to the server: when fewer
+    -- matched than were sent, one read tells which (the written ones are at
+    -- their new revision; without a revision, the missing ones are gone)
+    local updates, ok_updates = 0, {}
+    for j = 1, #ops do
+      if not plan[j].insert and not refused[j] then updates = updates + 1; ok_updates[#ok_updates + 1] = j end
+    end
+    local missed = {}
+    if res.matched < updates then
+      local ids = array {}
+      for _, j in ipairs(ok_updates) do ids[#ids + 1] = rawget(plan[j].doc, "_id") end
+      local rev = r.revision
+      local cur, m2, c2, d2 = coll:find({ _id = { ["$in"] = ids } },
+        { projection = rev and { [rev] = 1 } or { _id = 1 }, session = raw })
+      if not cur then return driver_fail(m2, c2, d2) end
+      local found = {}
+      local list
+      list, m2, c2, d2 = cur:all()
+      if not list then return driver_fail(m2, c2, d2) end
+      for _, d in ipairs(list) do found[tostring(d._id)] = d end
+      for _, j in ipairs(ok_updates) do
+        local doc = plan[j].doc
+        local d = found[tostring(rawget(doc, "_id"))]
+        if d == nil then
+          missed[j] = { code = "not_found", message = "no document " .. tostring(rawget(doc, "_id")) }
+        elseif rev and d[rev] ~= (snaps[doc][rev] or 0) + 1 then
+          missed[j] = { code = "stale", message = format("document %s is at revision %s, this copy at %s: reload it",
+            tostring(rawget(doc, "_id")), tostring(d[rev]), tostring(snaps[doc][rev])) }
+        end
+      end
+    end
+    for j = 1, #ops do
+      local p = plan[j]
+      local doc = p.doc
+      local e = refused[j] or missed[j]
+      if e then
+        if p.insert then restore_managed(self, doc, p.vals) end
+        failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = e.message,
+                                server_code = e.server_code }
+      else
+        if not p.insert then journal_note(journal, self, doc) end
+        if p.insert then
+          local snap = copy(doc)
+          setmetatable(snap, nil)
+          snaps[doc] = snap
+        else
+          applied(self, doc, snaps[doc], p.set, p.unset, at)
+        end
+        written = written + 1
+      end
+    end
+  end
+  if #failed > 0 then
+    table.sort(failed, function(a, b) return a.index < b.index end)
+    local words = {}
+    for i, f in ipairs(failed) do words[i] = format("%d: %s", f.index, tostring(f.message)) end
+    return fail(failed[1].code, format("bulk_save %s: %d of %d not written (%s)", self.collection, #failed, #docs,
+      concat(words, "; ")), { failed = failed, written = written })
+  end
+  return written
+end
+
+-- bulk_write's constructors: plain descriptions, turned into the document
+-- API's ops by the model they are given to (which adds its scope, revision
+-- and timestamps and checks the fields).
+local Bulk = { __name = "mongostore.model.BulkOp" }
+
+function M.insert_one(doc) return setmetatable({ kind = "insert_one", doc = doc }, Bulk) end
+function M.update_one(q, ...) return setmetatable({ kind = "update_one", q = q, list = { ... } }, Bulk) end
+function M.update_many(q, ...) return setmetatable({ kind = "update_many", q = q, list = { ... } }, Bulk) end
+function M.upsert_one(q, ...) return setmetatable({ kind = "upsert_one", q = q, list = { ... } }, Bulk) end
+function M.delete_one(q, opts) return setmetatable({ kind = "delete_one", q = q, hard = opts and opts.hard }, Bulk) end
+function M.delete_many(q, opts) return setmetatable({ kind = "delete_many", q = q, hard = opts and opts.hard }, Bulk) end
+
+--- Model:bulk_write{ model.update_one(q, ...), ... } -> the document API's BulkWriteResult.
+function Model:bulk_write(list, opts)
+  check_class(self, "bulk_write")
+  check_opts("bulk_write", opts, OPTS)
+  if type(list) ~= "table" then error("bulk_write: list must be a table, got " .. type(list), 2) end
+  local coll = bound(self, "bulk_write")
+  local validate = wants_validation(self, opts)
+  local unscoped = opts and opts.unscoped
+  local raw = session_of(opts)
+  local r = self._roles
+  local out, errors = {}, {}
+  for i, b in ipairs(list) do
+    if getmetatable(b) ~= Bulk then error(format("bulk_write: item %d is not a model.%s(...) op", i, "update_one"), 2) end
+    local kind = b.kind
+    if kind == "insert_one" then
+      local doc = b.doc
+      if class_of(doc) ~= self then doc = self:new(doc) end
+      local errs = validate and check_doc(self._schema, doc, self._id_skip)
+      if errs then errors[#errors + 1] = { index = i, errs = errs } else
+        if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
+        local at = now()
+        if r.created_at then rawset(doc, r.created_at, at) end
+        if r.updated_at then rawset(doc, r.updated_at, at) end
+        if r.revision then rawset(doc, r.revision, 0) end
+        out[i] = { insert_one = doc }
+      end
+    elseif kind == "delete_one" or kind == "delete_many" then
+      local f = scope(self, to_filter(b.q, rename), unscoped)
+      if self._soft and not b.hard then
+        local u = build_update(self, { { [self._soft] = now() } }, "bulk_write", false)
+        out[i] = { [kind == "delete_one" and "update_one" or "update_many"] = { filter = f, update = u } }
+      else
+        out[i] = { [kind] = { filter = f } }
+      end
+    else
+      local filter = to_filter(b.q, rename)
+      local upsert = kind == "upsert_one"
+      local u, errs = build_update(self, b.list, "bulk_write", validate, upsert and filter or nil)
+      if not u then errors[#errors + 1] = { index = i, errs = errs } else
+        out[i] = { [upsert and "update_one" or kind] = { filter = scope(self, filter, unscoped), update = u,
+                                                        upsert = upsert or nil } }
+      end
+    end
+  end
+  if #errors > 0 then
+    local all = {}
+    for _, e in ipairs(errors) do
+      for _, x in ipairs(e.errs) do all[#all + 1] = { field = x.field, message = x.message, index = e.index } end
+    end
+    return validation_error(self, "bulk_write", all)
+  end
+  local res, msg, code, detail = coll:bulk_write(out, { ordered = not (opts and opts.ordered == false), session = raw })
+  if not res then return driver_fail(msg, code, detail) end
+  return res
+end
+
+-- ------------------------------------------------------------ define
+
+local RESERVED = { id = true, is_new = true, class = true }
+
+local DEFINE_KEYS = { collection = true, fields = true, indexes = true, validate_writes = true, name = true,
+                      methods = true }
+
+--- model.define{ collection =, fields =, indexes =, validate_writes = true, name =, methods = } -> the model
+function M.define(spec)
+  if type(spec) ~= "table" then error("define: spec must be a table, got " .. type(spec), 2) end
+  for k in pairs(spec) do
+    if not DEFINE_KEYS[k] then error("define: unknown key " .. tostring(k), 2) end
+  end
+  if type(spec.collection) ~= "string" or spec.collection == "" then
+    error("define: collection must be a non-empty string", 2)
+  end
+  local name = spec.name or spec.collection
+  local fields = {}
+  local id_decl
+  for k, v in pairs(spec.fields or {}) do
+    if k == "id" or k == "_id" then id_decl = v else fields[k] = v end
+  end
+  local where = "define " .. name
+  local S = schema.compile(fields, where)
+  local methods = {}
+  for k, v in pairs(Instance) do methods[k] = v end
+  if spec.methods ~= nil then
+    if type(spec.methods) ~= "table" then error("define: methods must be a table of functions", 2) end
+    for k, v in pairs(spec.methods) do
+      if type(v) ~= "function" then error("define: methods." .. tostring(k) .. " must be a function", 2) end
+      methods[k] = v
+    end
+  end
+  for fname in pairs(S.by_name) do
+    if methods[fname] or RESERVED[fname] then
+      error(format("define: the field %s of %s has the name of a method or of id/is_new", fname, name), 2)
+    end
+  end
+  local id_field
+  if id_decl ~= nil then
+    local idS = schema.compile({ _id = id_decl }, where)
+    id_field = idS.by_name._id
+    S.by_name._id = id_field
+    S.list[#S.list + 1] = id_field
+    id_field.required = false
+  end
+  local roles = S.roles
+  local C = {
+    name = name, collection = spec.collection, validate_writes = spec.validate_writes ~= false,
+    fields = S.by_name, _schema = S, _roles = roles, _soft = roles.deleted_at,
+    _oid = id_field == nil or id_field.type == "objectid",
+    _id_skip = id_field == nil and { _id = true } or nil,
+    _immutable = {}, _auto = {}, _managed = { "_id" }, _defaults = {},
+    _indexes = spec.indexes or {}, _coll = nil, _db = nil, _registry = nil,
+  }
+  for _, f in ipairs(S.list) do
+    if f.immutable and f.name ~= "_id" then C._immutable[f.name] = true end
+    if f.default ~= nil then C._defaults[#C._defaults + 1] = { name = f.name, value = f.default } end
+  end
+  if roles.revision then C._auto[roles.revision] = "revision" end
+  if roles.updated_at then C._auto[roles.updated_at] = "updated_at" end
+  for _, role in ipairs { "revision", "created_at", "updated_at", "deleted_at" } do
+    if roles[role] then C._managed[#C._managed + 1] = roles[role] end
+  end
+  -- what a save never diffs: the id and the fields the model writes itself
+  -- (created_at is compared on its own: a change to it raises)
+  local skip = { _id = true }
+  for k in pairs(C._auto) do skip[k] = true end
+  for k in pairs(C._immutable) do skip[k] = true end
+  C._diff_opts = { skip = skip }
+  C._rev_projection = roles.revision and { [roles.revision] = 1 } or { _id = 1 }
+  local imt = {
+    class = C,
+    __name = "mongostore.model." .. name,
+    __index = function(self, k)
+      local m = methods[k]
+      if m ~= nil then return m end
+      if k == "id" then return rawget(self, "_id") end
+      if k == "is_new" then return snaps[self] == nil and not gone[self] end
+      return nil
+    end,
+    __newindex = function(self, k, v)
+      if k == "id" then k = "_id" elseif k == "is_new" then error("is_new is read-only", 2) end
+      rawset(self, k, v)
+    end,
+    __tostring = function(self) return format("%s(%s)", name, tostring(rawget(self, "_id"))) end,
+  }
+  C._imt = imt
+  C._methods = methods
+  local meta = {
+    __index = Model,
+    __call = function(cls, t) return cls:new(t) end,
+    __tostring = function() return "model " .. name end,
+  }
+  C._meta = meta
+  -- indexes checked now, so a typo fails at define rather than at registry
+  for i, ix in ipairs(C._indexes) do
+    if type(ix) ~= "table" or type(ix.keys) ~= "table" then
+      error(format("define: indexes[%d] must be { keys = { { field, 1 } }, unique = ... }", i), 2)
+    end
+  end
+  return setmetatable(C, meta)
+end
+
+--- model.is_document(x): whether x is a document of a model.
+function M.is_document(x) return class_of(x) ~= nil end
+
+--- model.snapshot(doc): the document's snapshot (nil for one not from a tracked read); for tests and tools.
+function M.snapshot(doc) return snaps[doc] end
+
+-- ------------------------------------------------------------ registries
+
+local Registry = {}
+Registry.__index = Registry
+Registry.__name = "mongostore.model.Registry"
+
+-- A model's declared index, as create_index takes it. A unique index of a
+-- soft-deleting model is partial: it holds only the documents whose
+-- deleted_at is missing or null ({ deleted_at = null } matches both and is an
+-- equality, which partial filters allow, where $exists: false is not), so a
+-- deleted document never blocks a live one with the same key.
+local function index_args(C, ix)
+  local keys = {}
+  for i, pair in ipairs(ix.keys) do keys[i] = { rename(pair[1]), pair[2] } end
+  if #keys == 0 then for k, v in pairs(ix.keys) do keys[rename(k)] = v end end
+  local o = { unique = ix.unique, name = ix.name, sparse = ix.sparse, expire_after = ix.expire_after }
+  local pf = ix.partial_filter
+  if pf ~= nil then pf = to_filter(pf, rename) end
+  if ix.unique and C._soft and not ix.include_deleted then
+    pf = pf or {}
+    if pf[C._soft] == nil then pf[C._soft] = null end
+  end
+  o.partial_filter = pf
+  return keys, o
+end
+M.index_args = index_args
+
+--- model.registry(db, { Model... }) -> a registry, the declared indexes created; or nil, err.
+function M.registry(db, models, opts)
+  if type(db) ~= "userdata" and type(db) ~= "table" then error("registry: db must be a Database, got " .. type(db), 2) end
+  if type(models) ~= "table" then error("registry: models must be a list of models, got " .. type(models), 2) end
+  check_opts("registry", opts, { indexes = true })
+  local reg = setmetatable({ db = db, models = {}, depth = 0 }, Registry)
+  for i, C in ipairs(models) do
+    if type(C) ~= "table" or getmetatable(C) ~= C._meta then error(format("registry: models[%d] is not a model", i), 2) end
+    local coll, msg, code, detail = db:collection(C.collection)
+    if not coll then return driver_fail(msg, code, detail) end
+    C._coll, C._db, C._registry = coll, db, reg
+    reg.models[C.name] = C
+    if not (opts and opts.indexes == false) then
+      for _, ix in ipairs(C._indexes) do
+        local keys, o = index_args(C, ix)
+        local ok
+        ok, msg, code, detail = coll:create_index(keys, o)
+        if not ok then return driver_fail(format("registry: index on %s: %s", C.collection, tostring(msg)), code, detail) end
+      end
+    end
+  end
+  return reg
+end
+
+local TX_OPTS = { timeout = true, read_concern = true, write_concern = true, read_preference = true,
+                  max_commit_time_ms = true, independent = true }
+
+-- A stand-in for the database handle, so an independent transaction is not
+-- taken for one nested in the handle's running one.
+local function handle_for(db)
+  return setmetatable({}, { __index = {
+    info = function() return db:info() end,
+    session = function() return db:session() end,
+  } })
+end
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function is_transient_err(e)
+  if getmetatable(e) ~= Error then return false end
+  if e.code == "transient" then return true end
+  local d = e.detail
+  if type(d) == "table" and type(d.labels) == "table" then
+    for _, l in ipairs(d.labels) do
+      if l == "TransientTransactionError" then return true end
+    end
+  end
+  return false
+end
+
+--- registry:transaction(fn, opts) -> true, fn's values; or nil, err. fn(tx) runs again on transient
+-- errors, after every document it wrote is put back as it was in memory; on abort too.
+function Registry:transaction(fn, opts)
+  if type(fn) ~= "function" then error("transaction: fn must be a function, got " .. type(fn), 2) end
+  check_opts("transaction", opts, TX_OPTS)
+  local independent = opts and opts.independent
+  if self.depth > 0 and not independent then
+    return fail("transaction", "transaction: transactions do not nest (MongoDB has no savepoints): pass the "
+      .. "outer transaction's session on, or give { independent = true } for a separate commit")
+  end
+  local topts
+  if opts then
+    topts = {}
+    for k, v in pairs(opts) do if k ~= "independent" then topts[k] = v end end
+  end
+  local journal = new_journal()
+  local raised, raised_set = nil, false
+  local function attempt(s)
+    journal_rollback(journal)   -- the last attempt's writes, undone in memory
+    journals[s] = journal
+    local r = pack(pcall(fn, s))
+    if not r[1] then
+      local e = r[2]
+      -- a model error raised by assert() that is transient: returned, so it is retried
+      if is_transient_err(e) then return nil, e, e.code, e.detail end
+      raised, raised_set = e, true
+      error(e, 0)
+    end
+    return unpack(r, 2, r.n)
+  end
+  local target = independent and handle_for(self.db) or self.db
+  self.depth = self.depth + 1
+  local res = pack(pcall(self.db.transaction, target, attempt, topts))
+  self.depth = self.depth - 1
+  local n = res.n
+  if not res[1] then
+    journal_rollback(journal)
+    error(res[2], 0)
+  end
+  if res[2] == true then
+    return true, unpack(res, 3, n)
+  end
+  journal_rollback(journal)
+  if raised_set then error(raised, 0) end
+  local msg, code, detail = res[3], res[4], res[5]
+  if getmetatable(msg) == Error then return nil, msg, msg.code, msg.detail end
+  return driver_fail(msg, code, detail)
+end
+
+--- registry:session() -> a session for transactions run by hand (no retry): start_transaction, commit, abort.
+function Registry:session()
+  local raw, msg, code, detail = self.db:session()
+  if not raw then return driver_fail(msg, code, detail) end
+  return setmetatable({ raw = raw, session = raw }, Session)
+end
+
+function Session:start_transaction(opts)
+  local ok, msg, code, detail = self.raw:start_transaction(opts)
+  if not ok then return driver_fail(msg, code, detail) end
+  journals[self.raw] = new_journal()
+  return true
+end
+
+function Session:commit()
+  local ok, msg, code, detail = self.raw:commit()
+  if not ok then return driver_fail(msg, code, detail) end
+  journals[self.raw] = nil
+  return true
+end
+
+function Session:abort()
+  local journal = journals[self.raw]
+  local ok, msg, code, detail = self.raw:abort()
+  if journal then journal_rollback(journal); journals[self.raw] = nil end
+  if not ok then return driver_fail(msg, code, detail) end
+  return true
+end
+
+function Session:in_transaction() return self.raw:in_transaction() end
+
+function Session:close()
+  local journal = journals[self.raw]
+  if journal and self.raw:in_transaction() then journal_rollback(journal) end
+  journals[self.raw] = nil
+  return self.raw:close()
+end
+Session.__close = Session.close
+Session.__gc = nil
+
+function Registry:model(name) return self.models[name] end
+
+return M

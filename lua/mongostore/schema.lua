@@ -1,0 +1,267 @@
+-- mongostore.schema - a model's field declarations, compiled once at define time
+-- into plain tables (types, defaults, roles, nested schemas), and the checks
+-- that run on them: a whole document before it is stored, one value or one
+-- update path (mongostore.query.paths) before an update is sent.
+local core = require "mongostore.core"
+
+local type, pairs, ipairs, tostring, format, getmetatable = type, pairs, ipairs, tostring, string.format,
+  getmetatable
+local floor = math.floor
+local mtype = math.type  -- nil on LuaJIT
+
+local M = {}
+
+local null, is_array, array = core.null, core.is_array, core.array
+local DATE_MT = getmetatable(core.date(0))
+local OID_MT = getmetatable(core.objectid())
+local DEC_MT = getmetatable(core.decimal("1"))
+local BIN_MT = getmetatable(core.binary(""))
+local INT64_MT = getmetatable(core.int64("9007199254740993"))  -- a box on LuaJIT, a plain integer on 5.4
+if type(INT64_MT) ~= "table" then INT64_MT = nil end
+
+-- The roles a field can play, and the type each has.
+M.ROLES = { created_at = "date", updated_at = "date", deleted_at = "date", revision = "integer" }
+
+local function is_integer(v)
+  if type(v) == "number" then
+    if mtype then return mtype(v) == "integer" or (v == floor(v) and v > -2 ^ 63 and v < 2 ^ 63) end
+    return v == floor(v) and v > -2 ^ 63 and v < 2 ^ 63
+  end
+  return INT64_MT ~= nil and getmetatable(v) == INT64_MT
+end
+
+local function is_number(v)
+  return (type(v) == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0) or (INT64_MT ~= nil and getmetatable(v) == INT64_MT)
+end
+
+-- A plain table that is no array (documents read back have a shape metatable).
+local function is_document(v)
+  if type(v) ~= "table" or is_array(v) then return false end
+  local mt = getmetatable(v)
+  if mt ~= nil and mt.__name ~= "mongostore.document" then return false end
+  return v[1] == nil
+end
+
+local function is_list(v)
+  if type(v) ~= "table" then return false end
+  if is_array(v) then return true end
+  if getmetatable(v) ~= nil then return false end
+  local n = #v
+  for k in pairs(v) do
+    if type(k) ~= "number" or k < 1 or k > n or k ~= floor(k) then return false end
+  end
+  return true
+end
+
+-- type name -> test, and the words of its message
+local TYPES = {
+  string = { function(v) return type(v) == "string" end, "a string" },
+  integer = { is_integer, "an integer" },
+  number = { is_number, "a number" },
+  boolean = { function(v) return type(v) == "boolean" end, "a boolean" },
+  date = { function(v) return getmetatable(v) == DATE_MT end, "a date (mongostore.date)" },
+  objectid = { function(v) return getmetatable(v) == OID_MT end, "an ObjectId (mongostore.objectid)" },
+  decimal = { function(v) return getmetatable(v) == DEC_MT end, "a Decimal128 (mongostore.decimal)" },
+  binary = { function(v) return getmetatable(v) == BIN_MT end, "a Binary (mongostore.binary)" },
+  array = { is_list, "an array" },
+  document = { is_document, "a document (a table of fields)" },
+  any = { function() return true end, "any value" },
+}
+M.TYPES = TYPES
+
+local FIELD_KEYS = { [1] = true, default = true, required = true, of = true, fields = true, enum = true,
+                     min = true, max = true, check = true, immutable = true, role = true }
+
+local compile
+
+-- A field declaration: a type name, a role name, or { type, default =, required =,
+-- of = <element declaration>, fields = <nested declarations>, enum = {...},
+-- min =, max =, check = function(v) -> true | nil, message, immutable = }.
+local function compile_field(name, decl, where)
+  if type(decl) == "string" then decl = { decl } end
+  if type(decl) ~= "table" then
+    error(format("%s: field %s must be a type name or a table, got %s", where, name, type(decl)), 4)
+  end
+  for k in pairs(decl) do
+    if not FIELD_KEYS[k] then error(format("%s: field %s: unknown key %s", where, name, tostring(k)), 4) end
+  end
+  local t, role = decl[1], decl.role
+  if M.ROLES[t] then role, t = t, M.ROLES[t] end
+  if role ~= nil and not M.ROLES[role] then error(format("%s: field %s: unknown role %s", where, name, tostring(role)), 4) end
+  if role then t = M.ROLES[role] end
+  if type(t) ~= "string" or not TYPES[t] then
+    error(format("%s: field %s: unknown type %s", where, name, tostring(t)), 4)
+  end
+  local f = { name = name, type = t, test = TYPES[t][1], words = TYPES[t][2], role = role,
+              required = decl.required == true, immutable = decl.immutable == true or role == "created_at",
+              enum = nil, min = decl.min, max = decl.max, check = decl.check }
+  if decl.check ~= nil and type(decl.check) ~= "function" then
+    error(format("%s: field %s: check must be a function", where, name), 4)
+  end
+  if decl.enum ~= nil then
+    if type(decl.enum) ~= "table" then error(format("%s: field %s: enum must be a list", where, name), 4) end
+    f.enum = {}
+    for _, v in ipairs(decl.enum) do f.enum[v] = true end
+    f.enum_list = decl.enum
+  end
+  if decl.of ~= nil then
+    if t ~= "array" then error(format("%s: field %s: of is for arrays", where, name), 4) end
+    f.of = compile_field(name .. "[]", decl.of, where)
+  end
+  if decl.fields ~= nil then
+    if t ~= "document" and t ~= "array" then error(format("%s: field %s: fields is for documents", where, name), 4) end
+    if t == "array" then
+      f.of = { name = name .. "[]", type = "document", test = is_document, words = TYPES.document[2],
+               schema = compile(decl.fields, where .. " " .. name) }
+    else
+      f.schema = compile(decl.fields, where .. " " .. name)
+    end
+  end
+  if decl.default ~= nil then
+    local d = decl.default
+    if type(d) == "table" and t == "array" and not is_array(d) and getmetatable(d) == nil then d = array(d) end
+    if type(d) ~= "function" and d ~= null and not f.test(d) then
+      error(format("%s: field %s: its default is not %s", where, name, f.words), 4)
+    end
+    f.default = d
+  end
+  return f
+end
+
+-- fields -> { by_name = { name -> field }, list = { field... } (by name), roles = { role -> name } }
+function compile(fields, where)
+  if type(fields) ~= "table" then error(where .. ": fields must be a table", 4) end
+  local s = { by_name = {}, list = {}, roles = {} }
+  for name, decl in pairs(fields) do
+    if type(name) ~= "string" or name == "" or name:find(".", 1, true) or name:sub(1, 1) == "$" then
+      error(format("%s: %s is not a field name", where, tostring(name)), 3)
+    end
+    local f = compile_field(name, decl, where)
+    s.by_name[name] = f
+    s.list[#s.list + 1] = f
+    if f.role then
+      if s.roles[f.role] then error(format("%s: two %s fields (%s, %s)", where, f.role, s.roles[f.role], name), 3) end
+      s.roles[f.role] = name
+    end
+  end
+  table.sort(s.list, function(a, b) return a.name < b.name end)
+  return s
+end
+M.compile = compile
+
+local function add(errs, field, message)
+  errs[#errs + 1] = { field = field, message = message }
+end
+
+local check_document
+
+-- Checks one value against a field; a nil value is for the caller (required).
+local function check_value(f, v, path, errs)
+  if v == null then
+    if f.required then add(errs, path, path .. " is required (got null)") end
+    return
+  end
+  if not f.test(v) then
+    local got = type(v)
+    if got == "userdata" then
+      local mt = getmetatable(v)
+      got = mt and mt.__name or got
+    elseif got == "number" and f.type == "integer" then
+      got = "the float " .. tostring(v)
+    end
+    add(errs, path, format("%s must be %s, got %s", path, f.words, got))
+    return
+  end
+  if f.enum and not f.enum[v] then
+    local words = {}
+    for i, e in ipairs(f.enum_list) do words[i] = tostring(e) end
+    add(errs, path, format("%s must be one of %s, got %s", path, table.concat(words, ", "), tostring(v)))
+    return
+  end
+  if f.min ~= nil or f.max ~= nil then
+    local size = (f.type == "string" or f.type == "array") and #v or v
+    if type(size) == "number" then
+      if f.min ~= nil and size < f.min then add(errs, path, format("%s is below its minimum %s", path, tostring(f.min))) end
+      if f.max ~= nil and size > f.max then add(errs, path, format("%s is above its maximum %s", path, tostring(f.max))) end
+    end
+  end
+  if f.type == "array" then
+    -- an empty table meant as an array: marked, so it is stored as [] and not {}
+    if next(v) == nil and getmetatable(v) == nil then array(v) end
+    if f.of then
+      for i = 1, #v do check_value(f.of, v[i], path .. "[" .. i .. "]", errs) end
+    end
+  elseif f.schema then
+    check_document(f.schema, v, path .. ".", errs)
+  end
+  if f.check then
+    local ok, msg = f.check(v)
+    if not ok then add(errs, path, path .. ": " .. tostring(msg or "refused by its check")) end
+  end
+end
+M.check_value = check_value
+
+-- Checks a document against a schema: unknown keys, required fields, types.
+-- skip: keys not to look at (the id, which the model checks itself).
+function check_document(s, doc, prefix, errs, skip)
+  local by_name = s.by_name
+  for k in pairs(doc) do
+    if not by_name[k] and not (skip and skip[k]) then
+      local p = prefix .. tostring(k)
+      add(errs, p, p .. " is not a field of the model")
+    end
+  end
+  local list = s.list
+  for i = 1, #list do
+    local f = list[i]
+    local v = doc[f.name]
+    if v == nil then
+      if f.required then add(errs, prefix .. f.name, prefix .. f.name .. " is required") end
+    else
+      check_value(f, v, prefix .. f.name, errs)
+    end
+  end
+  return errs
+end
+
+--- Checks a document: nil when it fits, otherwise the list of { field =, message = }.
+function M.check(s, doc, skip)
+  local errs = check_document(s, doc, "", {}, skip)
+  if #errs == 0 then return nil end
+  return errs
+end
+
+-- The field an update path names, walking nested schemas: the field, or
+-- false when the path runs into a free-form document (anything goes), or
+-- nil, why when the path names no field.
+local function field_at(s, path)
+  local f, rest = nil, path
+  local cur = s
+  while true do
+    local seg, tail = rest:match("^([^.]+)%.(.+)$")
+    if not seg then seg = rest end
+    if f and f.type == "array" then
+      -- an element: an index, $, $[] or $[name]
+      if seg:match("^%d+$") or seg == "$" or seg:match("^%$%[[%w_]*%]$") then
+        f = f.of or false
+        if f == false then return false end
+        cur = f.schema
+      else
+        return nil, "an array is indexed by a number or $"
+      end
+    else
+      if cur == nil then
+        if f and (f.type == "document" or f.type == "any") then return false end
+        return nil, "it has no fields"
+      end
+      f = cur.by_name[seg]
+      if not f then return nil, "not a field of the model" end
+      cur = f.schema
+    end
+    if not tail then return f end
+    rest = tail
+  end
+end
+M.field_at = field_at
+
+return M
