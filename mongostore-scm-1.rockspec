@@ -34,10 +34,11 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/bsontypes.c", "csrc/bulk.c", "csrc/collection.c", "csrc/commit.c", "csrc/connect.c", "csrc/core.c",
-            "csrc/cursor.c", "csrc/database.c", "csrc/decode.c", "csrc/dedupe.c", "csrc/errors.c", "csrc/errors_mongoc.c",
-            "csrc/isotime.c", "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/relay.c",
-            "csrc/session.c", "csrc/store.c", "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
+            "csrc/bsontypes.c", "csrc/bulk.c", "csrc/collection.c", "csrc/commit.c", "csrc/connect.c",
+            "csrc/core.c", "csrc/cursor.c", "csrc/database.c", "csrc/decode.c", "csrc/dedupe.c",
+            "csrc/ejson.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/isotime.c", "csrc/json.c",
+            "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/relay.c", "csrc/session.c", "csrc/store.c",
+            "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
          },
          defines = {
             "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE",
@@ -61,6 +62,9 @@ build = {
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
       ["mongostore.values"] = "lua/mongostore/values.lua",
+      ["mongostore.ejson"] = "lua/mongostore/ejson.lua",
+      ["mongostore.query"] = "lua/mongostore/query.lua",
+      ["mongostore.track"] = "lua/mongostore/track.lua",
    },
 }
 test = {

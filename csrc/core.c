@@ -142,6 +142,7 @@ __attribute__((visibility("default"))) int luaopen_mongostore_core(lua_State *L)
   luaL_setfuncs(L, core_funcs, 0);
   ms_open_value(L);
   ms_open_json(L);
+  ms_open_ejson(L);
   ms_open_isotime(L);
   ms_open_store(L);
   ms_open_database(L);

@@ -227,6 +227,9 @@ int  ms_json_encode(lua_State *L, int idx, bson_string_t *out, ms_path_t *p, ms_
 int  ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e);  /* pushes the value */
 void ms_open_json(lua_State *L);                          /* json_encode, json_decode */
 
+/* ejson.c: MongoDB Extended JSON through libbson (mongostore.ejson) */
+void ms_open_ejson(lua_State *L);                         /* bson_to_ejson, ejson_to_bson */
+
 /* isotime.c: the ISO-8601 date-times harel (pydantic) writes */
 size_t ms_iso8601_format(double t, char *out, size_t outlen);  /* UTC, microseconds, 'Z' */
 int  ms_iso8601_parse(const char *s, size_t len, double *t);   /* 0 on success */

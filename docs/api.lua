@@ -53,6 +53,8 @@ api.receivers = {
 
 -- Names the modules expose that are not the public API.
 api.internal = {
+  ["mongostore.ngx_thread.CODECS"] = "shared with mongostore.ngx: the encodings of the values that cross the "
+    .. "thread boundary (JSON for the store calls, BSON for msngx.run)",
   ["mongostore.chart.is_ancestor"] = "used by the interpreter: a path test on compiled charts",
   ["mongostore.Chart.node"] = "used by the interpreter: the compiled node at a path",
   ["mongostore.Engine.deliver"] = "the step under send and the relays: applies an event without checking it first",
@@ -1410,6 +1412,46 @@ local big = mongostore.int64("9007199254740993")]] },
       },
     },
     {
+      title = "Extended JSON",
+      intro = [[
+MongoDB Extended JSON (v2) for documents that hold boxes, for answers that
+leave the process (an HTTP body) and documents that come from other tools
+(`mongoexport`, other drivers). The text goes through libbson's own writer
+and reader, the tables through the document API's codec, so the value rules
+and the boxes are the ones everywhere else. The relaxed form writes numbers
+as JSON numbers (an integer reads back as an int32 when it fits) and dates as
+ISO-8601 text; the canonical form keeps every type (`{"$numberInt": "7"}`).
+libbson 1.23's reader cannot read JavaScript code (`$code`) as an array's
+element, nor a code scope that holds an array: such text is refused.]],
+      entries = {
+        { fn = "ejson.encode", module = "mongostore",
+          params = {
+            { "doc", "table", "a document (boxes and all)" },
+            { "opts", "mongostore.EjsonEncodeOptions?", "`canonical`" },
+          },
+          returns = { { "text", "string", "its Extended JSON" } },
+          fails = { "invalid" },
+          raises = "a `doc` that is not a table, an `opts` that is not a table, or an unknown option",
+          example = [[
+local text = mongostore.ejson.encode({ _id = mongostore.objectid(), at = mongostore.date() })
+-- { "_id" : { "$oid" : "..." }, "at" : { "$date" : "2026-12-01T15:04:05.123Z" } }]] },
+        { class = "mongostore.EjsonEncodeOptions",
+          desc = "The options of `ejson.encode`.",
+          fields = {
+            { "canonical", "boolean?", "the canonical form, which keeps every type", default = "false" },
+          } },
+        { fn = "ejson.decode", module = "mongostore",
+          params = { { "text", "string", "one JSON object, white space around it allowed" } },
+          returns = { { "doc", "table", "the document, as the document API reads one: `$oid`, `$date`, "
+            .. "`$numberLong`, ... as their boxes or numbers, arrays marked, null as `mongostore.null`" } },
+          fails = { "invalid", "too_large" },
+          raises = "a `text` that is not a string" },
+        { field = "ejson", module = "mongostore", type = "mongostore.EjsonCodec",
+          desc = "The Extended JSON codec (`require \"mongostore.ejson\"`)." },
+        { class = "mongostore.EjsonCodec", desc = "The type of `mongostore.ejson`: `encode` and `decode`." },
+      },
+    },
+    {
       title = "How documents read and write",
       intro = [[
 The document API ([documents](documents.md)), and `bson_decode(bytes,
@@ -2190,7 +2232,7 @@ gives the VM's Database (`local ngx_thread = require "mongostore.ngx_thread"`).]
           params = {
             { "module", "string", "the module's name, as `require` takes it; in `run_modules`" },
             { "fn", "string", "the name of a function of the module" },
-            { "...", "any", "its arguments, JSON across" },
+            { "...", "any", "its arguments, BSON across" },
           },
           returns = { { "r", "any", "what `fn` returns, every value (its own `nil, msg, code[, detail]` too)" } },
           fails = { "invalid", "server", "unavailable" },
@@ -2198,13 +2240,15 @@ gives the VM's Database (`local ngx_thread = require "mongostore.ngx_thread"`).]
             .. "a `module` not in `run_modules`",
           desc = [[
 Calls `require(module)[fn](...)` in a worker thread (configure's
-`thread_pool`) and returns what it returns. Values cross as JSON: integers
-exact (beyond 2^53 as int64 boxes on LuaJIT), arrays stay arrays, null stays
-null, and a nil keeps its place. It takes one of the `max_inflight` slots, as
-every call does. Fails with `invalid` for an argument JSON cannot carry, no
-such module or no such function; `server` for a Lua error in `fn` or while
-loading the module (its traceback goes to nginx's error log) or a result JSON
-cannot carry (a box: `tostring` an ObjectId); `unavailable` when no slot came
+`thread_pool`) and returns what it returns. Values cross as BSON in the
+document API's form, so a document comes back as the function had it: every
+box as itself (an ObjectId, a date, an int32, ...), integers exact (beyond
+2^53 as int64 boxes on LuaJIT), arrays stay arrays, null stays null, and a
+nil keeps its place. It takes one of the `max_inflight` slots, as every call
+does. Fails with `invalid` for an argument BSON cannot carry (a function, a
+table with holes), no such module or no such function; `server` for a Lua
+error in `fn` or while loading the module (its traceback goes to nginx's
+error log) or a result BSON cannot carry; `unavailable` when no slot came
 free within `call_timeout` or the thread failed.]],
           example = [[
 -- app/notes.lua (a module returning M), run in the thread VM:

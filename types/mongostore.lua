@@ -368,6 +368,13 @@ local Session = {}
 --- The type of `mongostore.json`: `encode` and `decode`.
 ---@class mongostore.JsonCodec
 
+--- The options of `ejson.encode`.
+---@class mongostore.EjsonEncodeOptions
+---@field canonical? boolean the canonical form, which keeps every type
+
+--- The type of `mongostore.ejson`: `encode` and `decode`.
+---@class mongostore.EjsonCodec
+
 --- An int32 to write: `tostring` gives its digits.
 ---@class mongostore.Int32
 local Int32 = {}
@@ -447,6 +454,10 @@ mongostore.null = {}
 --- The JSON codec.
 ---@type mongostore.JsonCodec
 mongostore.json = {}
+
+--- The Extended JSON codec (`require "mongostore.ejson"`).
+---@type mongostore.EjsonCodec
+mongostore.ejson = {}
 
 --- MinKey, below every other value in the server's order; one value (`tostring`: `MinKey`).
 ---@type mongostore.MinKey
@@ -1170,6 +1181,25 @@ function mongostore.json.encode(v, what) end
 ---@return string? message
 ---@return "invalid"? code
 function mongostore.json.decode(text, opts) end
+
+--- Raises on a `doc` that is not a table, an `opts` that is not a table, or an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param doc table a document (boxes and all)
+---@param opts? mongostore.EjsonEncodeOptions `canonical`
+---@return string? text # its Extended JSON
+---@return string? message
+---@return "invalid"? code
+function mongostore.ejson.encode(doc, opts) end
+
+--- Raises on a `text` that is not a string.
+---
+--- Fails with `nil, message, code`.
+---@param text string one JSON object, white space around it allowed
+---@return table? doc # the document, as the document API reads one: `$oid`, `$date`, `$numberLong`, ... as their boxes or numbers, arrays marked, null as `mongostore.null`
+---@return string? message
+---@return ("invalid"|"too_large")? code
+function mongostore.ejson.decode(text) end
 
 --- Forces an int32 where the Lua value would be written as an int64. Read back, an int32 is a plain integer that remembers its type.
 ---

@@ -31,6 +31,8 @@ return {
   -- the core's JSON codec: arrays stay arrays (mongostore.array), null is
   -- mongostore.null, integers are exact; encode/decode return nil, msg on bad input
   json = { encode = core.json_encode, decode = core.json_decode },
+  -- MongoDB Extended JSON for documents with boxes (mongostore.ejson)
+  ejson = require("mongostore.ejson"),
   execution = execution.new,
   is_execution = execution.is_execution,
   -- The codes an operation can return as its third value (see README.md).

@@ -305,7 +305,7 @@ local function in_ngx_run(f, arg)
     return true
   end
   ngx_thread.run({ uri = "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=100", db = "docs", wait = 0 },
-                 "docs_spec_probe", "call", '{"n":0,"v":[]}')
+                 "docs_spec_probe", "call", ngx_thread.CODECS.bson.encode({ n = 0, v = mongostore.array() }))
   if raised ~= nil then error(raised, 0) end
   return true
 end

@@ -13,6 +13,11 @@ usage: python bsontypes.py URI DB COLL OP [ARG]; prints one line.
   raw ID      the bytes of the document with _id ID, in hex ("none" if absent)
   types ID    the Python type pymongo reads each field of _id ID as, as JSON
   insert HEX  insert the document whose bytes are HEX, as they are
+  ejson ID    the every-type document as pymongo's canonical Extended JSON,
+              with no server
+  from_ejson TEXT
+              the bytes pymongo encodes the canonical Extended JSON TEXT
+              as, in hex, with no server
 """
 
 import json
@@ -106,6 +111,17 @@ def main():
     skip = [k for k in os.environ.get("BSONTYPES_SKIP", "").split(",") if k]
     if op == "bytes":
         sys.stdout.write(document(every_type(arg), skip).hex() + "\n")
+        sys.stdout.flush()
+        return
+    if op in ("ejson", "from_ejson"):
+        from bson import json_util
+        from bson import decode
+        if op == "ejson":
+            doc = decode(document(every_type(arg), skip))
+            out = json_util.dumps(doc, json_options=json_util.CANONICAL_JSON_OPTIONS)
+        else:
+            out = encode(json_util.loads(arg, json_options=json_util.CANONICAL_JSON_OPTIONS)).hex()
+        sys.stdout.write(out + "\n")
         sys.stdout.flush()
         return
     client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=10000)

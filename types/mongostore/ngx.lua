@@ -114,13 +114,15 @@ function msngx.send_external(id, event) end
 function msngx.start_external(chart_id, opts) end
 
 --- Calls `require(module)[fn](...)` in a worker thread (configure's
---- `thread_pool`) and returns what it returns. Values cross as JSON: integers
---- exact (beyond 2^53 as int64 boxes on LuaJIT), arrays stay arrays, null stays
---- null, and a nil keeps its place. It takes one of the `max_inflight` slots, as
---- every call does. Fails with `invalid` for an argument JSON cannot carry, no
---- such module or no such function; `server` for a Lua error in `fn` or while
---- loading the module (its traceback goes to nginx's error log) or a result JSON
---- cannot carry (a box: `tostring` an ObjectId); `unavailable` when no slot came
+--- `thread_pool`) and returns what it returns. Values cross as BSON in the
+--- document API's form, so a document comes back as the function had it: every
+--- box as itself (an ObjectId, a date, an int32, ...), integers exact (beyond
+--- 2^53 as int64 boxes on LuaJIT), arrays stay arrays, null stays null, and a
+--- nil keeps its place. It takes one of the `max_inflight` slots, as every call
+--- does. Fails with `invalid` for an argument BSON cannot carry (a function, a
+--- table with holes), no such module or no such function; `server` for a Lua
+--- error in `fn` or while loading the module (its traceback goes to nginx's
+--- error log) or a result BSON cannot carry; `unavailable` when no slot came
 --- free within `call_timeout` or the thread failed.
 ---
 --- Raises on a call before `configure`, a `module` or `fn` that is not a string or not a valid name, or a `module` not in `run_modules`.
@@ -128,7 +130,7 @@ function msngx.start_external(chart_id, opts) end
 --- Fails with `nil, message, code`.
 ---@param module string the module's name, as `require` takes it; in `run_modules`
 ---@param fn string the name of a function of the module
----@param ... any its arguments, JSON across
+---@param ... any its arguments, BSON across
 ---@return any? r # what `fn` returns, every value (its own `nil, msg, code[, detail]` too)
 ---@return string? message
 ---@return ("invalid"|"server"|"unavailable")? code
