@@ -63,6 +63,8 @@ build = {
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
       ["mongostore.values"] = "lua/mongostore/values.lua",
       ["mongostore.ejson"] = "lua/mongostore/ejson.lua",
+      ["mongostore.model"] = "lua/mongostore/model.lua",
+      ["mongostore.schema"] = "lua/mongostore/schema.lua",
       ["mongostore.query"] = "lua/mongostore/query.lua",
       ["mongostore.track"] = "lua/mongostore/track.lua",
    },
