@@ -98,6 +98,27 @@ static int l_hmac_sha256(lua_State *L) {
   return 1;
 }
 
+/* sha256(bytes) -> 32 raw bytes (content ids of records). */
+static int l_sha256(lua_State *L) {
+  size_t len;
+  const char *msg = luaL_checklstring(L, 1, &len);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int outlen = 0;
+  if (!EVP_Digest(msg, len, out, &outlen, EVP_sha256(), NULL)) return luaL_error(L, "sha256: libcrypto failed");
+  lua_pushlstring(L, (const char *)out, outlen);
+  return 1;
+}
+
+/* random_bytes(n) -> n bytes from getrandom (1 <= n <= 256): secrets and tokens. */
+static int l_random_bytes(lua_State *L) {
+  unsigned char buf[256];
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n >= 1 && n <= 256, 1, "n must be 1 to 256");
+  if (ms_random(buf, (size_t)n)) return luaL_error(L, "random_bytes: getrandom failed");
+  lua_pushlstring(L, (const char *)buf, (size_t)n);
+  return 1;
+}
+
 /* text_error(s) -> nil when s may be an id or a filter string (non-empty
  * UTF-8 without NUL), else what is wrong with it: the one test every entry
  * point applies to the strings it is given. */
@@ -122,6 +143,8 @@ static int l_text_error(lua_State *L) {
 
 static const luaL_Reg core_funcs[] = {
   {"hmac_sha256", l_hmac_sha256},
+  {"sha256", l_sha256},
+  {"random_bytes", l_random_bytes},
   {"text_error", l_text_error},
   {"now", l_now},
   {"sleep", l_sleep},
