@@ -993,8 +993,9 @@ function Model:bulk_save(docs, opts)
     local refused = {}
     for _, e in ipairs(res.errors) do refused[e.index] = e end
     -- updates that matched nothing are not errors to the server: when fewer
-    -- matched than were sent, one read tells which (the written ones are at
-    -- their new revision; without a revision, the missing ones are gone)
+    -- matched than were sent, one read tells which. A written one is at its
+    -- new revision with this call's updated_at (the time tells ours from
+    -- another writer's single bump); without a revision, a missing one is gone.
     local updates, ok_updates = 0, {}
     for j = 1, #ops do
       if not plan[j].insert and not refused[j] then updates = updates + 1; ok_updates[#ok_updates + 1] = j end
@@ -1004,8 +1005,11 @@ function Model:bulk_save(docs, opts)
       local ids = array {}
       for _, j in ipairs(ok_updates) do ids[#ids + 1] = rawget(plan[j].doc, "_id") end
       local rev = r.revision
-      local cur, m2, c2, d2 = coll:find({ _id = { ["$in"] = ids } },
-        { projection = rev and { [rev] = 1 } or { _id = 1 }, session = raw })
+      local upd = r.updated_at
+      local proj = { _id = 1 }
+      if rev then proj[rev] = 1 end
+      if upd then proj[upd] = 1 end
+      local cur, m2, c2, d2 = coll:find(scope(self, { _id = { ["$in"] = ids } }), { projection = proj, session = raw })
       if not cur then return driver_fail(m2, c2, d2) end
       local found = {}
       local list
@@ -1017,7 +1021,7 @@ function Model:bulk_save(docs, opts)
         local d = found[tostring(rawget(doc, "_id"))]
         if d == nil then
           missed[j] = { code = "not_found", message = "no document " .. tostring(rawget(doc, "_id")) }
-        elseif rev and d[rev] ~= (snaps[doc][rev] or 0) + 1 then
+        elseif rev and (d[rev] ~= (snaps[doc][rev] or 0) + 1 or (upd and d[upd] ~= at)) then
           missed[j] = { code = "stale", message = format("document %s is at revision %s, this copy at %s: reload it",
             tostring(rawget(doc, "_id")), tostring(d[rev]), tostring(snaps[doc][rev])) }
         end
