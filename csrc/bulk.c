@@ -31,7 +31,7 @@ static void push_write_errors(lua_State *L, const ms_call_t *k, const bson_t *re
       else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&doc)) msg = bson_iter_utf8(&doc, NULL);
     }
     if (failed && index >= 0 && (size_t)index < nops) failed[index] = 1;
-    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)", k->doing, msg,
+    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)", ms_call_doing(k), msg,
                (int)code);
     ms_scrub(k->db->password, &e);
     lua_createtable(L, 0, 4);
@@ -188,31 +188,42 @@ int ms_collection_insert_many(lua_State *L) {
 
 /* ---- bulk_write ---- */
 
+enum { OP_INSERT_ONE, OP_UPDATE_ONE, OP_UPDATE_MANY, OP_REPLACE_ONE, OP_DELETE_ONE, OP_DELETE_MANY };
 static const char *const op_names[] = {"insert_one", "update_one", "update_many", "replace_one", "delete_one",
                                        "delete_many", NULL};
 
-/* The op's field: by name, or by position (filter 1, update/replacement 2). */
-static int op_field(lua_State *L, int idx, const char *name, int pos) {
-  if (lua_getfield(L, idx, name) != LUA_TNIL) return 1;
-  lua_pop(L, 1);
-  return lua_rawgeti(L, idx, pos) != LUA_TNIL;
+/* The string key at -2 among op_names, or -1. */
+static int op_name_of(lua_State *L) {
+  size_t n;
+  const char *s;
+  int j;
+  if (lua_type(L, -2) != LUA_TSTRING) return -1;
+  s = lua_tolstring(L, -2, &n);
+  for (j = 0; op_names[j]; j++)
+    if (strlen(op_names[j]) == n && memcmp(s, op_names[j], n) == 0) return j;
+  return -1;
 }
 
-/* Which of op_names the op at idx holds (its one key), or -1 with e set. */
+/* Which of op_names the op at idx holds (its one key), its spec pushed;
+ * or -1 with e set, nothing pushed. */
 static int op_kind(lua_State *L, int idx, size_t i, ms_err_t *e) {
-  int which = -1, nkeys = 0, j;
+  int which = -1, nkeys = 0;
   if (lua_type(L, idx) != LUA_TTABLE) {
     ms_err_set(e, "invalid", "ops[%zu] must be a table, got %s", i, luaL_typename(L, idx));
     return -1;
   }
+  lua_pushnil(L);   /* the spec's slot */
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    nkeys++;
-    for (j = 0; op_names[j]; j++)
-      if (lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), op_names[j]) == 0) which = j;
+    int j = op_name_of(L);
+    if (++nkeys == 1 && j >= 0) {
+      which = j;
+      lua_copy(L, -1, -3);
+    }
     lua_pop(L, 1);
   }
   if (nkeys != 1 || which < 0) {
+    lua_pop(L, 1);
     ms_err_set(e, "invalid", "ops[%zu] must hold one of insert_one, update_one, update_many, replace_one, "
                "delete_one, delete_many", i);
     return -1;
@@ -220,114 +231,138 @@ static int op_kind(lua_State *L, int idx, size_t i, ms_err_t *e) {
   return which;
 }
 
-/* An update, replace or delete's spec (a table at spec): its keys are
- * filter, update or replacement, upsert, or the positions 1 and 2. */
-static int op_spec_keys(lua_State *L, int spec, int which, const char *what, ms_err_t *e) {
+/* The parts of an update, replace or delete's spec, each in a stack slot
+ * from base (nil when absent): by name, or by position (filter 1, update
+ * or replacement 2), the name winning. */
+enum { PART_FILTER, PART_BODY, PART_UPSERT, PART_FILTER_AT, PART_BODY_AT, PART_N };
+
+/* The part the key at -2 of an op of kind which names, or -1. */
+static int part_of(lua_State *L, int which) {
+  size_t n;
+  const char *s;
+  if (lua_type(L, -2) == LUA_TNUMBER) {
+    lua_Number x = lua_tonumber(L, -2);
+    return x == 1 ? PART_FILTER_AT : x == 2 && which <= OP_REPLACE_ONE ? PART_BODY_AT : -1;
+  }
+  if (lua_type(L, -2) != LUA_TSTRING) return -1;
+  s = lua_tolstring(L, -2, &n);
+  if (n == 6 && memcmp(s, "filter", 6) == 0) return PART_FILTER;
+  if (which > OP_REPLACE_ONE) return -1;
+  if (n == 6 && memcmp(s, "upsert", 6) == 0) return PART_UPSERT;
+  if (which < OP_REPLACE_ONE) return n == 6 && memcmp(s, "update", 6) == 0 ? PART_BODY : -1;
+  return n == 11 && memcmp(s, "replacement", 11) == 0 ? PART_BODY : -1;
+}
+
+/* Reads the spec at spec into PART_N slots pushed from base (one pass over
+ * its keys); -1 with e set on an unknown key. */
+static int op_parts(lua_State *L, int spec, int which, const char *what, int *base, ms_err_t *e) {
+  int j;
+  *base = lua_gettop(L) + 1;
+  for (j = 0; j < PART_N; j++) lua_pushnil(L);
   lua_pushnil(L);
   while (lua_next(L, spec)) {
-    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-    int known = key ? strcmp(key, "filter") == 0 || (which <= 3 && strcmp(key, "upsert") == 0) ||
-                        (which <= 2 && strcmp(key, "update") == 0) || (which == 3 && strcmp(key, "replacement") == 0)
-                    : lua_type(L, -2) == LUA_TNUMBER && lua_tonumber(L, -2) >= 1 &&
-                        lua_tonumber(L, -2) <= (which <= 3 ? 2 : 1) && lua_tonumber(L, -2) == (int)lua_tonumber(L, -2);
-    lua_pop(L, 1);
-    if (!known) {
-      lua_pop(L, 1);
+    int part = part_of(L, which);
+    if (part < 0) {
+      const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
       ms_err_set(e, "invalid", "%s: unknown key %s", what, key ? key : "(not a name)");
+      lua_pop(L, 2);
       return -1;
     }
+    lua_copy(L, -1, *base + part);
+    lua_pop(L, 1);
   }
+  for (j = PART_FILTER; j <= PART_BODY; j++)
+    if (lua_isnil(L, *base + j)) lua_copy(L, *base + PART_FILTER_AT + j, *base + j);
   return 0;
 }
 
-/* The filter (a), the update or replacement (b) and the options (o) of an
- * update, replace or delete op; *clean when libmongoc need not validate b
- * again. */
-static int encode_op(lua_State *L, const ms_call_t *k, int spec, int which, const char *what, bson_t *a, bson_t *b,
-                     bson_t *o, int *clean, ms_err_t *e) {
-  char fw[64];
-  int rc, afound = 0, bfound = 0;
-  if (lua_type(L, spec) != LUA_TTABLE) {
-    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
+/* The filter (a) and the update or replacement (b) of an update, replace
+ * or delete op from its parts at base; *upsert, *clean (libmongoc need not
+ * validate b again). what is "ops[i].<name>", with room for a suffix. */
+static int encode_parts(lua_State *L, const ms_call_t *k, int base, int which, char *what, size_t size, bson_t *a,
+                        bson_t *b, int *upsert, int *clean, ms_err_t *e) {
+  size_t wl = strlen(what);
+  int afound = 0, bfound = 0, rc;
+  ms_name_join(what + wl, size - wl, ".filter", "");
+  if (lua_isnil(L, base + PART_FILTER)) {
+    what[wl] = '\0';
+    ms_err_set(e, "invalid", "%s needs a filter", what);
     return -1;
   }
-  if (op_spec_keys(L, spec, which, what, e)) return -1;
-  ms_name_join(fw, sizeof fw, what, ".filter");
-  if (!op_field(L, spec, "filter", 1)) {
-    ms_err_set(e, "invalid", "%s needs a filter", what);
-    rc = -1;
-  } else {
-    rc = ms_doc_arg(L, -1, a, fw, 0, &afound, e);
+  rc = ms_doc_arg(L, base + PART_FILTER, a, what, 0, &afound, e);
+  what[wl] = '\0';
+  if (rc || which > OP_REPLACE_ONE) return rc;
+  if (lua_isnil(L, base + PART_BODY)) {
+    ms_err_set(e, "invalid", "%s needs %s", what, which == OP_REPLACE_ONE ? "a replacement" : "an update");
+    return -1;
   }
-  lua_pop(L, 1);
-  if (rc || which > 3) return rc;
-  ms_name_join(fw, sizeof fw, what, which == 3 ? ".replacement" : ".update");
-  if (!op_field(L, spec, which == 3 ? "replacement" : "update", 2)) {
-    ms_err_set(e, "invalid", "%s needs %s", what, which == 3 ? "a replacement" : "an update");
-    rc = -1;
-  } else if (which == 3) {
-    if (ms_doc_arg(L, -1, b, fw, 0, &bfound, e) || ms_storable(b, bfound, fw, e) ||
-        ((bfound & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(b, fw, e)) || ms_size_ok(k, b, fw, e))
-      rc = -1;
+  ms_name_join(what + wl, size - wl, which == OP_REPLACE_ONE ? ".replacement" : ".update", "");
+  if (which == OP_REPLACE_ONE) {
+    rc = ms_doc_arg(L, base + PART_BODY, b, what, 0, &bfound, e) || ms_storable(b, bfound, what, e) ||
+         ((bfound & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(b, what, e)) || ms_size_ok(k, b, what, e) ? -1 : 0;
     *clean = !(bfound & MS_NEEDS_CHECKS);
   } else {
-    rc = ms_update_arg(L, -1, b, fw, &bfound, e);
+    rc = ms_update_arg(L, base + PART_BODY, b, what, &bfound, e);
     *clean = ms_update_is_clean(bfound);
   }
-  lua_pop(L, 1);
   if (rc) return rc;
-  lua_getfield(L, spec, "upsert");
-  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1)) {
+  /* the filter's name again: an upsert stores its equality fields */
+  ms_name_join(what + wl, size - wl, ".filter", "");
+  if (!lua_isnil(L, base + PART_UPSERT) && !lua_isboolean(L, base + PART_UPSERT)) {
+    what[wl] = '\0';
     ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
     rc = -1;
-  } else if (lua_toboolean(L, -1)) {
-    /* an upsert stores the filter's equality fields */
-    bson_append_bool(o, "upsert", 6, true);
-    rc = ms_storable(a, afound, fw, e);
+  } else if ((*upsert = lua_toboolean(L, base + PART_UPSERT))) {
+    rc = ms_storable(a, afound, what, e);
   }
-  lua_pop(L, 1);
+  what[wl] = '\0';
   return rc;
 }
 
-/* Adds ops[i] (the table at idx) to bulk; -1 with e set (invalid) when it
- * is malformed or libmongoc refuses it. */
+/* Hands an encoded op to libmongoc (which copies it). */
+static int bulk_add(mongoc_bulk_operation_t *bulk, int which, const bson_t *a, const bson_t *b, const bson_t *o,
+                    bson_error_t *be) {
+  switch (which) {
+  case OP_INSERT_ONE: return mongoc_bulk_operation_insert_with_opts(bulk, a, o, be);
+  case OP_UPDATE_ONE: return mongoc_bulk_operation_update_one_with_opts(bulk, a, b, o, be);
+  case OP_UPDATE_MANY: return mongoc_bulk_operation_update_many_with_opts(bulk, a, b, o, be);
+  case OP_REPLACE_ONE: return mongoc_bulk_operation_replace_one_with_opts(bulk, a, b, o, be);
+  case OP_DELETE_ONE: return mongoc_bulk_operation_remove_one_with_opts(bulk, a, NULL, be);
+  default: return mongoc_bulk_operation_remove_many_with_opts(bulk, a, NULL, be);
+  }
+}
+
+/* Adds ops[i] (the table at idx) to bulk; its kind, or -1 with e set
+ * (invalid) when it is malformed or libmongoc refuses it. */
 static int add_op(lua_State *L, const ms_call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
-  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o = BSON_INITIALIZER;
+  bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o;
   bson_error_t be;
-  char what[48], tail[24];
-  int which, rc, ok = 1, spec, found = 0, clean = 0;
+  char what[64], tail[24];
+  int which, rc, spec, base, found = 0, clean = 0, upsert = 0;
   idx = lua_absindex(L, idx);
   if ((which = op_kind(L, idx, i, e)) < 0) return -1;
-  lua_getfield(L, idx, op_names[which]);
   spec = lua_gettop(L);
   ms_name_join(tail, sizeof tail, "].", op_names[which]);
-  ms_index_name(what, sizeof what, "ops[", i, tail);
-  if (which == 0) {
+  ms_index_name(what, sizeof what - 16, "ops[", i, tail);
+  if (which == OP_INSERT_ONE) {
     rc = ms_encode_insert(L, k, spec, &a, what, &found, e);
     clean = !(found & MS_NEEDS_CHECKS);
+  } else if (lua_type(L, spec) != LUA_TTABLE) {
+    ms_err_set(e, "invalid", "%s must be a table, got %s", what, luaL_typename(L, spec));
+    rc = -1;
   } else {
-    rc = encode_op(L, k, spec, which, what, &a, &b, &o, &clean, e);
+    rc = op_parts(L, spec, which, what, &base, e) ||
+         encode_parts(L, k, base, which, what, sizeof what, &a, &b, &upsert, &clean, e) ? -1 : 0;
   }
-  if (rc == 0 && clean) ms_no_validation(&o);
-  if (rc == 0) {
-    switch (which) {
-    case 0: ok = mongoc_bulk_operation_insert_with_opts(bulk, &a, &o, &be); break;
-    case 1: ok = mongoc_bulk_operation_update_one_with_opts(bulk, &a, &b, &o, &be); break;
-    case 2: ok = mongoc_bulk_operation_update_many_with_opts(bulk, &a, &b, &o, &be); break;
-    case 3: ok = mongoc_bulk_operation_replace_one_with_opts(bulk, &a, &b, &o, &be); break;
-    case 4: ok = mongoc_bulk_operation_remove_one_with_opts(bulk, &a, NULL, &be); break;
-    default: ok = mongoc_bulk_operation_remove_many_with_opts(bulk, &a, NULL, &be); break;
-    }
-    if (!ok) {
-      ms_err_set(e, "invalid", "%s: %s", what, be.message);
-      rc = -1;
-    }
+  ms_write_opts(&o, clean, upsert);
+  if (rc == 0 && !bulk_add(bulk, which, &a, &b, &o, &be)) {
+    ms_err_set(e, "invalid", "%s: %s", what, be.message);
+    rc = -1;
   }
   lua_settop(L, idx);
   bson_destroy(&a);
   bson_destroy(&b);
-  bson_destroy(&o);
-  return rc;
+  return rc ? -1 : which;
 }
 
 /* upserted: [{ index, _id }] as { [i] = id } */
@@ -378,14 +413,12 @@ int ms_collection_bulk_write(lua_State *L) {
   is_insert = (char *)bson_malloc0(n);
   failed = (char *)bson_malloc0(n);
   for (i = 1; i <= n && rc == 0; i++) {
+    int which;
     lua_rawgeti(L, 2, (lua_Integer)i);
-    if (lua_istable(L, -1)) {
-      lua_getfield(L, -1, "insert_one");
-      is_insert[i - 1] = !lua_isnil(L, -1);
-      lua_pop(L, 1);
-    }
-    rc = add_op(L, &k, bulk, -1, i, &e);
+    which = add_op(L, &k, bulk, -1, i, &e);
     lua_pop(L, 1);
+    if (which < 0) rc = -1;
+    else is_insert[i - 1] = which == OP_INSERT_ONE;
   }
   if (rc) {
     mongoc_bulk_operation_destroy(bulk);

@@ -38,27 +38,40 @@ void ms_name_join(char *buf, size_t size, const char *a, const char *b) {
 }
 
 /* The first line of every method: the collection, its options at opts_idx
- * and the prefix of its errors; 0 when its database is closed. */
+ * and the name of the call (its errors' prefix is made from it only when
+ * one is reported); 0 when its database is closed. */
 int ms_call_begin(lua_State *L, ms_call_t *k, const char *op, int opts_idx) {
   k->c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
   k->db = k->c->db;
   k->opts = opts_idx && lua_istable(L, opts_idx) ? opts_idx : 0;
-  ms_name_join(k->doing, sizeof k->doing, op, " ");
-  ms_name_join(k->doing + strlen(k->doing), sizeof k->doing - strlen(k->doing), k->c->name, "");
+  k->op = op;
+  k->doing[0] = '\0';
   if (!k->db->client) return 0;
   k->db->op_started = ms_now();
   ms_failed_reset();
   return 1;
 }
 
+const char *ms_call_doing(const ms_call_t *k) {
+  /* the buffer is the call's own, filled on first use: const for callers */
+  char *doing = ((ms_call_t *)k)->doing;
+  if (!doing[0]) {
+    size_t at;
+    ms_name_join(doing, sizeof k->doing, k->op, " ");
+    at = strlen(doing);
+    ms_name_join(doing + at, sizeof k->doing - at, k->c->name, "");
+  }
+  return doing;
+}
+
 int ms_call_fail(lua_State *L, const ms_call_t *k, ms_err_t *e) {
-  ms_err_prefix(e, k->doing);
+  ms_err_prefix(e, ms_call_doing(k));
   ms_scrub(k->db->password, e);
   return ms_push_error(L, e);
 }
 
 int ms_call_fail_bson(lua_State *L, const ms_call_t *k, const bson_error_t *be, const bson_t *reply) {
-  return ms_document_push_error(L, k->db, be, reply, k->doing);
+  return ms_document_push_error(L, k->db, be, reply, ms_call_doing(k));
 }
 
 /* ---- encoding arguments and options (no Lua error, no libmongoc) ---- */
@@ -340,7 +353,7 @@ static int l_find(lua_State *L) {
   bson_destroy(&filter);
   bson_destroy(&opts);
   ms_database_push_ref(L, k.c->db_ref);
-  return ms_cursor_new(L, -1, k.db, cur, k.doing);
+  return ms_cursor_new(L, -1, k.db, cur, ms_call_doing(&k));
 }
 
 /* c:find_one(filter, { projection, sort, skip, hint, session }) -> doc, or
@@ -406,71 +419,119 @@ static int l_count(lua_State *L) {
 
 enum { W_UPDATE_ONE, W_UPDATE_MANY, W_REPLACE_ONE, W_DELETE_ONE, W_DELETE_MANY };
 
-static int write_one(lua_State *L, int kind, const char *op) {
-  bson_t filter = BSON_INITIALIZER, body = BSON_INITIALIZER, opts = BSON_INITIALIZER, reply;
-  bson_error_t be;
-  ms_err_t e;
-  int is_delete = kind == W_DELETE_ONE || kind == W_DELETE_MANY, ok = 0, n, rc, upsert = 0, ffound, bfound = 0,
-      clean = 0;
-  MS_CALL_BEGIN(L, k, op, is_delete ? 3 : 4);
-  rc = ms_doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
-  if (rc == 0 && kind == W_REPLACE_ONE) {
-    rc = ms_doc_arg(L, 3, &body, "replacement", 0, &bfound, &e);
-    if (rc == 0) rc = ms_storable(&body, bfound, "replacement", &e);
-    if (rc == 0 && (bfound & MS_FOUND_TOP_DOLLAR)) rc = ms_check_top_keys(&body, "replacement", &e);
-    if (rc == 0) rc = ms_size_ok(&k, &body, "replacement", &e);
-    clean = !(bfound & MS_NEEDS_CHECKS);
-  } else if (rc == 0 && !is_delete) {
-    rc = ms_update_arg(L, 3, &body, "update", &bfound, &e);
-    clean = ms_update_is_clean(bfound);
+void ms_write_opts(bson_t *b, int no_validate, int upsert) {
+  static const uint8_t none[5] = {5, 0, 0, 0, 0};
+  static const uint8_t unchecked[16] = {16, 0, 0, 0, BSON_TYPE_BOOL, 'v', 'a', 'l', 'i', 'd', 'a', 't', 'e', 0, 0, 0};
+  static const uint8_t upserting[14] = {14, 0, 0, 0, BSON_TYPE_BOOL, 'u', 'p', 's', 'e', 'r', 't', 0, 1, 0};
+  static const uint8_t both[25] = {25, 0, 0, 0, BSON_TYPE_BOOL, 'u', 'p', 's', 'e', 'r', 't', 0, 1,
+                                   BSON_TYPE_BOOL, 'v', 'a', 'l', 'i', 'd', 'a', 't', 'e', 0, 0, 0};
+  if (no_validate && upsert) bson_init_static(b, both, sizeof both);
+  else if (no_validate) bson_init_static(b, unchecked, sizeof unchecked);
+  else if (upsert) bson_init_static(b, upserting, sizeof upserting);
+  else bson_init_static(b, none, sizeof none);
+}
+
+/* The second argument of an update (a document of operators or a
+ * pipeline) or of a replace (a document, checked as stored ones are);
+ * *clean when libmongoc need not validate it again. */
+static int write_body(lua_State *L, const ms_call_t *k, int kind, bson_t *body, int *clean, ms_err_t *e) {
+  int found = 0;
+  if (kind != W_REPLACE_ONE) {
+    if (ms_update_arg(L, 3, body, "update", &found, e)) return -1;
+    *clean = ms_update_is_clean(found);
+    return 0;
   }
-  if (rc == 0 && !is_delete) {
-    if (bool_opt(L, &k, "upsert", &upsert)) {
-      ms_err_set(&e, "invalid", "opts.upsert must be a boolean");
-      rc = -1;
-    } else if (upsert) {
-      bson_append_bool(&opts, "upsert", 6, true);
+  if (ms_doc_arg(L, 3, body, "replacement", 0, &found, e) || ms_storable(body, found, "replacement", e) ||
+      ((found & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(body, "replacement", e)) ||
+      ms_size_ok(k, body, "replacement", e))
+    return -1;
+  *clean = !(found & MS_NEEDS_CHECKS);
+  return 0;
+}
+
+/* opts.upsert of an update or replace; an upsert stores the filter's
+ * equality fields, so the filter is checked as a stored document then. */
+static int write_upsert(lua_State *L, const ms_call_t *k, const bson_t *filter, int ffound, int *upsert,
+                        ms_err_t *e) {
+  if (bool_opt(L, k, "upsert", upsert)) {
+    ms_err_set(e, "invalid", "opts.upsert must be a boolean");
+    return -1;
+  }
+  return *upsert ? ms_storable(filter, ffound, "filter", e) : 0;
+}
+
+/* An update's reply, read in one pass, as { matched, modified, upserted_id }. */
+static int push_update_result(lua_State *L, const bson_t *reply, ms_err_t *e) {
+  bson_iter_t it;
+  int64_t matched = 0, modified = 0;
+  lua_createtable(L, 0, 3);
+  if (bson_iter_init(&it, reply)) {
+    while (bson_iter_next(&it)) {
+      const char *key = bson_iter_key(&it);
+      if (strcmp(key, "matchedCount") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
+        matched = bson_iter_as_int64(&it);
+      } else if (strcmp(key, "modifiedCount") == 0 && BSON_ITER_HOLDS_NUMBER(&it)) {
+        modified = bson_iter_as_int64(&it);
+      } else if (strcmp(key, "upsertedId") == 0) {
+        if (ms_push_document_value(L, &it, e)) return -1;
+        lua_setfield(L, -2, "upserted_id");
+      }
     }
   }
-  /* an upsert stores the filter's equality fields */
-  if (rc == 0 && upsert) rc = ms_storable(&filter, ffound, "filter", &e);
-  if (rc == 0) rc = ms_call_session(L, &k, &opts, &e);
+  lua_pushinteger(L, (lua_Integer)matched);
+  lua_setfield(L, -2, "matched");
+  lua_pushinteger(L, (lua_Integer)modified);
+  lua_setfield(L, -2, "modified");
+  return 0;
+}
+
+static int run_write(const ms_call_t *k, int kind, const bson_t *filter, const bson_t *body, const bson_t *opts,
+                     bson_t *reply, bson_error_t *be) {
+  mongoc_collection_t *coll = k->c->coll;
+  switch (kind) {
+  case W_UPDATE_ONE: return mongoc_collection_update_one(coll, filter, body, opts, reply, be);
+  case W_UPDATE_MANY: return mongoc_collection_update_many(coll, filter, body, opts, reply, be);
+  case W_REPLACE_ONE: return mongoc_collection_replace_one(coll, filter, body, opts, reply, be);
+  case W_DELETE_ONE: return mongoc_collection_delete_one(coll, filter, opts, reply, be);
+  default: return mongoc_collection_delete_many(coll, filter, opts, reply, be);
+  }
+}
+
+/* The result of a write that went through. */
+static int push_write_result(lua_State *L, const ms_call_t *k, int is_delete, const bson_t *reply) {
+  ms_err_t e;
+  if (!is_delete) return push_update_result(L, reply, &e) ? ms_call_fail(L, k, &e) : 1;
+  lua_createtable(L, 0, 1);
+  lua_pushinteger(L, (lua_Integer)ms_reply_int(reply, "deletedCount"));
+  lua_setfield(L, -2, "deleted");
+  return 1;
+}
+
+/* The five single writes: every input encoded, then one libmongoc call.
+ * Their options are static BSON (ms_write_opts) unless a session is given. */
+static int write_one(lua_State *L, int kind, const char *op) {
+  bson_t filter = BSON_INITIALIZER, body = BSON_INITIALIZER, own = BSON_INITIALIZER, fixed, reply;
+  bson_error_t be;
+  ms_err_t e;
+  int is_delete = kind == W_DELETE_ONE || kind == W_DELETE_MANY, ok, n, rc, upsert = 0, ffound, clean = 0;
+  MS_CALL_BEGIN(L, k, op, is_delete ? 3 : 4);
+  rc = ms_doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
+  if (rc == 0 && !is_delete) rc = write_body(L, &k, kind, &body, &clean, &e);
+  if (rc == 0 && !is_delete) rc = write_upsert(L, &k, &filter, ffound, &upsert, &e);
+  if (rc == 0) rc = ms_call_session(L, &k, &own, &e);
   if (rc) {
     bson_destroy(&filter);
     bson_destroy(&body);
-    bson_destroy(&opts);
+    bson_destroy(&own);
     return ms_call_fail(L, &k, &e);
   }
-  if (clean) ms_no_validation(&opts);
-  switch (kind) {
-  case W_UPDATE_ONE: ok = mongoc_collection_update_one(k.c->coll, &filter, &body, &opts, &reply, &be); break;
-  case W_UPDATE_MANY: ok = mongoc_collection_update_many(k.c->coll, &filter, &body, &opts, &reply, &be); break;
-  case W_REPLACE_ONE: ok = mongoc_collection_replace_one(k.c->coll, &filter, &body, &opts, &reply, &be); break;
-  case W_DELETE_ONE: ok = mongoc_collection_delete_one(k.c->coll, &filter, &opts, &reply, &be); break;
-  default: ok = mongoc_collection_delete_many(k.c->coll, &filter, &opts, &reply, &be); break;
-  }
+  ms_write_opts(&fixed, clean, upsert);
+  if (!bson_empty(&own)) bson_concat(&own, &fixed);
+  ok = run_write(&k, kind, &filter, &body, bson_empty(&own) ? &fixed : &own, &reply, &be);
   bson_destroy(&filter);
   bson_destroy(&body);
-  bson_destroy(&opts);
-  if (!ok) {
-    n = ms_call_fail_bson(L, &k, &be, &reply);
-  } else if (is_delete) {
-    lua_createtable(L, 0, 1);
-    lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, "deletedCount"));
-    lua_setfield(L, -2, "deleted");
-    n = 1;
-  } else {
-    lua_createtable(L, 0, 3);
-    lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, "matchedCount"));
-    lua_setfield(L, -2, "matched");
-    lua_pushinteger(L, (lua_Integer)ms_reply_int(&reply, "modifiedCount"));
-    lua_setfield(L, -2, "modified");
-    if (ms_push_field(L, &reply, "upsertedId", &e)) n = ms_call_fail(L, &k, &e);
-    else {
-      lua_setfield(L, -2, "upserted_id");
-      n = 1;
-    }
-  }
+  bson_destroy(&own);
+  n = ok ? push_write_result(L, &k, is_delete, &reply) : ms_call_fail_bson(L, &k, &be, &reply);
   bson_destroy(&reply);
   return n;
 }
@@ -580,7 +641,7 @@ static int l_aggregate(lua_State *L) {
   bson_destroy(&pipeline);
   bson_destroy(&opts);
   ms_database_push_ref(L, k.c->db_ref);
-  return ms_cursor_new(L, -1, k.db, cur, k.doing);
+  return ms_cursor_new(L, -1, k.db, cur, ms_call_doing(&k));
 }
 
 /* c:distinct(field, filter, { session }) -> the list of distinct values */
@@ -729,7 +790,7 @@ static int l_list_indexes(lua_State *L) {
   if ((n = session_only(L, &k, &opts))) return n;
   cur = mongoc_collection_find_indexes_with_opts(k.c->coll, &opts);
   bson_destroy(&opts);
-  return ms_document_push_list(L, k.db, cur, k.doing);
+  return ms_document_push_list(L, k.db, cur, ms_call_doing(&k));
 }
 
 /* c:drop_index(name, { session }) -> true */

@@ -118,7 +118,8 @@ typedef struct ms_call {
   ms_database_t *db;
   int opts;              /* stack index of the options table, 0 for none */
   int found;             /* what an encoding saw, where nothing else depends on it */
-  char doing[160];       /* "insert_one articles" */
+  const char *op;        /* "insert_one" */
+  char doing[160];       /* "insert_one articles", made by ms_call_doing */
 } ms_call_t;
 
 /* The collection at 1, the options at opts_idx, the clock started; 0 when
@@ -127,7 +128,10 @@ typedef struct ms_call {
 int ms_call_begin(lua_State *L, ms_call_t *k, const char *op, int opts_idx);
 #define MS_CALL_BEGIN(L, k, op, opts_idx) \
   ms_call_t k;                            \
-  if (!ms_call_begin(L, &k, op, opts_idx)) return ms_document_closed(L, k.doing)
+  if (!ms_call_begin(L, &k, op, opts_idx)) return ms_document_closed(L, ms_call_doing(&k))
+/* "update_one articles": the prefix of the call's errors, made on first use
+ * (most calls report none). */
+const char *ms_call_doing(const ms_call_t *k);
 int ms_call_fail(lua_State *L, const ms_call_t *k, ms_err_t *e);   /* nil, "<doing>: msg", code */
 int ms_call_fail_bson(lua_State *L, const ms_call_t *k, const bson_error_t *be, const bson_t *reply);
 /* Pushes option name (its Lua type returned; nil pushed without options). */
@@ -152,6 +156,10 @@ static inline int ms_storable(const bson_t *doc, int found, const char *what, ms
 static inline int ms_update_is_clean(int found) { return !(found & (MS_NEEDS_CHECKS | MS_FOUND_TOP_PLAIN)); }
 /* Asks libmongoc not to validate a document again (its opts). */
 static inline void ms_no_validation(bson_t *opts) { bson_append_bool(opts, "validate", 8, false); }
+/* The options of a write that has no others, as static BSON in b (never
+ * destroyed, never appended to): validate: false when no_validate (the
+ * encoder checked what libmongoc would), upsert: true when upsert. */
+void ms_write_opts(bson_t *b, int no_validate, int upsert);
 
 /* A document argument (nil is {} when may_be_nil), an update (a document of
  * operators or a pipeline), a document to insert (an _id made first when it
