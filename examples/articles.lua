@@ -47,7 +47,8 @@ local updated = assert(Article:update(article.id, ops.inc { views = 1 }, ops.pus
 print(("update: views %d, tags %s, rev %d"):format(updated.views, list(updated.tags), updated.rev))
 local n = assert(Article:find(Q.views:gte(1)):update(ops.inc { views = 10 }))   -- no documents loaded
 print(("find():update: %d modified"):format(n))
-local created = assert(Article:upsert(Q.title:eq("Landing"), ops.inc { views = 1 }, ops.set_on_insert { tags = { "page" } }))
+local created = assert(Article:upsert(Q.title:eq("Landing"), ops.inc { views = 1 },
+                                      ops.set_on_insert { tags = { "page" } }))
 print(("upsert: views %d, created_at set %s, rev %d"):format(created.views, tostring(created.created_at ~= nil),
   created.rev))
 

@@ -15,7 +15,6 @@ local unpack = table.unpack or unpack  -- luacheck: ignore 143
 local null, array, objectid, date = core.null, core.array, core.objectid, core.date
 local copy, equal, diff = track.copy, track.equal, track.diff
 local to_filter, to_update, update_paths = query.filter, query.update, query.paths
-local is_cond, is_op = query.is_cond, query.is_op
 local check_doc, check_value, field_at = schema.check, schema.check_value, schema.field_at
 
 local M = {}
@@ -411,7 +410,7 @@ local function delta(C, doc, snap, fn)
 end
 
 -- The update document of a save, and the filter that guards it.
-local function save_update(C, doc, snap, set, unset, at)
+local function save_update(C, snap, set, unset, at)
   local u = {}
   local r = C._roles
   if r.updated_at then set[r.updated_at] = at end
@@ -456,7 +455,7 @@ function Instance:save(opts)
   end
   local raw, journal = session_of(opts)
   local at = now()
-  local u, f, unscoped = save_update(C, self, snap, set, unset, at)
+  local u, f, unscoped = save_update(C, snap, set, unset, at)
   local r, msg, code, detail = coll:update_one(f, u, dopts(raw))
   if not r then return driver_fail(msg, code, detail) end
   if r.matched == 0 then return stale_or_missing(C, self, "save", raw, unscoped) end
@@ -497,7 +496,7 @@ function Instance:delete(opts)
   if soft and not (opts and opts.hard) then
     local at = now()
     local set = { [soft] = at }
-    local u, f, unscoped = save_update(C, self, snap, set, {}, at)
+    local u, f, unscoped = save_update(C, snap, set, {}, at)
     local res, msg, code, detail = coll:update_one(f, u, dopts(raw))
     if not res then return driver_fail(msg, code, detail) end
     if res.matched == 0 then return stale_or_missing(C, self, "delete", raw, unscoped) end
@@ -869,7 +868,8 @@ function Model:upsert(q, ...)
   return adopt(self, doc)
 end
 
---- Model:insert_many(list, { ordered = true }) -> { inserted = { doc... }, errors = { { index =, code =, message =, errors = }... } }
+--- Model:insert_many(list, { ordered = true }) -> { inserted = { doc... },
+--   errors = { { index =, code =, message =, errors = }... } }
 function Model:insert_many(list, opts)
   check_class(self, "insert_many")
   check_opts("insert_many", opts, OPTS)
@@ -912,9 +912,7 @@ function Model:insert_many(list, opts)
       for j = 1, #send do restore_managed(self, send[j], saved[j]) end
       return driver_fail(msg, code, detail)
     end
-    local refused = {}
     for _, e in ipairs(res.errors) do
-      refused[e.index] = true
       errors[#errors + 1] = { index = where[e.index], code = e.code, message = e.message, server_code = e.server_code }
     end
     for j = 1, #send do
@@ -974,7 +972,7 @@ function Model:bulk_save(docs, opts)
           local _, e = validation_error(self, "bulk_save", errs)
           failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
         else
-          local u, f = save_update(self, doc, snap, set, unset, at)
+          local u, f = save_update(self, snap, set, unset, at)
           ops[#ops + 1] = { update_one = { filter = f, update = u } }
           plan[#ops] = { index = i, doc = doc, set = set, unset = unset }
         end
@@ -1067,8 +1065,12 @@ function M.insert_one(doc) return setmetatable({ kind = "insert_one", doc = doc 
 function M.update_one(q, ...) return setmetatable({ kind = "update_one", q = q, list = { ... } }, Bulk) end
 function M.update_many(q, ...) return setmetatable({ kind = "update_many", q = q, list = { ... } }, Bulk) end
 function M.upsert_one(q, ...) return setmetatable({ kind = "upsert_one", q = q, list = { ... } }, Bulk) end
-function M.delete_one(q, opts) return setmetatable({ kind = "delete_one", q = q, hard = opts and opts.hard }, Bulk) end
-function M.delete_many(q, opts) return setmetatable({ kind = "delete_many", q = q, hard = opts and opts.hard }, Bulk) end
+function M.delete_one(q, opts)
+  return setmetatable({ kind = "delete_one", q = q, hard = opts and opts.hard }, Bulk)
+end
+function M.delete_many(q, opts)
+  return setmetatable({ kind = "delete_many", q = q, hard = opts and opts.hard }, Bulk)
+end
 
 --- Model:bulk_write{ model.update_one(q, ...), ... } -> the document API's BulkWriteResult.
 function Model:bulk_write(list, opts)
@@ -1082,7 +1084,9 @@ function Model:bulk_write(list, opts)
   local r = self._roles
   local out, errors = {}, {}
   for i, b in ipairs(list) do
-    if getmetatable(b) ~= Bulk then error(format("bulk_write: item %d is not a model.%s(...) op", i, "update_one"), 2) end
+    if getmetatable(b) ~= Bulk then
+      error(format("bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
+    end
     local kind = b.kind
     if kind == "insert_one" then
       local doc = b.doc
@@ -1265,12 +1269,16 @@ M.index_args = index_args
 
 --- model.registry(db, { Model... }) -> a registry, the declared indexes created; or nil, err.
 function M.registry(db, models, opts)
-  if type(db) ~= "userdata" and type(db) ~= "table" then error("registry: db must be a Database, got " .. type(db), 2) end
+  if type(db) ~= "userdata" and type(db) ~= "table" then
+    error("registry: db must be a Database, got " .. type(db), 2)
+  end
   if type(models) ~= "table" then error("registry: models must be a list of models, got " .. type(models), 2) end
   check_opts("registry", opts, { indexes = true })
   local reg = setmetatable({ db = db, models = {}, depth = 0 }, Registry)
   for i, C in ipairs(models) do
-    if type(C) ~= "table" or getmetatable(C) ~= C._meta then error(format("registry: models[%d] is not a model", i), 2) end
+    if type(C) ~= "table" or getmetatable(C) ~= C._meta then
+      error(format("registry: models[%d] is not a model", i), 2)
+    end
     local coll, msg, code, detail = db:collection(C.collection)
     if not coll then return driver_fail(msg, code, detail) end
     C._coll, C._db, C._registry = coll, db, reg
@@ -1280,7 +1288,9 @@ function M.registry(db, models, opts)
         local keys, o = index_args(C, ix)
         local ok
         ok, msg, code, detail = coll:create_index(keys, o)
-        if not ok then return driver_fail(format("registry: index on %s: %s", C.collection, tostring(msg)), code, detail) end
+        if not ok then
+          return driver_fail(format("registry: index on %s: %s", C.collection, tostring(msg)), code, detail)
+        end
       end
     end
   end

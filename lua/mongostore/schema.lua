@@ -31,7 +31,8 @@ local function is_integer(v)
 end
 
 local function is_number(v)
-  return (type(v) == "number" and v == v and v ~= 1 / 0 and v ~= -1 / 0) or (INT64_MT ~= nil and getmetatable(v) == INT64_MT)
+  if type(v) == "number" then return v == v and v ~= 1 / 0 and v ~= -1 / 0 end
+  return INT64_MT ~= nil and getmetatable(v) == INT64_MT
 end
 
 -- A plain table that is no array (documents read back have a shape metatable).
@@ -87,7 +88,9 @@ local function compile_field(name, decl, where)
   end
   local t, role = decl[1], decl.role
   if M.ROLES[t] then role, t = t, M.ROLES[t] end
-  if role ~= nil and not M.ROLES[role] then error(format("%s: field %s: unknown role %s", where, name, tostring(role)), 4) end
+  if role ~= nil and not M.ROLES[role] then
+    error(format("%s: field %s: unknown role %s", where, name, tostring(role)), 4)
+  end
   if role then t = M.ROLES[role] end
   if type(t) ~= "string" or not TYPES[t] then
     error(format("%s: field %s: unknown type %s", where, name, tostring(t)), 4)
@@ -181,8 +184,12 @@ local function check_value(f, v, path, errs)
   if f.min ~= nil or f.max ~= nil then
     local size = (f.type == "string" or f.type == "array") and #v or v
     if type(size) == "number" then
-      if f.min ~= nil and size < f.min then add(errs, path, format("%s is below its minimum %s", path, tostring(f.min))) end
-      if f.max ~= nil and size > f.max then add(errs, path, format("%s is above its maximum %s", path, tostring(f.max))) end
+      if f.min ~= nil and size < f.min then
+        add(errs, path, format("%s is below its minimum %s", path, tostring(f.min)))
+      end
+      if f.max ~= nil and size > f.max then
+        add(errs, path, format("%s is above its maximum %s", path, tostring(f.max)))
+      end
     end
   end
   if f.type == "array" then

@@ -104,7 +104,7 @@ function TestModelTransactions:test_abort_restores_new_deleted_and_revision()
   local other = ok(A:insert { title = "other" })
   ok(other:reload())
   local fresh = A:new { title = "fresh" }
-  local v, err, code = self.registry:transaction(function(tx)
+  local v, _, code = self.registry:transaction(function(tx)
     ok(fresh:insert { session = tx })
     ok(other:delete { session = tx })
     self.landing.title = "renamed"
