@@ -196,6 +196,7 @@ int  ms_ordered_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, in
  * Lua has no type), and each table remembering its fields' order and numeric
  * types, so ms_document_to_bson writes it back unchanged. */
 int  ms_push_document(lua_State *L, const bson_t *doc, ms_err_t *e);
+void ms_open_decode(lua_State *L);                        /* test_decode_raw, for specs only */
 
 /* bsontypes.c: the boxes, typed values for the BSON types Lua has none for */
 #define MS_BOX_OBJECTID 1

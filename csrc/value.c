@@ -1078,4 +1078,5 @@ void ms_open_value(lua_State *L) {
   lua_setfield(L, -2, "bson_decode");
   open_int64(L);
   ms_open_bsontypes(L);
+  ms_open_decode(L);
 }
