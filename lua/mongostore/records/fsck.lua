@@ -1,0 +1,529 @@
+-- mongostore.records.fsck - the record store's integrity pass: the exclusive fsck lease
+-- (<prefix>_meta "fsck"), fencing of the writer leases it overrides, reachability from the
+-- main records through _refs and lineage links, garbage collection of unreachable
+-- dependencies, future store timestamps (reported, clamped on request) and the gen bump.
+local core = require "mongostore.core"
+
+local type, error, pairs, ipairs, tostring, format = type, error, pairs, ipairs, tostring, string.format
+local floor, sort, concat = math.floor, table.sort, table.concat
+local null, date, now, sleep = core.null, core.date, core.now, core.sleep
+
+local M = {}
+
+M.FSCK_TTL = 60        -- seconds an fsck lease lasts unless renewed (it renews between phases)
+M.FUTURE_SLACK = 5     -- seconds a store timestamp may run ahead of this clock (hosts' skew)
+local BATCH = 1000     -- documents per delete and per cursor batch
+
+local OPTS = {
+  repair = "boolean", collect_garbage = "boolean", force = "boolean", clamp_future_timestamps = "boolean",
+  wait = "number", future_slack = "number",
+}
+
+-- ------------------------------------------------------------ errors
+
+local Error = {}
+Error.__index = Error
+Error.__name = "mongostore.records.Error"
+Error.__tostring = function(e) return e.message end
+
+local function fail(code, message, fields)
+  local e = fields or {}
+  e.code, e.message = code, message
+  setmetatable(e, Error)
+  return nil, e, code, e.detail
+end
+
+local function driver_fail(what, msg, code, detail)
+  return fail(code or "server", "fsck: " .. what .. ": " .. tostring(msg), { detail = detail })
+end
+
+-- ------------------------------------------------------------ the store handle
+
+-- What fsck needs of a store handle from records.open: its database, the prefix of its
+-- collections, the token of its own writer lease (never waited for nor deleted) and the
+-- timestamp resolution. Read by several names so the pass also runs on a bare table
+-- { db =, prefix = } (an administrative tool with no declared types).
+local function context(store)
+  if type(store) ~= "table" then error("fsck: store must be a record store, got " .. type(store), 3) end
+  local db = store.db or store._db
+  if db == nil then error("fsck: store has no database handle (store.db)", 3) end
+  local prefix = store.prefix or store._prefix or "records."
+  local lease = store.lease or store._lease
+  local token = store.token or store._token or store.writer_token
+  if token == nil and type(lease) == "table" then token = lease.token end
+  local resolution = store.timestamp_resolution or store._resolution or 1000
+  return { db = db, prefix = prefix, token = token, resolution = resolution, store = store }
+end
+
+local function now_ms() return floor(now() * 1000) end
+
+local function ms_of(v)
+  if type(v) == "userdata" or type(v) == "table" then
+    local ok, ms = pcall(function() return v:ms() end)
+    if ok and ms then return tonumber(ms) end
+  end
+  if type(v) == "number" then return v end
+  return nil
+end
+
+local function hex(bytes)
+  return (bytes:gsub(".", function(c) return format("%02x", c:byte()) end))
+end
+
+-- ------------------------------------------------------------ the lease
+
+local function meta_coll(ctx)
+  local c, err, code = ctx.db:collection(ctx.prefix .. "_meta")
+  if not c then return driver_fail("the meta collection", err, code) end
+  return c
+end
+
+-- Takes the fsck lease: free, expired, or (force) whoever holds it. Another holder of an
+-- unexpired lease is unavailable: two passes at once would each see the other's
+-- half-swept state.
+local function acquire(ctx, meta, force)
+  local r, err, code, detail = meta:insert_one({ _id = "fsck", holder = null, expires = date(0), gen = 0 })
+  if not r and code ~= "duplicate" then return driver_fail("creating the fsck lease", err, code, detail) end
+  local t = now_ms()
+  local filter = { _id = "fsck" }
+  if not force then
+    filter["$or"] = core.array({ { holder = null }, { expires = { ["$lte"] = date(t) } } })
+  end
+  r, err, code, detail = meta:update_one(filter,
+    { ["$set"] = { holder = ctx.fsck_token, expires = date(t + M.FSCK_TTL * 1000) } })
+  if not r then return driver_fail("taking the fsck lease", err, code, detail) end
+  if r.matched == 0 then
+    local doc = meta:find_one({ _id = "fsck" }) or {}
+    local until_ms = ms_of(doc.expires)
+    return fail("unavailable", format("fsck: another fsck holds the lease (%s) until %s; wait for it, or force = true "
+      .. "once its process is known dead", tostring(doc.holder), until_ms and tostring(date(until_ms)) or "?"))
+  end
+  ctx.lease_at = t
+  return true
+end
+
+-- Renews the lease when half its time is gone; a lease another fsck took over (force)
+-- stops this pass before it deletes anything.
+local function keep(ctx, meta)
+  local t = now_ms()
+  local filter = { _id = "fsck", holder = ctx.fsck_token }
+  if t - ctx.lease_at < M.FSCK_TTL * 500 then
+    local doc, err, code, detail = meta:find_one(filter, { projection = { _id = 1 } })
+    if doc == nil and err ~= nil then return driver_fail("checking the fsck lease", err, code, detail) end
+    if doc == nil then return fail("conflict", "fsck: its lease was taken over by another fsck") end
+    return true
+  end
+  local r, err, code, detail = meta:update_one(filter,
+    { ["$set"] = { expires = date(t + M.FSCK_TTL * 1000) } })
+  if not r then return driver_fail("renewing the fsck lease", err, code, detail) end
+  if r.matched == 0 then return fail("conflict", "fsck: its lease was taken over by another fsck") end
+  ctx.lease_at = t
+  return true
+end
+
+-- Gives the lease back and bumps gen, so a live handle learns that records may have gone.
+local function release(ctx, meta)
+  local doc, err, code, detail = meta:find_one_and_update({ _id = "fsck", holder = ctx.fsck_token },
+    { ["$set"] = { holder = null, expires = date(now_ms()) }, ["$inc"] = { gen = 1 } }, { new = true })
+  if doc == nil and err ~= nil then return driver_fail("releasing the fsck lease", err, code, detail) end
+  if doc == nil then return fail("conflict", "fsck: its lease was taken over by another fsck before it finished") end
+  return doc.gen
+end
+
+-- The writer leases of other handles: { token =, live = bool, expires = ms }.
+local function writers(ctx, meta)
+  local cur, err, code, detail = meta:find({ _id = { ["$gte"] = "writer:", ["$lt"] = "writer;" } })
+  if not cur then return driver_fail("reading the writer leases", err, code, detail) end
+  local docs
+  docs, err, code, detail = cur:all()
+  if not docs then return driver_fail("reading the writer leases", err, code, detail) end
+  local t, out = now_ms(), {}
+  for _, d in ipairs(docs) do
+    local token = d._id:sub(8)
+    if token ~= ctx.token then
+      local exp = ms_of(d.expires) or 0
+      out[#out + 1] = { id = d._id, token = token, live = exp > t, expires = exp }
+    end
+  end
+  return out
+end
+
+-- Without force: waits up to `wait` seconds for the other writers' leases to expire (the
+-- fsck lease, held meanwhile, keeps them from starting a save, so they stop renewing).
+local function settle_writers(ctx, meta, opts, summary)
+  local deadline = now() + (opts.wait or 0)
+  local list, err, code
+  while true do
+    list, err, code = writers(ctx, meta)
+    if not list then return nil, err, code end
+    local live = {}
+    for _, w in ipairs(list) do if w.live then live[#live + 1] = w end end
+    if #live == 0 or opts.force then break end
+    if now() >= deadline then
+      local names = {}
+      for i, w in ipairs(live) do
+        names[i] = format("%s until %s", w.id, tostring(date(w.expires)))
+      end
+      return fail("unavailable", format("fsck: %d writer lease(s) of other store handles are held (%s); close them "
+        .. "or wait for them to expire, or pass force = true once their processes are known dead",
+        #live, concat(names, ", ")), { writers = live })
+    end
+    sleep(0.05)
+  end
+  -- A lease fsck overrides or finds expired is deleted when the pass may delete records:
+  -- its holder, if it still runs, then fails every write (it checks its lease before each
+  -- save unit and again before a degraded root), so it cannot write a root over swept deps.
+  local mutating = opts.repair or opts.collect_garbage
+  for _, w in ipairs(list) do
+    if w.live or mutating then
+      local r, e, c, d = meta:delete_one({ _id = w.id })
+      if not r then return driver_fail("deleting the writer lease " .. w.id, e, c, d) end
+      if r.deleted > 0 then
+        if w.live then
+          summary.taken_over[#summary.taken_over + 1] = w.token
+        else
+          summary.stale_writers = summary.stale_writers + 1
+        end
+      end
+    end
+  end
+  return true
+end
+
+-- ------------------------------------------------------------ the pass
+
+local function record_collections(ctx)
+  local entries, err, code, detail = ctx.db:list_collections()
+  if not entries then return driver_fail("listing the collections", err, code, detail) end
+  local p, names, seen = ctx.prefix, {}, {}
+  local function add(name)
+    if not seen[name] then seen[name] = true; names[#names + 1] = name end
+  end
+  for _, e in ipairs(entries) do
+    local name = e.name
+    if type(name) == "string" and name:sub(1, #p) == p and name:sub(#p + 1, #p + 1) ~= "_" and #name > #p then
+      add(name)
+    end
+  end
+  -- declared types whose collection does not exist yet still count (examined 0)
+  local types = ctx.store.types
+  if type(types) == "table" then
+    for k, t in pairs(types) do
+      local tname = type(t) == "table" and t.name or (type(k) == "string" and k or nil)
+      if type(tname) == "string" then add(p .. tname) end
+    end
+  end
+  sort(names)
+  return names
+end
+
+local function new_entry()
+  return { examined = 0, repaired = 0, conflicts = 0, deleted = 0, unreachable = 0, violations = {} }
+end
+
+local function violation(summary, coll, sid, kind, message)
+  local e = summary.collections[coll]
+  local v = { collection = coll, sid = sid, kind = kind, message = message }
+  e.violations[#e.violations + 1] = v
+  summary.violations[#summary.violations + 1] = v
+end
+
+-- an integer sid on Lua 5.4 and on LuaJIT (where integers are doubles)
+local function is_int(v) return type(v) == "number" and v == floor(v) and v == v end
+
+-- Reads the store fields of every record of one collection.
+local function scan(ctx, coll_name, docs, summary)
+  local coll, err, code = ctx.db:collection(coll_name)
+  if not coll then return driver_fail("collection " .. coll_name, err, code) end
+  local cur, e2, c2, d2 = coll:find({}, {
+    projection = { _id = 1, _role = 1, _refs = 1, _prev = 1, _next = 1, _ts = 1 }, batch_size = BATCH,
+  })
+  if not cur then return driver_fail("reading " .. coll_name, e2, c2, d2) end
+  local entry = summary.collections[coll_name]
+  while true do
+    local d, e3, c3, d3 = cur:next()
+    if d == nil then
+      if e3 ~= nil then return driver_fail("reading " .. coll_name, e3, c3, d3) end
+      break
+    end
+    entry.examined = entry.examined + 1
+    local sid = d._id
+    if not is_int(sid) then
+      violation(summary, coll_name, sid, "bad_sid", format("%s: a document whose _id %s is not an integer sid",
+        coll_name, tostring(sid)))
+    else
+      docs[sid] = { role = d._role, refs = d._refs, prev = d._prev, next = d._next, ts = d._ts }
+    end
+  end
+  return coll
+end
+
+-- Marks every record reachable from a main record; reports what points nowhere.
+local function mark(ctx, all, summary)
+  local p = ctx.prefix
+  local marked, stack = {}, {}
+  for cname, docs in pairs(all) do
+    marked[cname] = {}
+    for sid, d in pairs(docs) do
+      if d.role == "main" then
+        stack[#stack + 1] = { cname, sid }
+      elseif d.role ~= "dep" then
+        -- kept (never collected) since nothing says what it is
+        violation(summary, cname, sid, "bad_role", format("%s %d: _role is %s, not \"main\" or \"dep\"", cname, sid,
+          tostring(d.role)))
+        stack[#stack + 1] = { cname, sid }
+      end
+    end
+  end
+  local function visit(cname, sid)
+    local m = marked[cname]
+    if m and not m[sid] and all[cname][sid] then
+      m[sid] = true
+      stack[#stack + 1] = { cname, sid }
+    end
+  end
+  local done = {}
+  while #stack > 0 do
+    local top = stack[#stack]
+    stack[#stack] = nil
+    local cname, sid = top[1], top[2]
+    local key = cname .. "\0" .. sid
+    if not done[key] then
+      done[key] = true
+      marked[cname][sid] = true
+      local d = all[cname][sid]
+      local refs = d.refs
+      if refs ~= nil and refs ~= null then
+        if type(refs) ~= "table" then
+          violation(summary, cname, sid, "bad_refs", format("%s %d: _refs is not a list", cname, sid))
+        else
+          for _, pair in ipairs(refs) do
+            local tname, rsid = type(pair) == "table" and pair[1], type(pair) == "table" and pair[2]
+            if type(tname) ~= "string" or not is_int(rsid) then
+              violation(summary, cname, sid, "bad_refs", format("%s %d: a _refs entry is not { type, sid }",
+                cname, sid))
+            else
+              local target = p .. tname
+              if not (all[target] and all[target][rsid]) then
+                violation(summary, cname, sid, "dangling_ref", format("%s %d refers to %s %d, which does not exist",
+                  cname, sid, target, rsid))
+              else
+                visit(target, rsid)
+              end
+            end
+          end
+        end
+      end
+      -- a lineage stays whole: the versions before and after a reachable record are kept
+      for _, link in ipairs { "prev", "next" } do
+        local l = d[link]
+        if l ~= nil and l ~= null then visit(cname, l) end
+      end
+    end
+  end
+  return marked
+end
+
+-- Lineage links: a _prev or _next pointing nowhere, a predecessor without its _next
+-- (a degraded replace that stopped between its two writes), two successors of one record.
+local function lineage(_, cname, coll, docs, summary, opts)
+  local entry = summary.collections[cname]
+  local succ = {}
+  for sid, d in pairs(docs) do
+    local prev = d.prev
+    if prev ~= nil and prev ~= null then
+      if not docs[prev] then
+        violation(summary, cname, sid, "dangling_lineage", format("%s %d: its predecessor %s does not exist",
+          cname, sid, tostring(prev)))
+      else
+        local list = succ[prev] or {}
+        list[#list + 1] = sid
+        succ[prev] = list
+      end
+    end
+  end
+  for sid, d in pairs(docs) do
+    local nxt = d.next
+    local list = succ[sid]
+    if list and #list > 1 then
+      sort(list)
+      entry.conflicts = entry.conflicts + 1
+      local s = {}
+      for i, x in ipairs(list) do s[i] = tostring(x) end
+      violation(summary, cname, sid, "lineage_fork", format("%s %d has more than one successor (%s)", cname, sid,
+        concat(s, ", ")))
+    elseif nxt ~= nil and nxt ~= null then
+      if not docs[nxt] then
+        violation(summary, cname, sid, "dangling_lineage", format("%s %d: its successor %s does not exist",
+          cname, sid, tostring(nxt)))
+        if opts.repair then
+          local r, e, c, dd = coll:update_one({ _id = sid, _next = nxt }, { ["$unset"] = { _next = "" } })
+          if not r then return driver_fail("repairing " .. cname, e, c, dd) end
+          entry.repaired = entry.repaired + r.modified
+        end
+      elseif docs[nxt].prev ~= sid then
+        entry.conflicts = entry.conflicts + 1
+        violation(summary, cname, sid, "lineage_mismatch", format("%s %d names %d as its successor, whose "
+          .. "predecessor is %s", cname, sid, nxt, tostring(docs[nxt].prev)))
+      end
+    elseif list then
+      violation(summary, cname, sid, "missing_next", format("%s %d: its successor %d is not linked from it",
+        cname, sid, list[1]))
+      if opts.repair then
+        local r, e, c, dd = coll:update_one({ _id = sid, _next = { ["$exists"] = false } },
+          { ["$set"] = { _next = list[1] } })
+        if not r then return driver_fail("repairing " .. cname, e, c, dd) end
+        entry.repaired = entry.repaired + r.modified
+      end
+    end
+  end
+  return true
+end
+
+-- Store timestamps past now + slack, in store units (ns // resolution).
+local function timestamps(ctx, cname, coll, docs, summary, opts)
+  local entry = summary.collections[cname]
+  local units = 1e9 / ctx.resolution
+  local t_now = floor(now() * units)
+  local limit = t_now + floor((opts.future_slack or M.FUTURE_SLACK) * units)
+  local clamp = opts.repair and opts.clamp_future_timestamps
+  for sid, d in pairs(docs) do
+    local ts = d.ts
+    if type(ts) == "number" and ts > limit then
+      violation(summary, cname, sid, "future_timestamp", format("%s %d: its store timestamp %d is %.3f s in the "
+        .. "future", cname, sid, ts, (ts - t_now) / units))
+      if clamp then
+        local r, e, c, dd = coll:update_one({ _id = sid, _ts = ts }, { ["$set"] = { _ts = t_now } })
+        if not r then return driver_fail("clamping " .. cname, e, c, dd) end
+        entry.repaired = entry.repaired + r.modified
+        d.ts = t_now
+      end
+    end
+  end
+  return true
+end
+
+-- The sid counter must stay above every sid in use, or a later save reuses one.
+local function counter(ctx, max_sid, max_coll, summary, opts)
+  local c, err, code = ctx.db:collection(ctx.prefix .. "_counters")
+  if not c then return driver_fail("the counters collection", err, code) end
+  local doc, e2, c2, d2 = c:find_one({ _id = "sid" })
+  if doc == nil and e2 ~= nil then return driver_fail("reading the sid counter", e2, c2, d2) end
+  local n = doc and doc.n or 0
+  if max_sid > n then
+    violation(summary, max_coll, max_sid, "sid_beyond_counter", format("%s %d: the sid counter stands at %d, below "
+      .. "a sid in use", max_coll, max_sid, n))
+    if opts.repair then
+      local r, e, cc, d = c:update_one({ _id = "sid" }, { ["$max"] = { n = max_sid } }, { upsert = true })
+      if not r then return driver_fail("repairing the sid counter", e, cc, d) end
+      local entry = summary.collections[max_coll]
+      entry.repaired = entry.repaired + 1
+    end
+  end
+  return true
+end
+
+local function collect(ctx, meta, cname, coll, docs, marked, summary, gc)
+  local entry = summary.collections[cname]
+  local garbage = {}
+  for sid, d in pairs(docs) do
+    if not marked[sid] and d.role == "dep" then garbage[#garbage + 1] = sid end
+  end
+  entry.unreachable = #garbage
+  if not gc or #garbage == 0 then return true end
+  sort(garbage)
+  local ok, err, code = keep(ctx, meta)
+  if not ok then return nil, err, code end
+  for i = 1, #garbage, BATCH do
+    local chunk = {}
+    for j = i, math.min(i + BATCH - 1, #garbage) do chunk[#chunk + 1] = garbage[j] end
+    -- the role again in the filter: a record promoted to main since the scan stays
+    local r, e, c, d = coll:delete_many({ _id = { ["$in"] = core.array(chunk) }, _role = "dep" })
+    if not r then return driver_fail("collecting " .. cname, e, c, d) end
+    entry.deleted = entry.deleted + r.deleted
+  end
+  return true
+end
+
+local function check_opts(opts)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error("fsck: opts must be a table or nil, got " .. type(opts), 3) end
+  for k, v in pairs(opts) do
+    local kind = OPTS[k]
+    if not kind then error("fsck: unknown option " .. tostring(k), 3) end
+    if type(v) ~= kind then error(format("fsck: opts.%s must be a %s, got %s", k, kind, type(v)), 3) end
+  end
+  if opts.wait and opts.wait < 0 then error("fsck: opts.wait must be >= 0", 3) end
+  if opts.future_slack and opts.future_slack < 0 then error("fsck: opts.future_slack must be >= 0", 3) end
+  return opts
+end
+
+local function pass(ctx, meta, opts, summary)
+  local ok, err, code = settle_writers(ctx, meta, opts, summary)
+  if not ok then return nil, err, code end
+  local names
+  names, err, code = record_collections(ctx)
+  if not names then return nil, err, code end
+  local all, colls = {}, {}
+  for _, cname in ipairs(names) do
+    summary.collections[cname] = new_entry()
+    all[cname] = {}
+    colls[cname], err, code = scan(ctx, cname, all[cname], summary)
+    if not colls[cname] then return nil, err, code end
+    ok, err, code = keep(ctx, meta)
+    if not ok then return nil, err, code end
+  end
+  local marked = mark(ctx, all, summary)
+  local max_sid, max_coll = 0, nil
+  for _, cname in ipairs(names) do
+    local docs, coll = all[cname], colls[cname]
+    for sid in pairs(docs) do
+      if sid > max_sid then max_sid, max_coll = sid, cname end
+    end
+    ok, err, code = lineage(ctx, cname, coll, docs, summary, opts)
+    if not ok then return nil, err, code end
+    ok, err, code = timestamps(ctx, cname, coll, docs, summary, opts)
+    if not ok then return nil, err, code end
+    ok, err, code = collect(ctx, meta, cname, coll, docs, marked[cname], summary, opts.collect_garbage)
+    if not ok then return nil, err, code end
+  end
+  if max_coll then
+    ok, err, code = counter(ctx, max_sid, max_coll, summary, opts)
+    if not ok then return nil, err, code end
+  end
+  return true
+end
+
+--- fsck.run(store, { repair, collect_garbage, force, clamp_future_timestamps, wait, future_slack })
+-- -> summary { collections = { [name] = { examined, repaired, conflicts, deleted, unreachable,
+-- violations = { ... } } }, totals = { ... }, violations = { ... }, taken_over, stale_writers,
+-- gen, clean }, or nil, err, code.
+function M.run(store, opts)
+  local ctx = context(store)
+  opts = check_opts(opts)
+  local meta, err, code = meta_coll(ctx)
+  if not meta then return nil, err, code end
+  ctx.fsck_token = "fsck:" .. hex(core.random_bytes(12))
+  local ok
+  ok, err, code = acquire(ctx, meta, opts.force)
+  if not ok then return nil, err, code end
+  local summary = { collections = {}, violations = {}, taken_over = {}, stale_writers = 0 }
+  local ok2, e2, c2 = pass(ctx, meta, opts, summary)
+  local gen, e3, c3 = release(ctx, meta)
+  if not ok2 then return nil, e2, c2 end
+  if not gen then return nil, e3, c3 end
+  summary.gen = gen
+  local totals = { examined = 0, repaired = 0, conflicts = 0, deleted = 0, unreachable = 0, violations = 0 }
+  for _, e in pairs(summary.collections) do
+    for k in pairs(totals) do
+      totals[k] = totals[k] + (k == "violations" and #e.violations or e[k])
+    end
+  end
+  summary.totals = totals
+  summary.clean = totals.violations == 0 and totals.conflicts == 0
+  -- the handle that ran the pass forgets what it cached (records may have gone)
+  if type(store.after_fsck) == "function" then store:after_fsck(gen) end
+  return summary
+end
+
+return M
