@@ -28,6 +28,7 @@ api.modules = {
   { name = "mongostore.chart", as = "chart" },
   { name = "mongostore.ngx", as = "msngx" },
   { name = "mongostore.ngx_thread", as = "ngx_thread" },
+  { name = "mongostore.model", as = "model" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
@@ -49,6 +50,12 @@ api.receivers = {
   ["mongostore.CodeWScope"] = "cws",
   ["mongostore.Symbol"] = "sym",
   ["mongostore.DBPointer"] = "ptr",
+  ["mongostore.Model"] = "Article",
+  ["mongostore.Document"] = "doc",
+  ["mongostore.Query"] = "q",
+  ["mongostore.Registry"] = "registry",
+  ["mongostore.ModelSession"] = "ms",
+  ["mongostore.Field"] = "Q.title",
 }
 
 -- Names the modules expose that are not the public API.
@@ -770,6 +777,17 @@ local reply = assert(db:command({ { "count", "articles" }, { "query", { draft = 
             { "max_bson_size", "integer", "the server's largest document, in bytes" },
             { "db", "string", "the database's name" },
           } },
+        { method = "stats", of = "mongostore.Database", params = {},
+          returns = { { "counts", "table<string, integer>", "commands started through the handle's pool, by name "
+            .. "(`find`, `update`, `insert`, `findAndModify`, ...), plus `total` and `reply_bytes`" } },
+          fails = { "closed" },
+          desc = "As `store:stats()`: from libmongoc's command monitoring, for the pool the handle's client came "
+            .. "from (shared by every handle and store of the process on the URI). Two readings tell what a "
+            .. "piece of code sent.",
+          example = [[
+local before = db:stats().total
+assert(doc:save())
+print(db:stats().total - before)   -- 0 for an unchanged document]] },
         { method = "name", of = "mongostore.Database", params = {},
           returns = { { "name", "string", "the database's name" } },
           fails = { "closed" } },
@@ -1324,6 +1342,568 @@ its methods then return `nil, msg, "closed"`, and as `opts.session` it is
 
 ------------------------------------------------------------------------
 -- values
+
+-- The models (mongostore.model): what a call returns when it fails, and the
+-- options most calls take.
+local MODEL_FAILS = "Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror))"
+local MOPTS = { "opts", "mongostore.ModelOptions?", "session, validate, unscoped" }
+
+api.pages[#api.pages + 1] = {
+  file = "models",
+  title = "Models",
+  module = "mongostore.model",
+  summary = "`mongostore.model`: models on the document API: change tracking, atomic updates, revisions, "
+    .. "timestamps, soft delete, bulk writes, validation and transactions with in-memory rollback.",
+  intro = [[
+`local model = require "mongostore.model"`. A model is declared once with
+`model.define` (its collection, fields, roles and indexes) and bound to a
+database with `model.registry(db, { Article })`, which creates its indexes. Its
+documents are plain Lua tables with the model's metatable: `a.title` reads
+and writes the field, `a.id` is `_id` (an ObjectId unless the model declares
+another id type) and `a.is_new` is true until it is stored.
+
+A document remembers what it looked like when it was read (a snapshot, taken
+once per document at load): `a:save()` sends only the difference (nested
+documents as dotted paths, a changed array whole, a removed key `$unset`),
+and nothing at all when nothing changed. Every write path bumps the model's
+revision (`"revision"` field: 0 after `insert`, 1 after an `upsert` that
+inserts) and sets `updated_at`; `created_at` is set on insert; both are BSON
+dates (`mongostore.date`). A save whose revision moved on fails `stale` and
+leaves the document as it was; `reload` brings it up to date. With a
+`"deleted_at"` field, `delete()` hides the document from every read and
+write path (get, find, count, distinct, aggregate, the updates, bulk_write)
+unless the call is `unscoped`; `delete{ hard = true }` removes it.
+
+Failures a caller handles come back as `nil, err, code[, detail]`: `err` is
+a [`ModelError`](#type-modelerror) (`tostring` gives its message), `code` is
+`err.code` (`stale`, `not_found`, `duplicate`, `validation`, `transaction`,
+or the document API's codes), `detail` the server's labels when it gave them,
+so `return nil, err, code, detail` from a transaction's fn retries a transient
+failure. Mistakes in the code raise: an unknown field, a change to the id or
+to an immutable field, a wrong argument type, an unknown option. Plain
+filter tables are accepted wherever a `Q` condition is.]],
+  sections = {
+    {
+      title = "Declaring models",
+      entries = {
+        { fn = "define", module = "mongostore.model",
+          params = { { "spec", "mongostore.ModelSpec", "the collection, the fields, the indexes" } },
+          returns = { { "Model", "mongostore.Model",
+                        "the model: its class methods, and `Model(fields)` for a new document" } },
+          raises = "a malformed declaration: an unknown type, role or key, a default of the wrong type, a field "
+            .. "named as a method (`save`, `delete`, ...) or `id`/`is_new`, two fields of one role",
+          desc = [[
+Everything a write needs is worked out here, once: the checks of each field,
+the defaults, the roles, what a save never diffs. Instance methods of your
+own go in `spec.methods`.]],
+          example = [[
+local Article = model.define {
+  name = "Article", collection = "articles",
+  fields = {
+    title = { "string", default = "" }, views = { "integer", default = 0 },
+    tags = { "array", of = "string", default = {} },
+    author = { "document", fields = { name = { "string", required = true } } },
+    created_at = "created_at", updated_at = "updated_at", deleted_at = "deleted_at",
+    rev = "revision",
+  },
+  indexes = { { keys = { { "title", 1 } }, unique = true } },
+}]] },
+        { class = "mongostore.ModelSpec",
+          desc = "What `model.define` takes; an unknown key raises.",
+          fields = {
+            { "collection", "string", "the collection's name" },
+            { "fields", "table<string, string|mongostore.FieldSpec>?", "field name -> a type name, a role "
+              .. "(`created_at`, `updated_at`, `deleted_at`, `revision`) or a declaration; `id` declares the "
+              .. "id's type (ObjectId when not declared)" },
+            { "indexes", "mongostore.IndexSpec[]?", "created by `model.registry`" },
+            { "validate_writes", "boolean?", "check every write (false: only where a call asks)",
+              default = "true" },
+            { "name", "string?", "the model's name in messages", default = "the collection's" },
+            { "methods", "table<string, function>?", "methods of the model's documents" },
+          } },
+        { class = "mongostore.FieldSpec",
+          desc = [[
+A field's declaration: `{ type, ... }`. The types: `string`, `integer`,
+`number`, `boolean`, `date`, `objectid`, `decimal`, `binary`, `array`,
+`document`, `any`. A value of `mongostore.null` passes any field that is not
+required.]],
+          fields = {
+            { "[1]", "string", "the type, or a role" },
+            { "default", "any?", "the value of a new document that has none (a table is copied per document; a "
+              .. "function is called)" },
+            { "required", "boolean?", "a document without it is refused", default = "false" },
+            { "of", "string|mongostore.FieldSpec?", "an array's items" },
+            { "fields", "table<string, string|mongostore.FieldSpec>?", "a document's (or an array's items') fields; "
+              .. "without it a document is free-form" },
+            { "enum", "any[]?", "the values it may take" },
+            { "min", "number?", "the least value (a string's or an array's length)" },
+            { "max", "number?", "the greatest value (or length)" },
+            { "check", "fun(v: any): boolean?, string?", "a check of your own: true, or nil and why" },
+            { "immutable", "boolean?", "written on insert only; a change raises", default = "false" },
+          } },
+        { class = "mongostore.IndexSpec",
+          desc = [[
+A declared index. A unique index of a soft-deleting model is partial: it
+holds only the documents whose `deleted_at` is missing or null (the filter
+`{ deleted_at = null }`, an equality, which partial filters allow where
+`$exists: false` is not), so a deleted document never blocks a live one.
+mongo-java-server ignores partial filters.]],
+          fields = {
+            { "keys", "table", "the keys, ordered: `{ { \"title\", 1 } }`" },
+            { "unique", "boolean?", "refuse a second document with the same keys", default = "false" },
+            { "name", "string?", "the index's name", default = "the keys'" },
+            { "partial_filter", "table?", "index only the documents this filter matches" },
+            { "sparse", "boolean?", "leave out documents without the keys", default = "false" },
+            { "expire_after", "integer?", "a TTL index's seconds" },
+            { "include_deleted", "boolean?", "a unique index that counts soft-deleted documents too",
+              default = "false" },
+          } },
+        { fn = "registry", module = "mongostore.model",
+          params = {
+            { "db", "mongostore.Database", "the database the models' collections are in" },
+            { "models", "mongostore.Model[]", "the models to bind to it" },
+            { "opts", "{ indexes: boolean? }?", "`indexes = false`: create no index" },
+          },
+          returns = { { "registry", "mongostore.Registry", "the models bound, their indexes created" } },
+          raises = "a `db` or `models` of the wrong type, an unknown option",
+          desc = MODEL_FAILS .. ", code one of the document API's (a refused index)." },
+        { class = "mongostore.Registry",
+          desc = "Binds models to a database (a model is bound to one registry at a time) and runs their "
+            .. "transactions." },
+        { method = "model", of = "mongostore.Registry",
+          params = { { "name", "string", "a model's name" } },
+          returns = { { "Model", "mongostore.Model?", "the model of that name, if the registry has it" } } },
+        { class = "mongostore.ModelOptions",
+          desc = "The options of the model's calls (each takes the ones that apply to it); an unknown key raises.",
+          fields = {
+            { "session", "mongostore.Session|mongostore.ModelSession?", "run the call in this session (and its "
+              .. "transaction): the `tx` of `registry:transaction`, or a `registry:session()`" },
+            { "validate", "boolean?", "false: skip the checks of this write", default = "the model's" },
+            { "unscoped", "boolean?", "see soft-deleted documents too", default = "false" },
+            { "hard", "boolean?", "`delete`: remove the document rather than mark it", default = "false" },
+            { "ordered", "boolean?", "`insert_many`, `bulk_write`: stop at the first failure", default = "true" },
+          } },
+        { fn = "options", module = "mongostore.model",
+          params = { { "t", "mongostore.ModelOptions", "the options" } },
+          returns = { { "opts", "mongostore.ModelOptions", "marked, so it can go among an update's pieces" } },
+          raises = "a `t` that is not a table, an unknown option",
+          desc = "The calls whose arguments are a list of update pieces (`Model:update`, `Model:upsert`, "
+            .. "`q:update`) take their options this way.",
+          example = [[
+Article:update(id, ops.inc { views = 1 }, model.options { session = tx })]] },
+        { class = "mongostore.ModelError",
+          desc = "What a failed call returns as `err`: `tostring(err)` is its message; `model.is_error(err)`.",
+          fields = {
+            { "code", "string", "`stale`, `not_found`, `duplicate`, `validation`, `transaction`, or a code of the "
+              .. "document API ([errors](errors.md))" },
+            { "message", "string", "what was being done, and what went wrong" },
+            { "errors", "{ field: string, message: string, index: integer? }[]?", "`validation`: each value "
+              .. "refused, by its field path (and its op's index in a `bulk_write`)" },
+            { "failed", "mongostore.BulkSaveFailure[]?", "`bulk_save`: the documents not written" },
+            { "written", "integer?", "`bulk_save`: how many were" },
+            { "detail", "mongostore.ErrorDetail?", "the server's code and error labels, when it gave them" },
+          } },
+        { fn = "is_error", module = "mongostore.model",
+          params = { { "x", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `x` is a model error" } } },
+        { fn = "is_document", module = "mongostore.model",
+          params = { { "x", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `x` is a document of a model (tracked or new)" } } },
+        { fn = "snapshot", module = "mongostore.model",
+          params = { { "doc", "table", "a document" } },
+          returns = { { "snap", "table?", "what it looked like when last read or written; nil for one not from "
+            .. "a tracked read" } },
+          desc = "For tools and specs: a save sends the difference between this and the document." },
+      },
+    },
+    {
+      title = "Documents",
+      entries = {
+        { class = "mongostore.Model",
+          desc = [[
+A model, from `model.define`. Its class methods are called with `:`
+(`Article:get(id)`); `Article(fields)` is `Article:new(fields)`.]] },
+        { method = "new", of = "mongostore.Model",
+          params = { { "t", "table?", "the fields (`id` is taken as `_id`)" } },
+          returns = { { "doc", "mongostore.Document", "the table itself, with the model's metatable and its defaults: "
+            .. "new, nothing sent" } },
+          raises = "a `t` that is not a table, or a stored document" },
+        { method = "insert", of = "mongostore.Model",
+          params = { { "t", "table", "the fields" }, MOPTS },
+          returns = { { "doc", "mongostore.Document", "stored: an ObjectId `_id` when it had none, `created_at`, "
+            .. "`updated_at`, the revision at 0" } },
+          desc = MODEL_FAILS .. ": `validation` (nothing sent), `duplicate`, the document API's codes; on a "
+            .. "failure the document is as it was, still new.",
+          example = [[
+local a = assert(Article:insert { title = "Draft" })]] },
+        { method = "get", of = "mongostore.Model",
+          params = { { "id", "any", "the `_id` (a 24-hex string is taken as an ObjectId for an ObjectId model)" },
+                     MOPTS },
+          returns = { { "doc", "mongostore.Document?", "tracked; nil when there is none (or it is soft-deleted)" } },
+          desc = MODEL_FAILS .. ": the document API's codes." },
+        { method = "find", of = "mongostore.Model",
+          params = { { "q", "mongostore.Cond|table?", "the query (nil: every document)" } },
+          returns = { { "q", "mongostore.Query", "nothing is sent until a reading call" } },
+          example = [[
+local top = assert(Article:find(Q.views:gte(10)):sort { { "views", -1 } }:limit(10):all())]] },
+        { method = "count", of = "mongostore.Model",
+          params = { { "q", "mongostore.Cond|table?", "the query" }, MOPTS },
+          returns = { { "n", "integer", "how many documents match (soft-deleted ones not, unless unscoped)" } },
+          desc = MODEL_FAILS .. "." },
+        { method = "distinct", of = "mongostore.Model",
+          params = { { "field", "string", "the field (a dotted path)" }, { "q", "mongostore.Cond|table?", "the query" },
+                     MOPTS },
+          returns = { { "values", "any[]", "the distinct values among the matching documents" } },
+          desc = MODEL_FAILS .. "." },
+        { method = "lean", of = "mongostore.Model",
+          params = { { "q", "mongostore.Cond|table?", "the query" }, MOPTS },
+          returns = { { "docs", "table[]", "the documents as read, untracked: plain tables, no snapshot" } },
+          desc = "An untracked read: saving one of them (through `Model:new`) tries an insert and fails "
+            .. "`duplicate`, saying why; `Model:hydrate` adopts one. " .. MODEL_FAILS .. "." },
+        { method = "hydrate", of = "mongostore.Model",
+          params = { { "raw", "table", "a stored document (from `lean`, or any read)" } },
+          returns = { { "doc", "mongostore.Document", "the same table, tracked as it is now" } },
+          raises = "a `raw` that is not a table or has no `_id`" },
+        { method = "aggregate", of = "mongostore.Model",
+          params = { { "pipeline", "table[]", "the stages" }, MOPTS },
+          returns = { { "docs", "table[]", "the results, as read" } },
+          desc = "The soft-delete scope is the first stage (`$match`), unless unscoped. " .. MODEL_FAILS .. "." },
+        { class = "mongostore.Document",
+          desc = [[
+A model's document: a table of its fields with the model's metatable. `id` is
+`_id`, `is_new` is true until it is stored (read-only); methods cannot be
+field names. A copy (`track.copy`, a table built by hand) has no snapshot:
+saving it tries an insert.]] },
+        { method = "save", of = "mongostore.Document",
+          params = { { "opts", "mongostore.ModelOptions?", "session, validate" } },
+          returns = { { "doc", "mongostore.Document", "itself, in sync: the revision bumped, `updated_at` set, the "
+            .. "snapshot taken" } },
+          raises = "a change to the id or to an immutable field (`created_at`)",
+          desc = [[
+A new document (or one with no snapshot) is inserted. A tracked one sends the
+difference from its snapshot in one `update` guarded by its revision (and the
+soft-delete scope), and nothing when nothing changed. ]] .. MODEL_FAILS .. [[
+: `stale` (the document is at another revision: reload it), `not_found` (it
+is gone, or soft-deleted by someone else), `validation`, `duplicate` (for a
+document with no snapshot the message says so), the document API's codes. On
+a failure nothing in memory changes.]],
+          example = [[
+a.title = "Final"; a.tags[#a.tags + 1] = "news"
+assert(a:save())]] },
+        { method = "insert", of = "mongostore.Document",
+          params = { { "opts", "mongostore.ModelOptions?", "session, validate" } },
+          returns = { { "doc", "mongostore.Document", "itself, stored" } },
+          raises = "a document stored already",
+          desc = "As `Model:insert`, for a document made with `Model:new`. " .. MODEL_FAILS .. "." },
+        { method = "changes", of = "mongostore.Document", params = {},
+          returns = { { "update", "table", "what `save` would send: `{ [\"$set\"] = ..., [\"$unset\"] = ... }`, "
+            .. "`{}` when nothing changed (the revision and `updated_at` are added at the save)" } } },
+        { method = "delete", of = "mongostore.Document",
+          params = { { "opts", "mongostore.ModelOptions?", "hard, session" } },
+          returns = { { "ok", "true", "deleted (soft: `deleted_at` set, the revision bumped)" } },
+          raises = "a document that is not stored",
+          desc = MODEL_FAILS .. ": `stale`, `not_found`, the document API's codes." },
+        { method = "reload", of = "mongostore.Document",
+          params = { { "opts", "mongostore.ModelOptions?", "session, unscoped" } },
+          returns = { { "doc", "mongostore.Document", "itself, as stored now: pending changes dropped" } },
+          desc = MODEL_FAILS .. ": `not_found`, the document API's codes." },
+        { method = "to_table", of = "mongostore.Document", params = {},
+          returns = { { "t", "table", "a deep copy of its fields, a plain table" } } },
+      },
+    },
+    {
+      title = "Queries",
+      entries = {
+        { class = "mongostore.Query",
+          desc = "The documents a query matches, from `Model:find(q)`: chain `sort`, `limit`, `skip`, `unscoped`, "
+            .. "`session`, then read or write. Failures as `" .. "nil, err, code" .. "`." },
+        { method = "sort", of = "mongostore.Query",
+          params = { { "spec", "table", "a list of pairs `{ { \"views\", -1 } }`, or a table of one key" } },
+          returns = { { "q", "mongostore.Query", "itself" } } },
+        { method = "limit", of = "mongostore.Query", params = { { "n", "integer", "at most this many" } },
+          returns = { { "q", "mongostore.Query", "itself" } } },
+        { method = "skip", of = "mongostore.Query", params = { { "n", "integer", "skip this many first" } },
+          returns = { { "q", "mongostore.Query", "itself" } } },
+        { method = "unscoped", of = "mongostore.Query",
+          params = { { "name", "string?", "`\"soft_delete\"` (the only scope)" } },
+          returns = { { "q", "mongostore.Query", "itself, seeing soft-deleted documents too" } } },
+        { method = "session", of = "mongostore.Query",
+          params = { { "s", "mongostore.Session|mongostore.ModelSession", "the session" } },
+          returns = { { "q", "mongostore.Query", "itself, its calls in the session" } } },
+        { method = "all", of = "mongostore.Query", params = { MOPTS },
+          returns = { { "docs", "mongostore.Document[]", "every match, tracked" } } },
+        { method = "first", of = "mongostore.Query", params = { MOPTS },
+          returns = { { "doc", "mongostore.Document?", "the first match; nil when none" } } },
+        { method = "one", of = "mongostore.Query", params = { MOPTS },
+          returns = { { "doc", "mongostore.Document", "the one match" } },
+          desc = MODEL_FAILS .. ": `not_found` when none matches, `invalid` when more than one does." },
+        { method = "lean", of = "mongostore.Query", params = { MOPTS },
+          returns = { { "docs", "table[]", "every match as read, untracked" } } },
+        { method = "count", of = "mongostore.Query", params = { MOPTS },
+          returns = { { "n", "integer", "how many match (within skip and limit)" } } },
+        { method = "distinct", of = "mongostore.Query",
+          params = { { "field", "string", "the field" }, MOPTS },
+          returns = { { "values", "any[]", "its distinct values among the matches" } } },
+        { method = "each", of = "mongostore.Query", params = { MOPTS },
+          returns = { { "iter", "fun(): mongostore.Document", "for a generic `for`, tracked documents one at a "
+            .. "time" } },
+          desc = "A failure raises inside the loop, as `cursor:each`." },
+        { method = "update", of = "mongostore.Query",
+          params = { { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces (an Op, or a "
+            .. "table of fields to set), and `model.options`" } },
+          returns = {
+            { "n", "integer", "documents modified" },
+            { "result", "{ matched: integer, modified: integer }", "the counts" },
+          },
+          raises = "an unknown, immutable or model-written field, one path given twice or with its parent",
+          desc = "Every match, none loaded; the revision bumped and `updated_at` set on each. " .. MODEL_FAILS
+            .. ": `validation` (nothing sent), the document API's codes.",
+          example = [[
+local n = assert(Article:find(Q.views:gte(1)):update(ops.inc { views = 10 }))]] },
+        { method = "delete", of = "mongostore.Query",
+          params = { { "opts", "mongostore.ModelOptions?", "hard, session" } },
+          returns = { { "n", "integer", "documents deleted (soft, or removed with `hard`)" } } },
+      },
+    },
+    {
+      title = "Atomic updates",
+      entries = {
+        { method = "update", of = "mongostore.Model",
+          params = {
+            { "id", "any", "the document's id" },
+            { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces, and `model.options`" },
+          },
+          returns = { { "doc", "mongostore.Document", "the document after the update, tracked (one round trip: "
+            .. "`findAndModify`)" } },
+          raises = "an unknown, immutable or model-written field, one path given twice or with its parent",
+          desc = "Every supplied value is checked against its field first. " .. MODEL_FAILS
+            .. ": `not_found` (no such document, or soft-deleted), `validation` (nothing sent), `duplicate`, the "
+            .. "document API's codes.",
+          example = [[
+local a2 = assert(Article:update(a.id, ops.inc { views = 1 }, ops.push { tags = "featured" }, { title = "v2" }))]] },
+        { method = "upsert", of = "mongostore.Model",
+          params = {
+            { "q", "mongostore.Cond|table", "which document; its equalities are copied into an inserted one" },
+            { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces, and `model.options`" },
+          },
+          returns = { { "doc", "mongostore.Document", "the document after the update: inserted when none matched "
+            .. "(revision 1, `created_at`, the defaults of the fields neither the update nor the filter gives)" } },
+          raises = "as `Model:update`",
+          desc = MODEL_FAILS .. "." },
+        { field = "Q", module = "mongostore.model", type = "mongostore.QueryFields",
+          desc = "`Q.title`, `Q[\"author.name\"]`: a field, whose methods make conditions; `id` is `_id`." },
+        { class = "mongostore.QueryFields",
+          desc = "The type of `model.Q` (mongostore.query's): any key is a field path." },
+        { fn = "Q.and_", module = "mongostore.model",
+          params = { { "...", "mongostore.Cond|table", "conditions" } },
+          returns = { { "c", "mongostore.Cond", "all of them" } } },
+        { fn = "Q.or_", module = "mongostore.model",
+          params = { { "...", "mongostore.Cond|table", "conditions (at least one)" } },
+          returns = { { "c", "mongostore.Cond", "any of them" } } },
+        { fn = "Q.not_", module = "mongostore.model",
+          params = { { "c", "mongostore.Cond|table", "a condition" } },
+          returns = { { "c", "mongostore.Cond", "its negation" } } },
+        { class = "mongostore.Cond", desc = "A condition: `tostring` shows the filter it makes." },
+        { class = "mongostore.Field", desc = "A field path of `Q`, whose methods make conditions." },
+        { method = "eq", of = "mongostore.Field", params = { { "v", "any", "the value" } },
+          returns = { { "c", "mongostore.Cond", "equal (`mongostore.null`: null or missing)" } } },
+        { method = "ne", of = "mongostore.Field", params = { { "v", "any", "the value" } },
+          returns = { { "c", "mongostore.Cond", "`$ne`" } } },
+        { method = "gt", of = "mongostore.Field", params = { { "v", "any", "the bound" } },
+          returns = { { "c", "mongostore.Cond", "`$gt`" } } },
+        { method = "gte", of = "mongostore.Field", params = { { "v", "any", "the bound" } },
+          returns = { { "c", "mongostore.Cond", "`$gte`" } } },
+        { method = "lt", of = "mongostore.Field", params = { { "v", "any", "the bound" } },
+          returns = { { "c", "mongostore.Cond", "`$lt`" } } },
+        { method = "lte", of = "mongostore.Field", params = { { "v", "any", "the bound" } },
+          returns = { { "c", "mongostore.Cond", "`$lte`" } } },
+        { method = "in_", of = "mongostore.Field", params = { { "list", "any[]", "the values" } },
+          returns = { { "c", "mongostore.Cond", "`$in`" } } },
+        { method = "nin", of = "mongostore.Field", params = { { "list", "any[]", "the values" } },
+          returns = { { "c", "mongostore.Cond", "`$nin`" } } },
+        { method = "exists", of = "mongostore.Field",
+          params = { { "b", "boolean?", "false: missing", default = "true" } },
+          returns = { { "c", "mongostore.Cond", "`$exists`" } } },
+        { method = "prefix", of = "mongostore.Field", params = { { "s", "string", "the prefix, taken literally" } },
+          returns = { { "c", "mongostore.Cond", "a `$regex` anchored at the start" } } },
+        { method = "regex", of = "mongostore.Field",
+          params = { { "pattern", "string|mongostore.Regex", "the pattern" }, { "flags", "string?", "its options" } },
+          returns = { { "c", "mongostore.Cond", "`$regex`" } } },
+        { method = "all_", of = "mongostore.Field", params = { { "list", "any[]", "the values" } },
+          returns = { { "c", "mongostore.Cond", "`$all`" } } },
+        { method = "size", of = "mongostore.Field", params = { { "n", "integer", "the length" } },
+          returns = { { "c", "mongostore.Cond", "`$size`" } } },
+        { method = "elem_match", of = "mongostore.Field",
+          params = { { "c", "mongostore.Cond|table", "a condition on one item (its paths are the item's)" } },
+          returns = { { "c", "mongostore.Cond", "`$elemMatch`" } } },
+        { field = "ops", module = "mongostore.model", type = "mongostore.Ops",
+          desc = "The update operators: each takes a table of path = value and returns an Op." },
+        { class = "mongostore.Ops", desc = "The type of `model.ops`." },
+        { class = "mongostore.Op", desc = "One update operator with its paths: `tostring` shows it." },
+        { fn = "ops.set", module = "mongostore.model", params = { { "fields", "table", "path = value" } },
+          returns = { { "op", "mongostore.Op", "`$set`" } } },
+        { fn = "ops.unset", module = "mongostore.model",
+          params = { { "fields", "table", "a list of paths, or path = true" } },
+          returns = { { "op", "mongostore.Op", "`$unset`" } } },
+        { fn = "ops.inc", module = "mongostore.model", params = { { "fields", "table", "path = number" } },
+          returns = { { "op", "mongostore.Op", "`$inc`" } } },
+        { fn = "ops.mul", module = "mongostore.model", params = { { "fields", "table", "path = number" } },
+          returns = { { "op", "mongostore.Op", "`$mul`" } } },
+        { fn = "ops.min", module = "mongostore.model", params = { { "fields", "table", "path = value" } },
+          returns = { { "op", "mongostore.Op", "`$min`" } } },
+        { fn = "ops.max", module = "mongostore.model", params = { { "fields", "table", "path = value" } },
+          returns = { { "op", "mongostore.Op", "`$max`" } } },
+        { fn = "ops.push", module = "mongostore.model",
+          params = { { "fields", "table", "path = value (or `ops.each{...}`)" } },
+          returns = { { "op", "mongostore.Op", "`$push`" } } },
+        { fn = "ops.add_to_set", module = "mongostore.model",
+          params = { { "fields", "table", "path = value (or `ops.each{...}`)" } },
+          returns = { { "op", "mongostore.Op", "`$addToSet`" } } },
+        { fn = "ops.pull", module = "mongostore.model",
+          params = { { "fields", "table", "path = value or condition" } },
+          returns = { { "op", "mongostore.Op", "`$pull`" } } },
+        { fn = "ops.pop", module = "mongostore.model",
+          params = { { "fields", "table", "path = 1 (last) or -1 (first)" } },
+          returns = { { "op", "mongostore.Op", "`$pop`" } } },
+        { fn = "ops.set_on_insert", module = "mongostore.model", params = { { "fields", "table", "path = value" } },
+          returns = { { "op", "mongostore.Op", "`$setOnInsert` (for `upsert`)" } } },
+        { fn = "ops.current_date", module = "mongostore.model",
+          params = { { "fields", "table", "path = true, \"date\" or \"timestamp\"" } },
+          returns = { { "op", "mongostore.Op", "`$currentDate`" } } },
+        { fn = "ops.each", module = "mongostore.model",
+          params = { { "list", "any[]", "the values" },
+                     { "opts", "{ position: integer?, slice: integer?, sort: any? }?", "push only" } },
+          returns = { { "each", "table", "several values for `push` and `add_to_set` (`$each`)" } } },
+      },
+    },
+    {
+      title = "Bulk writes",
+      entries = {
+        { method = "insert_many", of = "mongostore.Model",
+          params = { { "list", "table[]", "documents (or tables of fields)" }, MOPTS },
+          returns = { { "result", "mongostore.ModelInsertManyResult", "the documents inserted and the failures" } },
+          raises = "an item that is not a table, or a stored document",
+          desc = [[
+Every document is checked first and an invalid one is never sent: it is one
+of `result.errors` (code `validation`, with its `errors`) beside the server's
+refusals, each by its index in `list`. Unordered (`ordered = false`) it
+attempts every valid document; ordered it stops at the first failure. The
+valid ones go in one `insert_many`. ]] .. MODEL_FAILS .. [[ (a failure of the
+whole call).]] },
+        { class = "mongostore.ModelInsertManyResult",
+          desc = "What `Model:insert_many` returns.",
+          fields = {
+            { "inserted", "mongostore.Document[]", "the documents stored, in order, tracked" },
+            { "errors", "{ index: integer, code: string, message: string, errors: table[]? }[]",
+              "the documents not stored, by index" },
+          } },
+        { method = "bulk_save", of = "mongostore.Model",
+          params = { { "docs", "mongostore.Document[]", "documents of this model" }, MOPTS },
+          returns = { { "n", "integer", "documents written (unchanged ones send nothing)" } },
+          raises = "an item that is not a document of this model",
+          desc = [[
+The delta of every changed document (and the new ones) in one unordered
+`bulk_write`, one round trip; when fewer updates matched than were sent, one
+read tells the stale ones apart. The writes are independent: the written
+documents are in sync in memory (revision, snapshot), the others as they
+were, listed in `err.failed`. ]] .. MODEL_FAILS .. ": the first failure's code, `err.failed`, `err.written`." },
+        { class = "mongostore.BulkSaveFailure",
+          desc = "A document `bulk_save` did not write.",
+          fields = {
+            { "index", "integer", "its index in `docs`" },
+            { "doc", "mongostore.Document", "the document, unchanged" },
+            { "code", "string", "`stale`, `not_found`, `duplicate`, `validation`, ..." },
+            { "message", "string", "why" },
+            { "errors", "table[]?", "`validation`: the values refused" },
+          } },
+        { method = "bulk_write", of = "mongostore.Model",
+          params = { { "list", "mongostore.ModelBulkOp[]", "ops from `model.update_one` and the others" }, MOPTS },
+          returns = { { "result", "mongostore.BulkWriteResult", "the document API's result" } },
+          raises = "an item that is not a model op, an unknown or immutable field",
+          desc = "Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of "
+            .. "a soft-deleting model marks. " .. MODEL_FAILS .. ": `validation` (any op: nothing sent), the "
+            .. "document API's codes." },
+        { class = "mongostore.ModelBulkOp", desc = "One op of `Model:bulk_write`." },
+        { fn = "insert_one", module = "mongostore.model", params = { { "doc", "table", "the document" } },
+          returns = { { "op", "mongostore.ModelBulkOp", "an insert" } } },
+        { fn = "update_one", module = "mongostore.model",
+          params = { { "q", "mongostore.Cond|table", "which document" },
+                     { "...", "mongostore.Op|table", "the update's pieces" } },
+          returns = { { "op", "mongostore.ModelBulkOp", "an update of the first match" } },
+          example = [[
+assert(Article:bulk_write { model.update_one(Q.title:eq("bulk 0"), ops.inc { views = 1 }) })]] },
+        { fn = "update_many", module = "mongostore.model",
+          params = { { "q", "mongostore.Cond|table", "which documents" },
+                     { "...", "mongostore.Op|table", "the update's pieces" } },
+          returns = { { "op", "mongostore.ModelBulkOp", "an update of every match" } } },
+        { fn = "upsert_one", module = "mongostore.model",
+          params = { { "q", "mongostore.Cond|table", "which document" },
+                     { "...", "mongostore.Op|table", "the update's pieces" } },
+          returns = { { "op", "mongostore.ModelBulkOp", "an update, inserting when none matches" } } },
+        { fn = "delete_one", module = "mongostore.model",
+          params = { { "q", "mongostore.Cond|table", "which document" },
+                     { "opts", "{ hard: boolean? }?", "hard: remove rather than mark" } },
+          returns = { { "op", "mongostore.ModelBulkOp", "a delete of the first match" } } },
+        { fn = "delete_many", module = "mongostore.model",
+          params = { { "q", "mongostore.Cond|table", "which documents" },
+                     { "opts", "{ hard: boolean? }?", "hard: remove rather than mark" } },
+          returns = { { "op", "mongostore.ModelBulkOp", "a delete of every match" } } },
+      },
+    },
+    {
+      title = "Transactions",
+      entries = {
+        { method = "transaction", of = "mongostore.Registry",
+          params = {
+            { "fn", "fun(tx: mongostore.Session): any", "the work; pass `{ session = tx }` to every call inside" },
+            { "opts", "mongostore.ModelTransactionOptions?", "independent, and `db:transaction`'s options" },
+          },
+          returns = { { "ok", "true", "committed" }, { "values", "any", "then what `fn` returned" } },
+          raises = "what `fn` raised (the transaction aborted, memory put back first)",
+          desc = [[
+`db:transaction` underneath: it commits when `fn` returns and runs `fn` again
+on a transient error (a write conflict), so `fn` must be safe to run twice.
+Before each new run and when the transaction aborts, every document written
+inside is put back in memory (its revision, timestamps, snapshot, new and
+deleted flags; the changes you made stay pending), so a retried save sends its
+delta again. A model error raised with `assert` that is transient is retried
+too. Transactions do not nest (MongoDB has no savepoints): called inside a
+running one it fails `transaction` unless `opts.independent`, which commits on
+its own (an audit record that must survive the outer abort). ]] .. MODEL_FAILS .. [[
+: `transaction`, or what `fn` returned, or `db:transaction`'s codes.]],
+          example = [[
+local ok, err = registry:transaction(function(tx)
+  landing.tags[#landing.tags + 1] = "promoted"
+  assert(landing:save { session = tx })
+  return true
+end)]] },
+        { class = "mongostore.ModelTransactionOptions", parent = "mongostore.TransactionOptions",
+          desc = "The options of `registry:transaction`; an unknown key raises.",
+          fields = {
+            { "independent", "boolean?", "run as a separate transaction even inside another", default = "false" },
+          } },
+        { method = "session", of = "mongostore.Registry", params = {},
+          returns = { { "ms", "mongostore.ModelSession", "for transactions run by hand: no retry" } },
+          desc = MODEL_FAILS .. ": `unavailable` on a server without sessions." },
+        { class = "mongostore.ModelSession",
+          desc = "A session of `registry:session()`; `ms.session` is its `mongostore.Session`, for the document "
+            .. "API. Its abort (and a close that aborts) puts the documents written in it back in memory.",
+          fields = { { "session", "mongostore.Session", "the document API's session" } } },
+        { method = "start_transaction", of = "mongostore.ModelSession",
+          params = { { "opts", "mongostore.StartTransactionOptions?", "the transaction's options" } },
+          returns = { { "ok", "true", "started" } } },
+        { method = "commit", of = "mongostore.ModelSession", params = {},
+          returns = { { "ok", "true", "committed" } } },
+        { method = "abort", of = "mongostore.ModelSession", params = {},
+          returns = { { "ok", "true", "aborted, memory put back" } } },
+        { method = "in_transaction", of = "mongostore.ModelSession", params = {},
+          returns = { { "yes", "boolean", "whether a transaction is open" } } },
+        { method = "close", of = "mongostore.ModelSession", params = {},
+          returns = { { "ok", "true", "ended (aborting an open transaction)" } } },
+      },
+    },
+  },
+}
 
 api.pages[#api.pages + 1] = {
   file = "values",

@@ -788,6 +788,14 @@ function Database:list_collections(opts) end
 ---@return ("unavailable"|"network"|"timeout"|"server"|"closed")? code
 function Database:info() end
 
+--- As `store:stats()`: from libmongoc's command monitoring, for the pool the handle's client came from (shared by every handle and store of the process on the URI). Two readings tell what a piece of code sent.
+---
+--- Fails with `nil, message, code`.
+---@return table<string, integer>? counts # commands started through the handle's pool, by name (`find`, `update`, `insert`, `findAndModify`, ...), plus `total` and `reply_bytes`
+---@return string? message
+---@return "closed"? code
+function Database:stats() end
+
 --- Fails with `nil, message, code`.
 ---@return string? name # the database's name
 ---@return string? message

@@ -316,7 +316,6 @@ end
 -- ------------------------------------------------------------ instances
 
 local Instance = {}  -- the methods of every model's documents
-M.Instance = Instance
 
 local function ensure_defaults(C, t)
   for _, d in ipairs(C._defaults) do
@@ -1265,7 +1264,6 @@ local function index_args(C, ix)
   o.partial_filter = pf
   return keys, o
 end
-M.index_args = index_args
 
 --- model.registry(db, { Model... }) -> a registry, the declared indexes created; or nil, err.
 function M.registry(db, models, opts)
@@ -1413,5 +1411,9 @@ Session.__close = Session.close
 Session.__gc = nil
 
 function Registry:model(name) return self.models[name] end
+
+-- The method tables, for the reference's checks (spec/01-unit/docs_spec.lua).
+M._classes = { Model = Model, Document = Instance, Query = Query, Registry = Registry, ModelSession = Session }
+M._index_args = index_args
 
 return M

@@ -10,6 +10,7 @@ local msngx = require "mongostore.ngx"
 local database_mod = require "mongostore.database"
 local transaction_mod = require "mongostore.transaction"
 local ngx_thread = require "mongostore.ngx_thread"
+local model_mod = require "mongostore.model"
 
 local format, concat, sort = string.format, table.concat, table.sort
 
@@ -37,6 +38,18 @@ end
 -- The userdata classes of the C core (the document API's handles and the
 -- BSON boxes): the metatables luaL_newmetatable registers under the class
 -- name, reachable without a server.
+-- Q's fields look their methods up in a function (mongostore.query's Field
+-- table, an upvalue of it): the table itself is what is walked.
+local function field_methods()
+  local index = getmetatable(model_mod.Q.title).__index
+  for i = 1, 255 do
+    local n, v = debug.getupvalue(index, i)
+    if not n then break end
+    if n == "Field" then return v end
+  end
+  error("mongostore.query's Field methods not found")
+end
+
 local REGISTRY = debug.getregistry()
 local function userdata_methods(class)
   local mt = REGISTRY[class]
@@ -49,6 +62,10 @@ local function method_table(class)
   if class == "mongostore.Store" then return mongostore.Store end
   if class == "mongostore.Engine" then return engine_methods() end
   if class == "mongostore.Chart" then return a_chart() end
+  -- the models' method tables (lua/mongostore/model.lua), and Q's fields' (mongostore.query)
+  local m = class:match("^mongostore%.(%u%w*)$")
+  if m and model_mod._classes[m] then return model_mod._classes[m] end
+  if class == "mongostore.Field" then return field_methods() end
   local t = userdata_methods(class)
   if t then return t end
   error("no method table known for " .. class)
@@ -61,6 +78,8 @@ local METHOD_CLASSES = {
   "mongostore.Session", "mongostore.ObjectId", "mongostore.Date", "mongostore.Binary", "mongostore.Decimal128",
   "mongostore.Int32", "mongostore.Timestamp", "mongostore.Regex", "mongostore.MinKey", "mongostore.MaxKey",
   "mongostore.Code", "mongostore.CodeWScope", "mongostore.Symbol", "mongostore.Undefined", "mongostore.DBPointer",
+  "mongostore.Model", "mongostore.Document", "mongostore.Query", "mongostore.Registry", "mongostore.ModelSession",
+  "mongostore.Field",
 }
 
 -- A class's fields with its parents' (`parent =`), by name.
@@ -481,6 +500,7 @@ function TestEverythingDocumented:test_every_public_module_name_is_documented()
   undocumented_in("mongostore.database", database_mod, fns, missing)
   undocumented_in("mongostore.transaction", transaction_mod, fns, missing)
   undocumented_in("mongostore.ngx_thread", ngx_thread, fns, missing)
+  undocumented_in("mongostore.model", model_mod, fns, missing)
   lu.assertEquals(missing, {}, "describe them in docs/api.lua (or list them in api.internal, saying why): "
     .. concat(missing, ", "))
 end
