@@ -5,17 +5,21 @@
 -- usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]
 --
 -- parts: "all" (the default: issue 5's execution rows, then issue 11's
--- document rows) or "documents" (bench/run.sh --documents: those only).
+-- document rows and issue 12's model rows), "documents" (bench/run.sh
+-- --documents: those only), "models" (--models) or "documents,models".
 --
 -- Every figure comes from the results file of the same run; a figure that
 -- is missing reads n/a. A target of issue 5 is marked "yes" only when the
 -- measured figure meets it; when it could not be measured it says so.
 local results_path, md_path, mode, command, server, date, report_parts = table.unpack(arg, 1, 7)
-if not date or (report_parts and report_parts ~= "all" and report_parts ~= "documents") then
+local PARTS = { all = true, documents = true, models = true, ["documents,models"] = true }
+if not date or (report_parts and not PARTS[report_parts]) then
   io.stderr:write("usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]\n")
   os.exit(2)
 end
 local which = report_parts or "all"
+local show_docs = which == "all" or which:find("documents", 1, true) ~= nil
+local show_models = which == "all" or which:find("models", 1, true) ~= nil
 
 local format, concat = string.format, table.concat
 
@@ -192,6 +196,7 @@ local function median(list)
   return (t[n // 2] + t[n // 2 + 1]) / 2
 end
 
+local models_section
 local function documents_section()
   -- rounds[who][op][round] = wall ms; op "<op>_cpu": the client's CPU ms
   local rounds = {}
@@ -373,14 +378,173 @@ local function documents_section()
 end
 
 ------------------------------------------------------------------------
+-- Issue 12's model rows (keys models.<contender>.r<round>.<op>_ms): mongostore
+-- models, the bare document API doing the same writes, and Mongoose; medians
+-- over the rounds and paired ratios, as the document rows.
+
+local MODEL_OPS = {
+  { key = "insert", what = "insert of %s documents", size = 1, unit = "docs/s" },
+  { key = "load", what = "load of %s documents", size = 1, unit = "docs/s" },
+  { key = "save", what = "%s change-tracked saves of one field", size = 2, unit = "saves/s" },
+  { key = "bulk_save", what = "one bulk save of %s deltas", size = 3, unit = "docs/s" },
+  { key = "update", what = "%s atomic updates", size = 4, unit = "updates/s" },
+}
+local MODEL_WHO = {
+  { key = "model", name = "mongostore models" },
+  { key = "bare", name = "mongostore document API" },
+  { key = "mongoose", name = "Mongoose" },
+}
+
+models_section = function()
+  local rounds = {}
+  for key, val in pairs(R) do
+    local who, r, op = key:match("^models%.(%w+)%.r(%d+)%.([%w_]+)_ms$")
+    if who and tonumber(val) then
+      rounds[who] = rounds[who] or {}
+      rounds[who][op] = rounds[who][op] or {}
+      rounds[who][op][tonumber(r)] = tonumber(val)
+    end
+  end
+  local sizes = {}
+  for v in (R["meta.model_sizes"] or ""):gmatch("%d+") do sizes[#sizes + 1] = tonumber(v) end
+  local function values(who, op)
+    local list = {}
+    for _, v in pairs(rounds[who] and rounds[who][op] or {}) do list[#list + 1] = v end
+    return list
+  end
+  local function med(who, op) return median(values(who, op)) end
+  local function paired(a, b, op)
+    local ra, rb = rounds[a] and rounds[a][op], rounds[b] and rounds[b][op]
+    if not (ra and rb) then return nil end
+    local list = {}
+    for r, v in pairs(ra) do
+      if rb[r] and rb[r] > 0 then list[#list + 1] = v / rb[r] end
+    end
+    return median(list)
+  end
+  local function what(op)
+    return format(op.what, sizes[op.size] and with_commas(sizes[op.size]) or "?")
+  end
+  local function cell(who, op, suffix)
+    local m = med(who, op.key .. suffix)
+    if not m then return "not measured" end
+    local count = sizes[op.size]
+    if suffix == "" and count then
+      return format("%s ms (%s %s)", f1(m), with_commas(count / (m / 1e3)), op.unit)
+    end
+    return format("%s ms", f1(m))
+  end
+  local function met(v, ok) return v and (ok(v) and "yes" or "no") or "not measured" end
+  local function within(v) return v <= 1.25 end
+  local function ahead(v) return v > 1 end
+
+  w("## Models")
+  w("")
+  w("Issue 12's model rows: the same writes on the same server, in the same run, by mongostore models")
+  w("(`bench/models.lua model`: `model.define`, `Model:insert_many`, `Model:find():all()`, `doc:save()`,")
+  w("`Model:bulk_save`, `Model:update(id, ops.inc{ views = 1 })`), by mongostore's bare document API sending what the")
+  w("model sends (`bench/models.lua bare`: `insert_many`, `find():all()`, `update_one` guarded by `_id` and `rev`,")
+  w("one `bulk_write`, `find_one_and_update` returning the new document), and by Mongoose")
+  w("(`bench/models_mongoose.js`: `insertMany`, `find`, `doc.save()`, `Model.bulkSave`, `findByIdAndUpdate`).")
+  w("%s rounds; in each, every contender runs once, as its own process, in an order that turns each round, after an",
+    R["meta.model_rounds"] or "?")
+  w("untimed warm-up at a tenth of the sizes. Figures are medians over the rounds; a ratio is the median of that ratio")
+  w("in each round.")
+  w("")
+  local versions = {}
+  for _, who in ipairs(MODEL_WHO) do
+    versions[#versions + 1] = format("%s: %s", who.name, R["models." .. who.key .. ".version"] or "not measured")
+  end
+  w("- contenders: %s", concat(versions, "; "))
+  w("- the article: `title`, `author`, `body`, `status` strings, `views` an integer, `score` a double, `published` a")
+  w("  bool, `tags` 3 strings, `created_at` and `updated_at` dates set by the model (Mongoose: `timestamps`), `rev` a")
+  w("  revision (Mongoose: the version key named `rev` with `optimisticConcurrency`), an ObjectId `_id`; models")
+  w("  validate every write (`validate_writes`), Mongoose casts and validates as it always does")
+  w("- a save changes `views` (+1): the model and Mongoose diff the document and send `$set` of `views` and")
+  w("  `updated_at` and `$inc` of `rev`, guarded by `_id` and `rev`; the bare API sends that update itself; the bulk")
+  w("  save does the same to 1,000 other documents in one round trip; an atomic update increments `views` (and `rev`)")
+  w("  and returns the document")
+  local failed = {}
+  for key, val in pairs(R) do
+    if key:match("^meta%.failed%.") and val:match("^models ") then failed[#failed + 1] = val end
+  end
+  table.sort(failed)
+  if #failed > 0 then w("- **failed in this run** (not in the medians): %s", concat(failed, "; ")) end
+  w("")
+
+  local head = { "row" }
+  for _, who in ipairs(MODEL_WHO) do head[#head + 1] = who.name end
+  local rows = {}
+  for _, op in ipairs(MODEL_OPS) do
+    local row = { what(op) }
+    for _, who in ipairs(MODEL_WHO) do row[#row + 1] = cell(who.key, op, "") end
+    rows[#rows + 1] = row
+  end
+  table_md(head, rows)
+
+  local rows2 = {}
+  for _, op in ipairs(MODEL_OPS) do
+    local vb, mg = paired("model", "bare", op.key), paired("mongoose", "model", op.key)
+    local vbc, mgc = paired("model", "bare", op.key .. "_cpu"), paired("mongoose", "model", op.key .. "_cpu")
+    rows2[#rows2 + 1] = {
+      what(op),
+      vb and format("%s (%+.0f%%)", x(vb), (vb - 1) * 100) or "n/a", met(vb, within),
+      x(mg), met(mg, ahead),
+      vbc and format("%s (%+.0f%%)", x(vbc), (vbc - 1) * 100) or "n/a", met(vbc, within),
+      x(mgc), met(mgc, ahead),
+    }
+  end
+  table_md({ "row", "models / document API, wall", "within 25%", "Mongoose / models, wall", "ahead",
+    "models / document API, CPU", "within 25%", "Mongoose / models, CPU", "ahead" }, rows2)
+  w("\"within 25%%\" and \"ahead\" say yes only when this run's ratio meets issue 12's targets: models within 25%% of")
+  w("the bare document API doing the same writes, and faster than Mongoose on every row. CPU is the client process's")
+  w("own time over the same span (`os.clock` in Lua, `process.cpuUsage` in Node).")
+  w("")
+
+  local rows_cpu = {}
+  for _, op in ipairs(MODEL_OPS) do
+    local row = { what(op) }
+    for _, who in ipairs(MODEL_WHO) do row[#row + 1] = cell(who.key, op, "_cpu") end
+    rows_cpu[#rows_cpu + 1] = row
+  end
+  local head_cpu = { "row" }
+  for _, who in ipairs(MODEL_WHO) do head_cpu[#head_cpu + 1] = who.name .. " CPU" end
+  w("The client's CPU time over the same spans, median over the rounds:")
+  w("")
+  table_md(head_cpu, rows_cpu)
+
+  local rows3 = {}
+  for _, op in ipairs(MODEL_OPS) do
+    for _, who in ipairs(MODEL_WHO) do
+      local list, rs = {}, {}
+      for r in pairs(rounds[who.key] and rounds[who.key][op.key] or {}) do rs[#rs + 1] = r end
+      table.sort(rs)
+      local cpu = rounds[who.key] and rounds[who.key][op.key .. "_cpu"] or {}
+      for _, r in ipairs(rs) do
+        list[#list + 1] = cpu[r] and format("%s (cpu %s)", f1(rounds[who.key][op.key][r]), f1(cpu[r]))
+          or f1(rounds[who.key][op.key][r])
+      end
+      if #list > 0 then rows3[#rows3 + 1] = { op.key, who.name, concat(list, ", ") } end
+    end
+  end
+  w("Every round's wall time in ms (and the client's CPU ms), round 1 first:")
+  w("")
+  table_md({ "row", "contender", "ms per round" }, rows3)
+end
+
+------------------------------------------------------------------------
 -- The Markdown.
 
 local n_exec = R["ms1.executions"] or "?"
 w("# mongostore benchmarks")
 w("")
-w("%s, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,",
-  which == "all" and "Issue 5's benchmarks (executions) and issue 11's (documents)" or "Issue 11's document benchmarks",
-  mode)
+local TITLES = {
+  all = "Issue 5's benchmarks (executions), issue 11's (documents) and issue 12's (models)",
+  documents = "Issue 11's document benchmarks",
+  models = "Issue 12's model benchmarks",
+  ["documents,models"] = "Issue 11's document benchmarks and issue 12's model benchmarks",
+}
+w("%s, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,", TITLES[which], mode)
 w("against one server, with the implementations side by side; nothing is carried over from other runs.")
 w("")
 w("- command: `%s`", command)
@@ -655,7 +819,8 @@ if which == "all" then
   w("VmRSS from /proc/self/status at the end of each worker's timed loop.")
   w("")
 end
-documents_section()
+if show_docs then documents_section() end
+if show_models then models_section() end
 
 local text = concat(out, "\n")
 local f = assert(io.open(md_path, "w"))
@@ -667,6 +832,11 @@ if which == "all" then
   local stop = text:find("\n## One worker", 1, true)
   io.stdout:write(text:sub((text:find("## Summary", 1, true)) or 1, stop or #text), "\n")
 end
-local docs_at = text:find("## Documents", 1, true)
-io.stdout:write(text:sub(docs_at or #text + 1, (text:find("Every round's wall time", docs_at or 1, true) or #text + 1) - 1))
+-- each row section up to its per-round table
+for _, title in ipairs({ "## Documents", "## Models" }) do
+  local at = text:find(title, 1, true)
+  if at then
+    io.stdout:write(text:sub(at, (text:find("Every round's wall time", at, true) or #text + 1) - 1))
+  end
+end
 io.stdout:write("(full report: ", md_path, ")\n")

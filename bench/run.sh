@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick] [--documents] - issue 5's and issue 11's benchmarks,
-# side by side in one run (`make bench` runs the full mode; never part of
-# `make test`).
+# bench/run.sh [--quick] [--documents] [--models] - issue 5's, issue 11's and
+# issue 12's benchmarks, side by side in one run (`make bench` runs the full
+# mode; never part of `make test`).
 #
 # Builds the core (make mongostore/core.so) and bench/raw_limit.c, starts one
 # test server (tools/test-server: mongo-java-server 1.47.0, in-memory) unless
@@ -27,16 +27,27 @@
 #                          with npm ci under bench/out/node); one process per
 #                          contender and round, the contenders' order turning
 #                          each round, the median of the rounds counts
+#   the model rows         insert 10,000 documents, load 10,000, 1,000
+#                          change-tracked saves of one field, one bulk save of
+#                          1,000 deltas, 1,000 atomic updates, by mongostore
+#                          models and by the bare document API doing the same
+#                          writes (bench/models.lua) and by Mongoose
+#                          (bench/models_mongoose.js, the version
+#                          bench/package-lock.json pins); rounds as the
+#                          document rows'
 # prints the summary with its ratios and writes bench/RESULTS.md.
 #
 # --quick: fewer executions and iterations, commit latency up to the 10,000th
 # event, 10k and 100k executions; about 3 minutes. The full mode goes to the
 # 100,000th event and 1M executions and takes far longer (20-40 minutes on a
 # small machine, more when the store is slow). The document rows: 5 rounds in
-# quick mode, 9 in full mode (about 10 s a round).
+# quick mode, 9 in full mode (about 10 s a round); the model rows: 3 rounds in
+# quick mode, 7 in full mode (about 15 s a round).
 #
 # --documents: the document rows only (warm-up included), reported to
-# bench/out/documents-<mode>.md unless BENCH_RESULTS is set.
+# bench/out/documents-<mode>.md unless BENCH_RESULTS is set. --models: the
+# model rows only, reported to bench/out/models-<mode>.md; both flags: both
+# sets of rows, to bench/out/documents-models-<mode>.md.
 #
 # Environment: MONGOSTORE_URI (use that server; its databases named
 # msbench_<pid>_* are dropped at the end), LUA (default lua5.4),
@@ -47,23 +58,34 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 mode=full
-parts=all
+want_docs="" want_models=""
 for a in "$@"; do
     case $a in
         --quick) mode=quick ;;
-        --documents) parts=documents ;;
+        --documents) want_docs=yes ;;
+        --models) want_models=yes ;;
         -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$a' (use --quick, --documents or nothing)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models or nothing)" >&2; exit 2 ;;
     esac
 done
+# parts: all (every benchmark), or the row sets asked for
+if [[ -n $want_docs && -n $want_models ]]; then parts=documents,models
+elif [[ -n $want_docs ]]; then parts=documents
+elif [[ -n $want_models ]]; then parts=models
+else parts=all
+fi
+do_docs="" do_models=""
+[[ $parts == all || -n $want_docs ]] && do_docs=yes
+[[ $parts == all || -n $want_models ]] && do_models=yes
 command="bench/run.sh${*:+ $*}"
 lua=${LUA:-lua5.4}
 out=$here/out
 mkdir -p "$out"
-if [[ $parts == documents ]]; then
-    md=${BENCH_RESULTS:-$out/documents-$mode.md}
-    results=$out/results-documents-$mode.txt
-    log=$out/run-documents-$mode.log
+if [[ $parts != all ]]; then
+    tag=${parts/,/-}
+    md=${BENCH_RESULTS:-$out/$tag-$mode.md}
+    results=$out/results-$tag-$mode.txt
+    log=$out/run-$tag-$mode.log
 else
     md=${BENCH_RESULTS:-$here/RESULTS.md}
     results=$out/results-$mode.txt
@@ -82,6 +104,7 @@ if [[ $mode == quick ]]; then
     short_window=10 short_points=1,1000,10000 short_budget=30
     scales=10000,100000 reps=3 op_budget=8 skip=60
     doc_rounds=5
+    model_rounds=3
 else
     raw_iters=20000 raw_warm=3000
     n_events=5000
@@ -89,9 +112,12 @@ else
     short_window=10 short_points=1,1000,10000 short_budget=60
     scales=10000,100000,1000000 reps=5 op_budget=30 skip=300
     doc_rounds=9
+    model_rounds=7
 fi
 # the issue's sizes, in both modes: documents, single updates, bulk updates
 doc_n=10000 doc_updates=1000 doc_bulk=1000
+# issue 12's: documents inserted and loaded, tracked saves, bulk-saved deltas, atomic updates
+model_n=10000 model_saves=1000 model_bulk=1000 model_updates=1000
 
 # ---- build
 note "building the core and raw_limit"
@@ -115,10 +141,11 @@ node_dir=$out/node
 node_ok=""
 if command -v "$node" >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
     want=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)
-    if [[ -f $node_dir/.stamp && $(cat "$node_dir/.stamp") == "$want" && -d $node_dir/node_modules/mongodb ]]; then
+    if [[ -f $node_dir/.stamp && $(cat "$node_dir/.stamp") == "$want" && -d $node_dir/node_modules/mongodb &&
+        -d $node_dir/node_modules/mongoose ]]; then
         node_ok=yes
     else
-        note "installing the Node.js mongodb driver (npm ci under bench/out/node)"
+        note "installing the Node.js mongodb driver and Mongoose (npm ci under bench/out/node)"
         rm -rf "$node_dir"
         mkdir -p "$node_dir"
         cp "$here/package.json" "$here/package-lock.json" "$node_dir/"
@@ -127,11 +154,11 @@ if command -v "$node" >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
             node_ok=yes
         else
             tail -n 20 "$log" >&2
-            note "npm ci failed: the Node row reads not measured"
+            note "npm ci failed: the Node and Mongoose rows read not measured"
         fi
     fi
 else
-    note "no $node or npm on PATH: the Node row reads not measured"
+    note "no $node or npm on PATH: the Node and Mongoose rows read not measured"
 fi
 
 # ---- server
@@ -202,6 +229,21 @@ doc_labels=(lua c py)
 [[ -n $node_ok ]] && doc_labels+=(node)
 declare -A doc_names=([lua]="mongostore" [c]="libmongoc alone" [py]="pymongo" [node]="Node.js mongodb")
 
+# model_contender <label> <round> <n> <saves> <bulk> <updates> <db>: one round
+# of the model rows (model: mongostore models, bare: the document API doing
+# the same writes, mongoose: Mongoose).
+model_contender() {
+    local label=$1 round=$2 n=$3 saves=$4 bulk=$5 updates=$6 db=$7
+    case $label in
+        model | bare) "$lua" "$here/models.lua" "$uri" "$db" "$label" "$round" "$n" "$saves" "$bulk" "$updates" ;;
+        mongoose) NODE_PATH=$node_dir/node_modules "$node" "$here/models_mongoose.js" "$uri" "$db" mongoose "$round" \
+            "$n" "$saves" "$bulk" "$updates" ;;
+    esac
+}
+model_labels=(model bare)
+[[ -n $node_ok ]] && model_labels+=(mongoose)
+declare -A model_names=([model]="mongostore models" [bare]="mongostore document API" [mongoose]="Mongoose")
+
 # ---- warm-up: every benchmark once, small, results thrown away (a cold JVM
 # runs 2-4x slower)
 note "warming the server (throwaway round)"
@@ -214,11 +256,18 @@ if [[ $parts == all ]]; then
     warm "$lua" "$here/latency.lua" "$uri" --part commit --points 1,1000 --budget 20 --db "${prefix}warm_lat"
     warm "$lua" "$here/latency.lua" "$uri" --part scale --scales 2000 --reps 2 --python "$py" --db "${prefix}warm_lat"
 fi
-# the document rows' warm-up; a contender that cannot run fails again, and
-# is reported, in the measured round
-for label in "${doc_labels[@]}"; do
-    warm doc_contender "$label" 0 1000 100 100 "${prefix}warm_docs_$label" || true
-done
+# the document and model rows' warm-up; a contender that cannot run fails
+# again, and is reported, in the measured round
+if [[ -n $do_docs ]]; then
+    for label in "${doc_labels[@]}"; do
+        warm doc_contender "$label" 0 1000 100 100 "${prefix}warm_docs_$label" || true
+    done
+fi
+if [[ -n $do_models ]]; then
+    for label in "${model_labels[@]}"; do
+        warm model_contender "$label" 0 1000 100 100 100 "${prefix}warm_models_$label" || true
+    done
+fi
 "$py" - "$uri" "${prefix}warm" >/dev/null 2>&1 <<'EOF' || true
 import sys, pymongo
 c = pymongo.MongoClient(sys.argv[1])
@@ -238,17 +287,34 @@ EOF
 # The document rows: every contender once per round, in an order that turns
 # each round, so the machine's drift falls on all of them alike; first, while
 # the server holds nothing but what they write.
-echo "RESULT meta.doc_rounds $doc_rounds" >>"$results"
-echo "RESULT meta.doc_sizes $doc_n $doc_updates $doc_bulk" >>"$results"
-echo "RESULT meta.doc_contenders ${doc_labels[*]}" >>"$results"
-for ((r = 1; r <= doc_rounds; r++)); do
-    k=${#doc_labels[@]}
-    for ((j = 0; j < k; j++)); do
-        label=${doc_labels[$(((j + r - 1) % k))]}
-        run "documents round $r/$doc_rounds: ${doc_names[$label]}" \
-            doc_contender "$label" "$r" "$doc_n" "$doc_updates" "$doc_bulk" "${prefix}docs_$label"
+if [[ -n $do_docs ]]; then
+    echo "RESULT meta.doc_rounds $doc_rounds" >>"$results"
+    echo "RESULT meta.doc_sizes $doc_n $doc_updates $doc_bulk" >>"$results"
+    echo "RESULT meta.doc_contenders ${doc_labels[*]}" >>"$results"
+    for ((r = 1; r <= doc_rounds; r++)); do
+        k=${#doc_labels[@]}
+        for ((j = 0; j < k; j++)); do
+            label=${doc_labels[$(((j + r - 1) % k))]}
+            run "documents round $r/$doc_rounds: ${doc_names[$label]}" \
+                doc_contender "$label" "$r" "$doc_n" "$doc_updates" "$doc_bulk" "${prefix}docs_$label"
+        done
     done
-done
+fi
+# The model rows, the same way.
+if [[ -n $do_models ]]; then
+    echo "RESULT meta.model_rounds $model_rounds" >>"$results"
+    echo "RESULT meta.model_sizes $model_n $model_saves $model_bulk $model_updates" >>"$results"
+    echo "RESULT meta.model_contenders ${model_labels[*]}" >>"$results"
+    for ((r = 1; r <= model_rounds; r++)); do
+        k=${#model_labels[@]}
+        for ((j = 0; j < k; j++)); do
+            label=${model_labels[$(((j + r - 1) % k))]}
+            run "models round $r/$model_rounds: ${model_names[$label]}" \
+                model_contender "$label" "$r" "$model_n" "$model_saves" "$model_bulk" "$model_updates" \
+                "${prefix}models_$label"
+        done
+    done
+fi
 
 if [[ $parts == all ]]; then
     run "raw load + CAS limit ($raw_iters iterations) and the events workload in raw libmongoc ($n_events executions)" \
