@@ -67,7 +67,7 @@ static int whole_failure(const bson_t *reply) {
 /* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
  * errors = { { index =, code =, message = } } }: every document is encoded
  * (and refused whole, nothing written) before any is sent. */
-int ms_collection_insert_many(lua_State *L) {
+static int l_insert_many(lua_State *L) {
   bson_t opts = BSON_INITIALIZER, reply, scratch = BSON_INITIALIZER, ids = BSON_INITIALIZER,
          unchecked = BSON_INITIALIZER, **late = NULL;
   bson_error_t be;
@@ -390,7 +390,7 @@ static int push_upserted(lua_State *L, const bson_t *reply, ms_err_t *e) {
  * modified, deleted, upserted (counts), upserted_ids = { [i] = id }, errors =
  * { { index =, code =, message = } } }; every op is checked before any is
  * sent. */
-int ms_collection_bulk_write(lua_State *L) {
+static int l_bulk_write(lua_State *L) {
   bson_t opts = BSON_INITIALIZER, reply;
   bson_error_t be;
   ms_err_t e;
@@ -465,3 +465,9 @@ int ms_collection_bulk_write(lua_State *L) {
   return nret;
 }
 
+void ms_collection_add_bulk(lua_State *L) {
+  lua_pushcfunction(L, l_insert_many);
+  lua_setfield(L, -2, "insert_many");
+  lua_pushcfunction(L, l_bulk_write);
+  lua_setfield(L, -2, "bulk_write");
+}

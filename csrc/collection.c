@@ -851,7 +851,6 @@ static int l_tostring(lua_State *L) {
 void ms_open_collection(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"insert_one", l_insert_one},
-    {"insert_many", ms_collection_insert_many},
     {"find_one", l_find_one},
     {"find", l_find},
     {"count", l_count},
@@ -862,7 +861,6 @@ void ms_open_collection(lua_State *L) {
     {"delete_many", l_delete_many},
     {"find_one_and_update", l_find_one_and_update},
     {"find_one_and_delete", l_find_one_and_delete},
-    {"bulk_write", ms_collection_bulk_write},
     {"aggregate", l_aggregate},
     {"distinct", l_distinct},
     {"create_index", l_create_index},
@@ -874,6 +872,7 @@ void ms_open_collection(lua_State *L) {
   };
   if (luaL_newmetatable(L, MS_COLLECTION_MT)) {
     luaL_newlib(L, methods);
+    ms_collection_add_bulk(L);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, l_gc);
     lua_setfield(L, -2, "__gc");

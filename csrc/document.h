@@ -181,8 +181,9 @@ void ms_name_join(char *buf, size_t size, const char *a, const char *b);
 
 /* ---- from bulk.c: the many-document writes ---- */
 
-int ms_collection_insert_many(lua_State *L);   /* c:insert_many(docs, opts) */
-int ms_collection_bulk_write(lua_State *L);    /* c:bulk_write(ops, opts) */
+/* Adds insert_many and bulk_write to the Collection's methods (the table on
+ * top of the stack). */
+void ms_collection_add_bulk(lua_State *L);
 
 /* ---- each file's methods and metatables (database.c assembles them;
  * ms_open_database, in ms.h, is what core.c calls) ---- */
