@@ -12,6 +12,10 @@ local M = {}
 
 M.FSCK_TTL = 60        -- seconds an fsck lease lasts unless renewed (it renews between phases)
 M.FUTURE_SLACK = 5     -- seconds a store timestamp may run ahead of this clock (hosts' skew)
+-- Seconds a collecting pass waits after removing other writers' leases: a degraded writer
+-- checks its lease right before its root write, so a root whose check passed just before the
+-- takeover lands within one round trip; the pass scans after it, and sees the root.
+M.FENCE_GRACE = 1
 local BATCH = 1000     -- documents per delete and per cursor batch
 
 local OPTS = {
@@ -179,6 +183,7 @@ local function settle_writers(ctx, meta, opts, summary)
       local r, e, c, d = meta:delete_one({ _id = w.id })
       if not r then return driver_fail("deleting the writer lease " .. w.id, e, c, d) end
       if r.deleted > 0 then
+        ctx.fenced[#ctx.fenced + 1] = w.token
         if w.live then
           summary.taken_over[#summary.taken_over + 1] = w.token
         else
@@ -224,6 +229,7 @@ end
 local function violation(summary, coll, sid, kind, message)
   local e = summary.collections[coll]
   local v = { collection = coll, sid = sid, kind = kind, message = message }
+  summary.reported[kind .. "\0" .. coll .. "\0" .. tostring(sid)] = true
   e.violations[#e.violations + 1] = v
   summary.violations[#summary.violations + 1] = v
 end
@@ -458,9 +464,39 @@ local function check_opts(opts)
   return opts
 end
 
+-- After the sweep: what a fenced writer wrote while the pass ran (its root past the grace)
+-- must still find every record it refers to; one that does not is a violation.
+local function late_writes(ctx, colls, summary)
+  if #ctx.fenced == 0 then return true end
+  local p = ctx.prefix
+  for cname, coll in pairs(colls) do
+    local cur, err, code, detail = coll:find({ _w = { ["$in"] = core.array(ctx.fenced) } },
+      { projection = { _id = 1, _refs = 1, _w = 1 } })
+    if not cur then return driver_fail("reading " .. cname, err, code, detail) end
+    local docs
+    docs, err, code, detail = cur:all()
+    if not docs then return driver_fail("reading " .. cname, err, code, detail) end
+    for _, d in ipairs(docs) do
+      for _, pair in ipairs(type(d._refs) == "table" and d._refs or {}) do
+        if type(pair) == "table" and type(pair[1]) == "string" and is_int(pair[2]) then
+          local target = colls[p .. pair[1]]
+          local found = target and target:find_one({ _id = pair[2] }, { projection = { _id = 1 } })
+          if not found and not summary.reported["dangling_ref\0" .. cname .. "\0" .. tostring(d._id)] then
+            violation(summary, cname, d._id, "dangling_ref", format("%s %s refers to %s%s %d, which does not "
+              .. "exist (written by the writer %s whose lease this pass took over)", cname, tostring(d._id), p,
+              pair[1], pair[2], tostring(d._w)))
+          end
+        end
+      end
+    end
+  end
+  return true
+end
+
 local function pass(ctx, meta, opts, summary)
   local ok, err, code = settle_writers(ctx, meta, opts, summary)
   if not ok then return nil, err, code end
+  if opts.collect_garbage and #ctx.fenced > 0 and M.FENCE_GRACE > 0 then sleep(M.FENCE_GRACE) end
   local names
   names, err, code = record_collections(ctx)
   if not names then return nil, err, code end
@@ -491,6 +527,7 @@ local function pass(ctx, meta, opts, summary)
     ok, err, code = counter(ctx, max_sid, max_coll, summary, opts)
     if not ok then return nil, err, code end
   end
+  if opts.collect_garbage then return late_writes(ctx, colls, summary) end
   return true
 end
 
@@ -504,10 +541,11 @@ function M.run(store, opts)
   local meta, err, code = meta_coll(ctx)
   if not meta then return nil, err, code end
   ctx.fsck_token = "fsck:" .. hex(core.random_bytes(12))
+  ctx.fenced = {}
   local ok
   ok, err, code = acquire(ctx, meta, opts.force)
   if not ok then return nil, err, code end
-  local summary = { collections = {}, violations = {}, taken_over = {}, stale_writers = 0 }
+  local summary = { collections = {}, violations = {}, taken_over = {}, stale_writers = 0, reported = {} }
   local ok2, e2, c2 = pass(ctx, meta, opts, summary)
   local gen, e3, c3 = release(ctx, meta)
   if not ok2 then return nil, e2, c2 end
@@ -520,6 +558,7 @@ function M.run(store, opts)
     end
   end
   summary.totals = totals
+  summary.reported = nil
   summary.clean = totals.violations == 0 and totals.conflicts == 0
   -- the handle that ran the pass forgets what it cached (records may have gone)
   if type(store.after_fsck) == "function" then store:after_fsck(gen) end
