@@ -13,6 +13,8 @@
 -- measured figure meets it; when it could not be measured it says so.
 local results_path, md_path, mode, command, server, date, report_parts = table.unpack(arg, 1, 7)
 local PARTS = { all = true, documents = true, models = true, ["documents,models"] = true }
+-- issue 13's record rows (bench/run.sh --records), alone or after the others
+for _, p in ipairs { "records", "documents,records", "models,records", "documents,models,records" } do PARTS[p] = true end
 if not date or (report_parts and not PARTS[report_parts]) then
   io.stderr:write("usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]\n")
   os.exit(2)
@@ -20,6 +22,7 @@ end
 local which = report_parts or "all"
 local show_docs = which == "all" or which:find("documents", 1, true) ~= nil
 local show_models = which == "all" or which:find("models", 1, true) ~= nil
+local show_records = which == "all" or which:find("records", 1, true) ~= nil
 
 local format, concat = string.format, table.concat
 
@@ -544,6 +547,12 @@ local TITLES = {
   models = "Issue 12's model benchmarks",
   ["documents,models"] = "Issue 11's document benchmarks and issue 12's model benchmarks",
 }
+if which == "all" then
+  TITLES.all = TITLES.all .. "; issue 13's (records)"
+elseif show_records then
+  local rest = which:gsub(",?records$", "")
+  TITLES[which] = rest == "" and "Issue 13's record benchmarks" or (TITLES[rest] .. " and issue 13's record benchmarks")
+end
 w("%s, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,", TITLES[which], mode)
 w("against one server, with the implementations side by side; nothing is carried over from other runs.")
 w("")
@@ -821,6 +830,48 @@ if which == "all" then
 end
 if show_docs then documents_section() end
 if show_models then models_section() end
+if show_records then
+  -- Issue 13's record rows (keys records.*, from bench/records.lua)
+  local function n(key) return tonumber(R["records." .. key]) end
+  local sizes = {}
+  for v in (R["meta.records_sizes"] or ""):gmatch("%d+") do sizes[#sizes + 1] = tonumber(v) end
+  local books = n("n") or sizes[1]
+  local function per_s(v) return v and with_commas(v) or "n/a" end
+  w("## Records")
+  w("")
+  w("Issue 13's record rows (`bench/records.lua`, one process, after an untimed warm-up on a store of its own prefix):")
+  w("%s book graphs saved one `store:save(Book, book)` each (a book with 3 embedded chapters and a ref to an author",
+    books and with_commas(books) or "?")
+  w("record shared by 10 books, so one save in ten writes a new author and nine find it by its content id), fetched")
+  w("back whole one `store:fetch(Book, sid)` each, and walked by keyset pages of %s ordered by `year` (the sid breaks",
+    R["records.page_size"] or "?")
+  w("ties). A page at the first and at the last position is the median of %s fetches of each, interleaved.",
+    sizes[3] or "?")
+  w("Store mode: %s; round trips are the commands the pool sent (`db:stats()`), divided by the saves or fetches.",
+    R["records.mode"] or "?")
+  local failed = {}
+  for key, val in pairs(R) do
+    if key:match("^meta%.failed%.") and val:match("^records") then failed[#failed + 1] = val end
+  end
+  if #failed > 0 then w("- **failed in this run**: %s", concat(failed, "; ")) end
+  w("")
+  local ratio_v = n("page_last_over_first")
+  table_md({ "row", "figure" }, {
+    { "save of a book graph", format("%s ms for %s (%s books/s, %s records/s)", f1(n("save_ms")),
+      books and with_commas(books) or "?", per_s(n("save_per_s")), per_s(n("save_records_per_s"))) },
+    { "round trips per save", f2(n("rt_per_save")) },
+    { "fetch of a book graph", format("%s ms for %s (%s books/s)", f1(n("fetch_ms")), books and with_commas(books) or "?",
+      per_s(n("fetch_per_s"))) },
+    { "round trips per fetch", f2(n("rt_per_fetch")) },
+    { "keyset walk over every book", format("%s ms, %s pages, %s books", f1(n("walk_ms")), R["records.walk_pages"] or "?",
+      R["records.walk_items"] or "?") },
+    { "one page at the first position", format("%s ms", f2(n("page_first_ms"))) },
+    { "one page at the last position", format("%s ms (%s the first; does not grow with the position: %s)",
+      f2(n("page_last_ms")), x(ratio_v), ratio_v and (ratio_v <= 1.5 and "yes" or "no") or "not measured") },
+    { "report-only fsck", format("%s ms over %s records", f1(n("fsck_ms")), R["records.fsck_examined"] or "?") },
+  })
+  w("")
+end
 
 local text = concat(out, "\n")
 local f = assert(io.open(md_path, "w"))
@@ -838,5 +889,9 @@ for _, title in ipairs({ "## Documents", "## Models" }) do
   if at then
     io.stdout:write(text:sub(at, (text:find("Every round's wall time", at, true) or #text + 1) - 1))
   end
+end
+do
+  local at = text:find("## Records", 1, true)
+  if at then io.stdout:write(text:sub(at, (text:find("\n## ", at + 1, true) or #text))) end
 end
 io.stdout:write("(full report: ", md_path, ")\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick] [--documents] [--models] - issue 5's, issue 11's and
-# issue 12's benchmarks, side by side in one run (`make bench` runs the full
+# bench/run.sh [--quick] [--documents] [--models] [--records] - issue 5's,
+# 11's, 12's and 13's benchmarks, side by side in one run (`make bench` runs the full
 # mode; never part of `make test`).
 #
 # Builds the core (make mongostore/core.so) and bench/raw_limit.c, starts one
@@ -35,6 +35,12 @@
 #                          (bench/models_mongoose.js, the version
 #                          bench/package-lock.json pins); rounds as the
 #                          document rows'
+#   the record rows        save and fetch of 10,000 record graphs (a book,
+#                          3 embedded chapters, an author record shared by
+#                          10 books) by mongostore.records, a walk over all
+#                          of them by keyset pages, a page at the first and
+#                          at the last position, a report-only fsck
+#                          (bench/records.lua, one process)
 # prints the summary with its ratios and writes bench/RESULTS.md.
 #
 # --quick: fewer executions and iterations, commit latency up to the 10,000th
@@ -47,7 +53,8 @@
 # --documents: the document rows only (warm-up included), reported to
 # bench/out/documents-<mode>.md unless BENCH_RESULTS is set. --models: the
 # model rows only, reported to bench/out/models-<mode>.md; both flags: both
-# sets of rows, to bench/out/documents-models-<mode>.md.
+# sets of rows, to bench/out/documents-models-<mode>.md. --records: the
+# record rows (alone or with the others, bench/out/<sets>-<mode>.md).
 #
 # Environment: MONGOSTORE_URI (use that server; its databases named
 # msbench_<pid>_* are dropped at the end), LUA (default lua5.4),
@@ -64,8 +71,9 @@ for a in "$@"; do
         --quick) mode=quick ;;
         --documents) want_docs=yes ;;
         --models) want_models=yes ;;
+        --records) want_records=yes ;;
         -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models or nothing)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models, --records or nothing)" >&2; exit 2 ;;
     esac
 done
 # parts: all (every benchmark), or the row sets asked for
@@ -74,6 +82,12 @@ elif [[ -n $want_docs ]]; then parts=documents
 elif [[ -n $want_models ]]; then parts=models
 else parts=all
 fi
+want_records=${want_records:-}
+if [[ -n $want_records ]]; then
+    if [[ $parts == all ]]; then parts=records; else parts=$parts,records; fi
+fi
+do_records=""
+[[ $parts == all || -n $want_records ]] && do_records=yes
 do_docs="" do_models=""
 [[ $parts == all || -n $want_docs ]] && do_docs=yes
 [[ $parts == all || -n $want_models ]] && do_models=yes
@@ -82,7 +96,7 @@ lua=${LUA:-lua5.4}
 out=$here/out
 mkdir -p "$out"
 if [[ $parts != all ]]; then
-    tag=${parts/,/-}
+    tag=${parts//,/-}
     md=${BENCH_RESULTS:-$out/$tag-$mode.md}
     results=$out/results-$tag-$mode.txt
     log=$out/run-$tag-$mode.log
@@ -105,6 +119,7 @@ if [[ $mode == quick ]]; then
     scales=10000,100000 reps=3 op_budget=8 skip=60
     doc_rounds=5
     model_rounds=3
+    records_reps=5
 else
     raw_iters=20000 raw_warm=3000
     n_events=5000
@@ -113,11 +128,14 @@ else
     scales=10000,100000,1000000 reps=5 op_budget=30 skip=300
     doc_rounds=9
     model_rounds=7
+    records_reps=9
 fi
 # the issue's sizes, in both modes: documents, single updates, bulk updates
 doc_n=10000 doc_updates=1000 doc_bulk=1000
 # issue 12's: documents inserted and loaded, tracked saves, bulk-saved deltas, atomic updates
 model_n=10000 model_saves=1000 model_bulk=1000 model_updates=1000
+# issue 13's: book graphs saved, fetched and walked; the walk's page size
+records_n=10000 records_page=100
 
 # ---- build
 note "building the core and raw_limit"
@@ -314,6 +332,12 @@ if [[ -n $do_models ]]; then
                 "${prefix}models_$label"
         done
     done
+fi
+# The record rows: one process (it warms itself up on a store of its own prefix).
+if [[ -n $do_records ]]; then
+    echo "RESULT meta.records_sizes $records_n $records_page $records_reps" >>"$results"
+    run "records: save, fetch and keyset walk of $records_n book graphs" \
+        "$lua" "$here/records.lua" "$uri" "${prefix}records" "$records_n" "$records_page" "$records_reps"
 fi
 
 if [[ $parts == all ]]; then
