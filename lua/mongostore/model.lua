@@ -318,24 +318,42 @@ end
 local Instance = {}  -- the methods of every model's documents
 
 local function ensure_defaults(C, t)
-  for _, d in ipairs(C._defaults) do
-    if rawget(t, d.name) == nil then
+  local defaults = C._defaults
+  for i = 1, #defaults do
+    local d = defaults[i]
+    local name = d.name
+    if rawget(t, name) == nil then
       local v = d.value
-      if type(v) == "function" then v = v() else v = copy(v) end
-      rawset(t, d.name, v)
+      if d.call then v = v() elseif d.copy then v = copy(v) end
+      rawset(t, name, v)
     end
   end
 end
 
--- Takes the model's own fields of a write, to put back when it fails.
+-- Takes the model's own fields of a write, to put back when it fails (a
+-- new document has none: one shared empty table stands for that).
+local NONE = setmetatable({}, { __newindex = function() error("model: NONE is read-only", 2) end })
+
 local function save_managed(C, doc)
-  local vals = {}
-  for _, name in ipairs(C._managed) do vals[name] = rawget(doc, name) end
-  return vals
+  local managed = C._managed
+  local vals
+  for i = 1, #managed do
+    local name = managed[i]
+    local v = rawget(doc, name)
+    if v ~= nil then
+      vals = vals or {}
+      vals[name] = v
+    end
+  end
+  return vals or NONE
 end
 
 local function restore_managed(C, doc, vals)
-  for _, name in ipairs(C._managed) do rawset(doc, name, vals[name]) end
+  local managed = C._managed
+  for i = 1, #managed do
+    local name = managed[i]
+    rawset(doc, name, vals[name])
+  end
 end
 
 local NO_SNAPSHOT = "the document has no snapshot (it is not from a tracked read: a lean() result or a copy), "
@@ -883,9 +901,12 @@ function Model:insert_many(list, opts)
   for i = 1, #list do
     local doc = list[i]
     if type(doc) ~= "table" then error(format("insert_many: item %d must be a table, got %s", i, type(doc)), 2) end
-    if class_of(doc) ~= self then doc = self:new(doc) end
-    if snaps[doc] then error(format("insert_many: item %d is stored already", i), 2) end
-    ensure_defaults(self, doc)
+    if class_of(doc) ~= self then
+      doc = self:new(doc)
+    else
+      if snaps[doc] then error(format("insert_many: item %d is stored already", i), 2) end
+      ensure_defaults(self, doc)
+    end
     local errs = validate and check_doc(self._schema, doc, self._id_skip)
     if errs then
       local _, e = validation_error(self, "insert_many", errs)
@@ -1186,7 +1207,11 @@ function M.define(spec)
   }
   for _, f in ipairs(S.list) do
     if f.immutable and f.name ~= "_id" then C._immutable[f.name] = true end
-    if f.default ~= nil then C._defaults[#C._defaults + 1] = { name = f.name, value = f.default } end
+    if f.default ~= nil then
+      local d = f.default
+      C._defaults[#C._defaults + 1] = { name = f.name, value = d, call = type(d) == "function",
+                                        copy = type(d) == "table" }
+    end
   end
   if roles.revision then C._auto[roles.revision] = "revision" end
   if roles.updated_at then C._auto[roles.updated_at] = "updated_at" end

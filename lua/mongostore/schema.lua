@@ -7,6 +7,7 @@ local core = require "mongostore.core"
 local type, pairs, ipairs, tostring, format, getmetatable = type, pairs, ipairs, tostring, string.format,
   getmetatable
 local floor = math.floor
+local concat = table.concat
 local mtype = math.type  -- nil on LuaJIT
 
 local M = {}
@@ -120,6 +121,8 @@ local function compile_field(name, decl, where)
       f.schema = compile(decl.fields, where .. " " .. name)
     end
   end
+  -- plain: passing the type's test is all there is to check
+  f.plain = not (f.enum or f.min or f.max or f.check or f.of or f.schema or t == "array")
   if decl.default ~= nil then
     local d = decl.default
     if type(d) == "table" and t == "array" and not is_array(d) and getmetatable(d) == nil then d = array(d) end
@@ -148,9 +151,21 @@ function compile(fields, where)
     end
   end
   table.sort(s.list, function(a, b) return a.name < b.name end)
+  s.required = {}
+  for _, f in ipairs(s.list) do
+    if f.required then s.required[#s.required + 1] = f.name end
+  end
   return s
 end
 M.compile = compile
+
+-- A value's path for a message, built only when there is one to give: base
+-- (the parent's path, "" at the top) and key (a field name, or an item's index).
+local function path_of(base, key)
+  if type(key) == "number" then return base .. "[" .. key .. "]" end
+  if base == "" then return key end
+  return base .. "." .. key
+end
 
 local function add(errs, field, message)
   errs[#errs + 1] = { field = field, message = message }
@@ -158,74 +173,104 @@ end
 
 local check_document
 
--- Checks one value against a field; a nil value is for the caller (required).
-local function check_value(f, v, path, errs)
+local function type_name(f, v)
+  local got = type(v)
+  if got == "userdata" then
+    local mt = getmetatable(v)
+    got = mt and mt.__name or got
+  elseif got == "number" and f.type == "integer" then
+    got = "the float " .. tostring(v)
+  end
+  return got
+end
+
+-- Checks one value against a field (the value at base/key); a nil value is
+-- the caller's to judge (required). The common case, a value of the right
+-- type with nothing more to check, builds no string and no table.
+local function check_value(f, v, base, key, errs)
   if v == null then
-    if f.required then add(errs, path, path .. " is required (got null)") end
+    if f.required then
+      local p = path_of(base, key)
+      add(errs, p, p .. " is required (got null)")
+    end
     return
   end
   if not f.test(v) then
-    local got = type(v)
-    if got == "userdata" then
-      local mt = getmetatable(v)
-      got = mt and mt.__name or got
-    elseif got == "number" and f.type == "integer" then
-      got = "the float " .. tostring(v)
-    end
-    add(errs, path, format("%s must be %s, got %s", path, f.words, got))
+    local p = path_of(base, key)
+    add(errs, p, format("%s must be %s, got %s", p, f.words, type_name(f, v)))
     return
   end
   if f.enum and not f.enum[v] then
     local words = {}
     for i, e in ipairs(f.enum_list) do words[i] = tostring(e) end
-    add(errs, path, format("%s must be one of %s, got %s", path, table.concat(words, ", "), tostring(v)))
+    local p = path_of(base, key)
+    add(errs, p, format("%s must be one of %s, got %s", p, concat(words, ", "), tostring(v)))
     return
   end
   if f.min ~= nil or f.max ~= nil then
     local size = (f.type == "string" or f.type == "array") and #v or v
     if type(size) == "number" then
       if f.min ~= nil and size < f.min then
-        add(errs, path, format("%s is below its minimum %s", path, tostring(f.min)))
+        local p = path_of(base, key)
+        add(errs, p, format("%s is below its minimum %s", p, tostring(f.min)))
       end
       if f.max ~= nil and size > f.max then
-        add(errs, path, format("%s is above its maximum %s", path, tostring(f.max)))
+        local p = path_of(base, key)
+        add(errs, p, format("%s is above its maximum %s", p, tostring(f.max)))
       end
     end
   end
-  if f.type == "array" then
+  local t = f.type
+  if t == "array" then
     -- an empty table meant as an array: marked, so it is stored as [] and not {}
     if next(v) == nil and getmetatable(v) == nil then array(v) end
-    if f.of then
-      for i = 1, #v do check_value(f.of, v[i], path .. "[" .. i .. "]", errs) end
+    local of = f.of
+    if of then
+      local p = path_of(base, key)
+      local test, plain = of.test, of.plain
+      for i = 1, #v do
+        local x = v[i]
+        if not (plain and test(x)) then check_value(of, x, p, i, errs) end
+      end
     end
   elseif f.schema then
-    check_document(f.schema, v, path .. ".", errs)
+    check_document(f.schema, v, path_of(base, key), errs)
   end
   if f.check then
     local ok, msg = f.check(v)
-    if not ok then add(errs, path, path .. ": " .. tostring(msg or "refused by its check")) end
+    if not ok then
+      local p = path_of(base, key)
+      add(errs, p, p .. ": " .. tostring(msg or "refused by its check"))
+    end
   end
 end
-M.check_value = check_value
+
+--- schema.check_value(field, v, path, errs): checks one value (an update's), adding to errs.
+function M.check_value(f, v, path, errs)
+  return check_value(f, v, "", path, errs)
+end
 
 -- Checks a document against a schema: unknown keys, required fields, types.
 -- skip: keys not to look at (the id, which the model checks itself).
-function check_document(s, doc, prefix, errs, skip)
+function check_document(s, doc, base, errs, skip)
   local by_name = s.by_name
-  for k in pairs(doc) do
-    if not by_name[k] and not (skip and skip[k]) then
-      local p = prefix .. tostring(k)
-      add(errs, p, p .. " is not a field of the model")
+  for k, v in pairs(doc) do
+    local f = by_name[k]
+    if f == nil then
+      if not (skip and skip[k]) then
+        local p = path_of(base, tostring(k))
+        add(errs, p, p .. " is not a field of the model")
+      end
+    elseif not (f.plain and f.test(v)) then
+      check_value(f, v, base, k, errs)
     end
   end
-  local list = s.list
-  for i = 1, #list do
-    local f = list[i]
-    local v = doc[f.name]
-    if v == nil then
-      if f.required then add(errs, prefix .. f.name, prefix .. f.name .. " is required") end
-    else
-      check_value(f, v, prefix .. f.name, errs)
+  local required = s.required
+  for i = 1, #required do
+    local name = required[i]
+    if doc[name] == nil then
+      local p = path_of(base, name)
+      add(errs, p, p .. " is required")
     end
   end
   return errs
