@@ -12,17 +12,8 @@ local M = {}
 -- Bumped when the shape's encoding changes, so a new encoding never passes for an old one.
 M.FORMAT = 1
 
-local Error = {}
-Error.__index = Error
-Error.__name = "mongostore.records.Error"
-Error.__tostring = function(e) return e.message end
-
-local function fail(code, message, fields)
-  local e = fields or {}
-  e.code, e.message = code, message
-  setmetatable(e, Error)
-  return nil, e, code, e.detail
-end
+-- the record store's error objects (mongostore.records.wire), so records.is_error knows them
+local fail = require("mongostore.records.wire").fail
 
 local function driver_fail(what, msg, code, detail)
   return fail(code or "server", "schema fingerprint: " .. what .. ": " .. tostring(msg), { detail = detail })
@@ -41,28 +32,14 @@ end
 
 -- ------------------------------------------------------------ the shape
 
--- Keys of a field's declaration that say nothing about what is stored.
-local NOT_SHAPE = { default = true, doc = true, description = true, check = true, validate = true }
-
--- A field as stored: { name, type, identity, [flags...] } from "string" or { "string", identity = false, ... }.
+-- A field as stored: { name, type, identity, required } from "string" or
+-- { "string", identity = false, required = true } (records.define's forms).
 local function field_shape(name, spec)
-  local f = { name = name }
-  if type(spec) == "string" then
-    f.type, f.identity = spec, true
-    return f
+  if type(spec) ~= "table" then
+    return { name = name, type = tostring(spec), identity = true, required = false }
   end
-  if type(spec) ~= "table" then return { name = name, type = type(spec), identity = true } end
-  f.type = spec[1] or spec.type
-  f.identity = spec.identity ~= false
-  for k, v in pairs(spec) do
-    local tv = type(v)
-    if type(k) == "string" and k ~= "type" and k ~= "identity" and not NOT_SHAPE[k]
-      and (tv == "string" or tv == "number" or tv == "boolean") then
-      f[k] = v
-    end
-  end
-  if type(f.type) == "table" then f.type = tostring(f.type.name or "table") end
-  return f
+  return { name = name, type = tostring(spec[1] or spec.type), identity = spec.identity ~= false,
+           required = spec.required == true }
 end
 
 local function fields_shape(fields)
@@ -77,8 +54,7 @@ local function children_shape(children)
   if type(children) ~= "table" then return out end
   for _, name in ipairs(sorted_keys(children)) do
     local c = children[name]
-    out[#out + 1] = { name = name, fields = fields_shape(c.fields), children = children_shape(c.children),
-                      many = c.many ~= false }
+    out[#out + 1] = { name = name, fields = fields_shape(c.fields), children = children_shape(c.children) }
   end
   return out
 end
@@ -174,11 +150,11 @@ end
 
 local function same(a, b) return M.of_shape(a) == M.of_shape(b) end
 
+-- "year (integer)", "note (string, identity = false)": the flags that differ from a plain field
 local function describe_field(f)
   local flags = {}
-  for _, k in ipairs(sorted_keys(f)) do
-    if k ~= "name" and k ~= "type" then flags[#flags + 1] = k .. " = " .. tostring(f[k]) end
-  end
+  if f.identity == false then flags[#flags + 1] = "identity = false" end
+  if f.required == true then flags[#flags + 1] = "required = true" end
   return format("%s (%s%s)", f.name, tostring(f.type), #flags > 0 and ", " .. concat(flags, ", ") or "")
 end
 

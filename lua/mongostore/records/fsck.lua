@@ -23,19 +23,8 @@ local OPTS = {
   wait = "number", future_slack = "number",
 }
 
--- ------------------------------------------------------------ errors
-
-local Error = {}
-Error.__index = Error
-Error.__name = "mongostore.records.Error"
-Error.__tostring = function(e) return e.message end
-
-local function fail(code, message, fields)
-  local e = fields or {}
-  e.code, e.message = code, message
-  setmetatable(e, Error)
-  return nil, e, code, e.detail
-end
+-- the record store's error objects (mongostore.records.wire), so records.is_error knows them
+local fail = require("mongostore.records.wire").fail
 
 local function driver_fail(what, msg, code, detail)
   return fail(code or "server", "fsck: " .. what .. ": " .. tostring(msg), { detail = detail })
