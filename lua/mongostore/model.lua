@@ -172,15 +172,21 @@ local function scope(C, filter, unscoped)
   return filter
 end
 
-local function id_of(C, id)
+local function id_of(C, id, fn)
   if type(id) == "table" and class_of(id) == C then id = rawget(id, "_id") end
+  -- a nil id would make the filter {}: any document
+  if id == nil or id == null then error(format("%s: id must not be nil", fn or "model"), 3) end
   if C._oid and type(id) == "string" and #id == 24 and id:match("^%x+$") then return objectid(id) end
   return id
 end
 
 -- Takes a document in as tracked: its snapshot, then the model's metatable
 -- (the snapshot is copied first, so it keeps the read's shapes and no method).
+-- A stored deleted_at of null (an upsert's, a restore's) reads as absent, so
+-- `if doc.deleted_at` means deleted.
 local function adopt(C, raw)
+  local soft = C._soft
+  if soft and rawget(raw, soft) == null then rawset(raw, soft, nil) end
   snaps[raw] = copy(raw)
   return setmetatable(raw, C._imt)
 end
@@ -547,6 +553,7 @@ function Instance:reload(opts)
     return fail("not_found", format("reload %s: no document %s", C.collection, tostring(id)))
   end
   for k in pairs(self) do rawset(self, k, nil) end
+  if soft and rawget(doc, soft) == null then rawset(doc, soft, nil) end
   for k, v in pairs(doc) do rawset(self, k, v) end
   snaps[self] = copy(doc)
   setmetatable(snaps[self], nil)
@@ -784,6 +791,7 @@ function Model:hydrate(raw)
   check_class(self, "hydrate")
   if type(raw) ~= "table" then error("hydrate: raw must be a table, got " .. type(raw), 2) end
   if rawget(raw, "_id") == nil then error("hydrate: raw has no _id (use Model:new for a new document)", 2) end
+  if self._soft and rawget(raw, self._soft) == null then rawset(raw, self._soft, nil) end
   local snap = copy(raw)
   setmetatable(snap, nil)
   snaps[raw] = snap
@@ -801,7 +809,7 @@ function Model:get(id, opts)
   check_opts("get", opts, OPTS)
   local coll = bound(self, "get")
   local raw = session_of(opts)
-  local doc, msg, code, detail = coll:find_one(scope(self, { _id = id_of(self, id) }, opts and opts.unscoped),
+  local doc, msg, code, detail = coll:find_one(scope(self, { _id = id_of(self, id, "get") }, opts and opts.unscoped),
     dopts(raw))
   if doc == nil then
     if msg ~= nil then return driver_fail(msg, code, detail) end
@@ -857,7 +865,7 @@ function Model:update(id, ...)
   local raw = session_of(opts)
   local u, errs = build_update(self, list, "update", wants_validation(self, opts))
   if not u then return validation_error(self, "update", errs) end
-  id = id_of(self, id)
+  id = id_of(self, id, "update")
   local doc, msg, code, detail = coll:find_one_and_update(scope(self, { _id = id }, opts and opts.unscoped), u,
     { new = true, session = raw })
   if doc == nil then
@@ -977,12 +985,13 @@ function Model:bulk_save(docs, opts)
       else
         journal_note(journal, self, doc)
         local vals = save_managed(self, doc)
+        local had_id = rawget(doc, "_id") ~= nil
         if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
         if r.created_at then rawset(doc, r.created_at, at) end
         if r.updated_at then rawset(doc, r.updated_at, at) end
         if r.revision then rawset(doc, r.revision, 0) end
         ops[#ops + 1] = { insert_one = doc }
-        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals }
+        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = had_id }
       end
     else
       local set, unset, n = delta(self, doc, snap, "bulk_save")
@@ -1050,8 +1059,14 @@ function Model:bulk_save(docs, opts)
       local doc = p.doc
       local e = refused[j] or missed[j]
       if e then
-        if p.insert then restore_managed(self, doc, p.vals) end
-        failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = e.message,
+        local message = e.message
+        if p.insert then
+          restore_managed(self, doc, p.vals)
+          if e.code == "duplicate" and p.had_id then
+            message = tostring(message) .. "; " .. format(NO_SNAPSHOT, self.name)
+          end
+        end
+        failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = message,
                                 server_code = e.server_code }
       else
         if not p.insert then journal_note(journal, self, doc) end

@@ -51,6 +51,8 @@ function TestModelSoftDelete:test_seed_soft_delete_restore_hard_delete()
   lu.assertEquals(A:find(Q.id:eq(id)):unscoped("soft_delete"):update { deleted_at = ms.null }, 1)
   local back = ok(A:get(id))
   lu.assertEquals(back.title, "gone")
+  lu.assertNil(back.deleted_at, "a stored null reads as absent: `if doc.deleted_at` means deleted")
+  lu.assertEquals(back:changes(), {})
   -- really remove
   ok(back:delete { hard = true })
   lu.assertEquals(ok(A:find():unscoped("soft_delete"):count()), 1)

@@ -178,6 +178,13 @@ function TestModelTracking:test_untracked_copies_fail_duplicate_and_say_why()
     lu.assertStrContains(err.message, "hydrate")
   end
   lu.assertEquals(ok(self.Article:get(a.id)).title, "Orig")
+  -- the same in a bulk save
+  local c = track.copy(a)
+  c.title = "bulk copy"
+  local n, err = self.Article:bulk_save { c }
+  lu.assertNil(n)
+  lu.assertEquals(err.failed[1].code, "duplicate")
+  lu.assertStrContains(err.failed[1].message, "no snapshot")
 end
 
 function TestModelTracking:test_hydrate_and_lean()

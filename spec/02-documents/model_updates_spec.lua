@@ -128,6 +128,11 @@ function TestModelUpdates:test_update_of_no_document_is_not_found()
   lu.assertEquals(err.code, "not_found")
   lu.assertStrContains(tostring(err), "000000000000000000000000")
   lu.assertEquals(self.Article:find(Q.title:eq("nobody")):update { views = 1 }, 0)
+  -- a nil id would be the filter {} (any document): it raises
+  ok(self.Article:insert { title = "somebody" })
+  lu.assertErrorMsgContains("id must not be nil", self.Article.get, self.Article, nil)
+  lu.assertErrorMsgContains("id must not be nil", self.Article.update, self.Article, nil, { title = "x" })
+  lu.assertEquals(ok(self.Article:find(Q.title:eq("somebody")):count()), 1)
 end
 
 -- An upsert that inserts gets the model's defaults for what neither the
