@@ -41,14 +41,18 @@ function M.define(spec)
     error("define: name must be letters, digits, _ and -, starting with a letter", 2)
   end
   local dedup = spec.dedup or "content"
-  if not DEDUP[dedup] then error("define: dedup must be \"content\", \"value\" or \"none\", got " .. tostring(dedup), 2) end
+  if not DEDUP[dedup] then
+    error("define: dedup must be \"content\", \"value\" or \"none\", got " .. tostring(dedup), 2)
+  end
   local T = canon.compile_shape(spec, "define " .. name, true)
   T.name, T.dedup, T.decl, T.__record_type = name, dedup, spec, true
   local indexes = {}
   if spec.indexes ~= nil then
     if type(spec.indexes) ~= "table" then error("define: indexes must be a list of field lists", 2) end
     for i, ix in ipairs(spec.indexes) do
-      if type(ix) ~= "table" or #ix == 0 then error(format("define: indexes[%d] must be a list of field names", i), 2) end
+      if type(ix) ~= "table" or #ix == 0 then
+        error(format("define: indexes[%d] must be a list of field names", i), 2)
+      end
       local keys = {}
       for j, f in ipairs(ix) do
         local fname, dir = f, 1
@@ -183,7 +187,9 @@ function M.open(db, opts)
     if not want then error("open: unknown option " .. tostring(k), 2) end
     if type(v) ~= want then error(format("open: opts.%s must be a %s, got %s", k, want, type(v)), 2) end
   end
-  if type(opts.types) ~= "table" or #opts.types == 0 then error("open: opts.types must be a non-empty list of types", 2) end
+  if type(opts.types) ~= "table" or #opts.types == 0 then
+    error("open: opts.types must be a non-empty list of types", 2)
+  end
   local tmode = opts.transactions or "auto"
   if tmode ~= "auto" and tmode ~= "require" and tmode ~= "never" then
     error("open: opts.transactions must be \"auto\", \"require\" or \"never\", got " .. tostring(tmode), 2)
@@ -358,7 +364,9 @@ function Store:fetch_by_content_id(T, cid)
   local doc, d
   doc, e, c, d = self.wire:find_one(self.colls[T.name], { _cid = cid }, { sort = { { "_id", 1 } } }, self.session)
   if doc == nil then return nil, e, c, d end
-  if not doc then return fail("not_found", format("fetch_by_content_id %s: no record with content id %s", T.name, cid)) end
+  if not doc then
+    return fail("not_found", format("fetch_by_content_id %s: no record with content id %s", T.name, cid))
+  end
   return load_one(self, T, doc)
 end
 
@@ -469,6 +477,7 @@ function Store:info()
     types = (function() local t = {} for i, T in ipairs(self.type_list) do t[i] = T.name end return t end)(),
     store_timestamps = self.ts.enabled, timestamp_resolution = self.ts.resolution,
     writer = self.lease.token, commands = self.wire.commands, max_bson_size = self.max_bson_size,
+    write_concern = self.wire.wc, read_concern = self.wire.rc,
   }
 end
 
