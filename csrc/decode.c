@@ -14,8 +14,7 @@
  * slots, keyed by the shape's bytes ('D' then a type letter, the key and its
  * NUL per field; 'A' then a type letter per item); a cache past SHAPE_MAX
  * shapes (documents with ever new keys) starts again empty. The metatables
- * live in a Lua list (the registry's, at &shapes_list_key), the slot holds
- * the index. */
+ * live in a Lua list, the slot holds the index. */
 #define SHAPE_SLOTS 4096
 #define SHAPE_MAX 2048
 /* A table is made sized for as many fields as the last one decoded at the
@@ -27,7 +26,9 @@ typedef struct shape_slot {
   uint32_t len;
   int ref;
   int unique;         /* no key repeated: the keys list matches the bytes one to one */
-  char *bytes;
+  char *bytes;        /* one block with klens */
+  uint32_t *klens;    /* a document shape's key lengths, field by field, nfields of them */
+  uint32_t nfields;
 } shape_slot_t;
 
 typedef struct shapes {
@@ -40,7 +41,13 @@ typedef struct shapes {
   unsigned gen;                /* counts the times the cache was emptied */
 } shapes_t;
 
-static const char shapes_key = 0, shapes_list_key = 0, mark_key = 0;
+/* The registry holds, at &decoder_key, the decoder's state: a table with
+ * the cache (CTX_SHAPES, a userdata), its list of metatables (CTX_LIST) and
+ * the array mark (CTX_MARK), so a read finds them with one lookup. */
+static const char decoder_key = 0;
+#define CTX_SHAPES 1
+#define CTX_LIST 2
+#define CTX_MARK 3
 #define MS_SHAPES_MT "mongostore.shapes"
 
 static void shapes_clear(shapes_t *sh) {
@@ -65,11 +72,9 @@ static int shapes_gc(lua_State *L) {
 
 /* Made at a state's first document read: a state that only runs
  * executions never pays for the cache. */
-static void open_shapes(lua_State *L) {
+static void open_decoder(lua_State *L) {
   shapes_t *sh;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
-  if (!lua_isnil(L, -1)) { lua_pop(L, 1); return; }
-  lua_pop(L, 1);
+  lua_createtable(L, 3, 0);
   sh = (shapes_t *)lua_newuserdatauv(L, sizeof *sh, 0);
   memset(sh, 0, sizeof *sh);
   if (luaL_newmetatable(L, MS_SHAPES_MT)) {
@@ -77,20 +82,20 @@ static void open_shapes(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &shapes_key);
+  lua_rawseti(L, -2, CTX_SHAPES);
   lua_newtable(L);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
-  /* the array mark under a light key: found without hashing its name */
+  lua_rawseti(L, -2, CTX_LIST);
   luaL_getmetatable(L, MS_ARRAY_MT);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &mark_key);
+  lua_rawseti(L, -2, CTX_MARK);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &decoder_key);
 }
 
 /* What one ms_push_document call reads with: the cache, the stack slots
- * of the metatable list and the array mark, and the first byte of the
- * outermost document (errors give offsets from it). */
+ * of the decoder's state, its metatable list and the array mark, and the
+ * first byte of the outermost document (errors give offsets from it). */
 typedef struct dctx {
   shapes_t *sh;
-  int list, mark;
+  int ctx, list, mark;
   ms_err_t *e;
   const uint8_t *base;
 } dctx_t;
@@ -188,6 +193,22 @@ static int shape_build(lua_State *L, dctx_t *c, const char *s, size_t n) {
   return count == fields;
 }
 
+/* A cache's copy of the shape bytes s[0..n), with (for a document) the
+ * length of each key after them, in slot; NULL when out of memory. */
+static char *shape_copy(const char *s, size_t n, shape_slot_t *slot) {
+  size_t i, count = 0, at = (n + 7) & ~(size_t)7;
+  char *copy;
+  if (s[0] == 'D')
+    for (i = 1; i < n; i += 2 + strlen(s + i + 1)) count++;
+  if ((copy = (char *)malloc(at + count * sizeof(uint32_t))) == NULL) return NULL;
+  memcpy(copy, s, n);
+  slot->klens = (uint32_t *)(void *)(copy + at);
+  slot->nfields = (uint32_t)count;
+  for (i = 1, count = 0; s[0] == 'D' && i < n; i += 2 + slot->klens[count++])
+    slot->klens[count] = (uint32_t)strlen(s + i + 1);
+  return copy;
+}
+
 /* Pushes the shape metatable for the bytes from start to the end of the
  * buffer: the cached one, or a new one, cached. Returns its slot, or -1
  * when it could not be cached. */
@@ -210,14 +231,13 @@ static int shape_push(lua_State *L, dctx_t *c, size_t start) {
     shapes_clear(sh);
     lua_newtable(L);
     lua_pushvalue(L, -1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
+    lua_rawseti(L, c->ctx, CTX_LIST);
     lua_replace(L, c->list);
     j = h & (SHAPE_SLOTS - 1);
   }
   unique = shape_build(L, c, s, n);
-  if (n > UINT32_MAX || (copy = (char *)malloc(n)) == NULL) return -1;   /* used, not cached */
-  memcpy(copy, s, n);
   slot = &sh->slot[j];
+  if (n > UINT32_MAX || (copy = shape_copy(s, n, slot)) == NULL) return -1;   /* used, not cached */
   slot->hash = h;
   slot->len = (uint32_t)n;
   slot->ref = ++sh->count;
@@ -340,30 +360,45 @@ static size_t codewscope_size(const uint8_t *v, size_t room) {
   return total;
 }
 
-static size_t fixed_size(size_t n, size_t room) { return n <= room ? n : 0; }
+/* Each type's value size plus one when it is fixed, VARIABLE when the
+ * value says; 0 (the default) for a byte that is no BSON type. */
+#define VARIABLE 100
+static const unsigned char fixed_sizes[256] = {
+  [BSON_TYPE_DOUBLE] = 9, [BSON_TYPE_INT64] = 9, [BSON_TYPE_DATE_TIME] = 9, [BSON_TYPE_TIMESTAMP] = 9,
+  [BSON_TYPE_INT32] = 5, [BSON_TYPE_OID] = 13, [BSON_TYPE_DECIMAL128] = 17,
+  [BSON_TYPE_NULL] = 1, [BSON_TYPE_UNDEFINED] = 1, [BSON_TYPE_MINKEY] = 1, [BSON_TYPE_MAXKEY] = 1,
+  [BSON_TYPE_BOOL] = VARIABLE, [BSON_TYPE_UTF8] = VARIABLE, [BSON_TYPE_CODE] = VARIABLE,
+  [BSON_TYPE_SYMBOL] = VARIABLE, [BSON_TYPE_DOCUMENT] = VARIABLE, [BSON_TYPE_ARRAY] = VARIABLE,
+  [BSON_TYPE_BINARY] = VARIABLE, [BSON_TYPE_REGEX] = VARIABLE, [BSON_TYPE_DBPOINTER] = VARIABLE,
+  [BSON_TYPE_CODEWSCOPE] = VARIABLE,
+};
+
+/* The size of a value whose bytes say it, at v within room bytes (0 when
+ * it does not fit). */
+static size_t variable_size(uint8_t type, const uint8_t *v, size_t room) {
+  switch (type) {
+  case BSON_TYPE_BOOL: return (room >= 1 && v[0] <= 1) ? 1 : 0;
+  case BSON_TYPE_UTF8: case BSON_TYPE_CODE: case BSON_TYPE_SYMBOL: return string_size(v, room);
+  case BSON_TYPE_DOCUMENT: case BSON_TYPE_ARRAY: return table_size(v, room);
+  case BSON_TYPE_BINARY: return binary_size(v, room);
+  case BSON_TYPE_REGEX: return cstrings_size(v, room, 2);
+  case BSON_TYPE_DBPOINTER: return dbpointer_size(v, room);
+  case BSON_TYPE_CODEWSCOPE: return codewscope_size(v, room);
+  default: return 0;
+  }
+}
 
 /* The size of the value of a type at v, within room bytes: 0 and *size
  * set, -1 when it does not fit, -2 for a type BSON does not have. */
 static int value_size(uint8_t type, const uint8_t *v, size_t room, size_t *size) {
+  unsigned fixed = fixed_sizes[type];
   size_t n;
-  switch (type) {
-  case BSON_TYPE_NULL: case BSON_TYPE_UNDEFINED: case BSON_TYPE_MINKEY: case BSON_TYPE_MAXKEY:
-    *size = 0;
-    return 0;
-  case BSON_TYPE_DOUBLE: case BSON_TYPE_INT64: case BSON_TYPE_DATE_TIME: case BSON_TYPE_TIMESTAMP:
-    n = fixed_size(8, room); break;
-  case BSON_TYPE_INT32: n = fixed_size(4, room); break;
-  case BSON_TYPE_OID: n = fixed_size(12, room); break;
-  case BSON_TYPE_DECIMAL128: n = fixed_size(16, room); break;
-  case BSON_TYPE_BOOL: n = (room >= 1 && v[0] <= 1) ? 1 : 0; break;
-  case BSON_TYPE_UTF8: case BSON_TYPE_CODE: case BSON_TYPE_SYMBOL: n = string_size(v, room); break;
-  case BSON_TYPE_DOCUMENT: case BSON_TYPE_ARRAY: n = table_size(v, room); break;
-  case BSON_TYPE_BINARY: n = binary_size(v, room); break;
-  case BSON_TYPE_REGEX: n = cstrings_size(v, room, 2); break;
-  case BSON_TYPE_DBPOINTER: n = dbpointer_size(v, room); break;
-  case BSON_TYPE_CODEWSCOPE: n = codewscope_size(v, room); break;
-  default: return -2;
+  if (fixed == 0) return -2;
+  if (fixed != VARIABLE) {
+    *size = fixed - 1;
+    return fixed - 1 <= room ? 0 : -1;
   }
+  n = variable_size(type, v, room);
   *size = n;
   return n ? 0 : -1;
 }
@@ -493,7 +528,8 @@ static int doc_array(lua_State *L, dctx_t *c, span_t *s, int depth) {
 typedef struct pred {
   int matching, unique;
   const char *bytes;
-  size_t len, off;
+  const uint32_t *klens;
+  size_t len, off, nfields;
   unsigned gen;
 } pred_t;
 
@@ -513,17 +549,36 @@ static void pred_open(lua_State *L, dctx_t *c, int depth, int t, pred_t *pr) {
       pr->unique = sh->slot[ps].unique;
       pr->bytes = sh->slot[ps].bytes;
       pr->len = sh->slot[ps].len;
+      pr->klens = sh->slot[ps].klens;
+      pr->nfields = sh->slot[ps].nfields;
       return;
     }
   }
   lua_settop(L, t);
 }
 
-/* 1 when field n (0-based) is the likely shape's next one. */
-static int pred_step(pred_t *pr, char letter, const elem_t *el) {
+/* Reads the element at s->at as read_elem does when it is field n
+ * (0-based) of the likely shape, whose key is known, so no NUL is searched
+ * for: 1, or 0 when it is not that field (nothing read), or -1 with the
+ * error set. */
+static int pred_read(dctx_t *c, span_t *s, elem_t *el, pred_t *pr, int n) {
+  const uint8_t *p = s->at;
   const char *b = pr->bytes + pr->off;
-  if (pr->off + el->klen + 2 > pr->len || b[0] != letter || memcmp(b + 1, el->key, el->klen + 1) != 0) return 0;
-  pr->off += el->klen + 2;
+  size_t kl;
+  int rc;
+  if ((size_t)n >= pr->nfields) return 0;
+  kl = pr->klens[n];
+  /* the key and its NUL, compared at once, lie before the final NUL */
+  if ((size_t)(s->end - p) < kl + 2 || p[0] == 0 || type_letter(p[0]) != b[0] || memcmp(p + 1, b + 1, kl + 1) != 0)
+    return 0;
+  el->type = p[0];
+  el->key = (const char *)p + 1;
+  el->klen = kl;
+  el->v = p + 2 + kl;
+  rc = value_size(el->type, el->v, (size_t)(s->end - el->v), &el->size);
+  if (rc) return rc == -2 ? unknown_type(c, p) : corrupt(c, p);
+  s->at = el->v + el->size;
+  pr->off += kl + 2;
   return 1;
 }
 
@@ -564,6 +619,43 @@ static void doc_shape(lua_State *L, dctx_t *c, const pred_t *pr, const span_t *f
   }
 }
 
+/* One document being read: its bytes, where its fields began, the likely
+ * shape, its table's stack slot, its depth and the fields read so far. */
+typedef struct dobj {
+  span_t *s;
+  span_t first;
+  pred_t pr;
+  int t, depth, n;
+} dobj_t;
+
+/* Reads the next field into the table: 1, or 0 at the end, or -1 with the
+ * error set. */
+static int doc_field(lua_State *L, dctx_t *c, dobj_t *d) {
+  elem_t el;
+  int rc = 0, pushed = 0;
+  if (d->s->at == d->s->end) return 0;              /* where the likely shape may end too */
+  if (d->pr.matching && (rc = pred_read(c, d->s, &el, &d->pr, d->n)) == 0) {
+    d->pr.matching = 0;
+    unpredict(L, c, &d->first, d->n);
+  }
+  if (d->pr.matching) {
+    if (rc < 0) return -1;
+    pushed = pred_key(L, &d->pr, d->t + 2, d->n);
+  } else {
+    if ((rc = read_elem(c, d->s, &el)) <= 0) return rc;
+    shape_put_field(L, c->sh, type_letter(el.type), el.key, el.klen);
+  }
+  if (!pushed) lua_pushlstring(L, el.key, el.klen);
+  if (push_value(L, c, d->s, &el, d->depth + 1)) return -1;
+  /* a nested read that filled the cache emptied it: the bytes are gone */
+  if (d->pr.matching && c->sh->gen != d->pr.gen) {
+    d->pr.matching = 0;
+    unpredict(L, c, &d->first, d->n + 1);
+  }
+  lua_rawset(L, d->t);
+  return 1;
+}
+
 /* A document. The shape last read at the same depth is the likely one (a
  * cursor's documents are mostly alike): while the fields match it, their
  * keys come from its list (no string to hash) and, when all of them do,
@@ -572,71 +664,54 @@ static void doc_shape(lua_State *L, dctx_t *c, const pred_t *pr, const span_t *f
 static int doc_object(lua_State *L, dctx_t *c, span_t *s, int depth) {
   shapes_t *sh = c->sh;
   size_t start = sh->len;
-  int n = 0, t, rc;
-  span_t first = *s;
-  pred_t pr;
-  elem_t el;
+  dobj_t d;
+  int rc;
+  d.s = s;
+  d.first = *s;
+  d.depth = depth;
+  d.n = 0;
   lua_createtable(L, 0, sh->hint_doc[depth]);
-  t = lua_gettop(L);
-  pred_open(L, c, depth, t, &pr);
-  if (!pr.matching) shape_put(L, sh, "D", 1);
-  while ((rc = read_elem(c, s, &el)) > 0) {
-    char letter = type_letter(el.type);
-    int pushed = 0;
-    if (pr.matching) {
-      if (pred_step(&pr, letter, &el)) {
-        pushed = pred_key(L, &pr, t + 2, n);
-      } else {
-        pr.matching = 0;
-        unpredict(L, c, &first, n);
-      }
-    }
-    if (!pr.matching) shape_put_field(L, sh, letter, el.key, el.klen);
-    if (!pushed) lua_pushlstring(L, el.key, el.klen);
-    if ((rc = push_value(L, c, s, &el, depth + 1)) != 0) break;
-    /* a nested read that filled the cache emptied it: the bytes are gone */
-    if (pr.matching && sh->gen != pr.gen) {
-      pr.matching = 0;
-      unpredict(L, c, &first, n + 1);
-    }
-    lua_rawset(L, t);
-    n++;
-  }
-  if (rc != 0) {
-    lua_settop(L, t - 1);
+  d.t = lua_gettop(L);
+  pred_open(L, c, depth, d.t, &d.pr);
+  if (!d.pr.matching) shape_put(L, sh, "D", 1);
+  while ((rc = doc_field(L, c, &d)) > 0) d.n++;
+  if (rc < 0) {
+    lua_settop(L, d.t - 1);
     sh->len = start;
     return -1;
   }
-  sh->hint_doc[depth] = n < SHAPE_HINT_MAX ? n : SHAPE_HINT_MAX;
-  doc_shape(L, c, &pr, &first, n, depth, start, t);
-  lua_settop(L, t);
+  sh->hint_doc[depth] = d.n < SHAPE_HINT_MAX ? d.n : SHAPE_HINT_MAX;
+  doc_shape(L, c, &d.pr, &d.first, d.n, depth, start, d.t);
+  lua_settop(L, d.t);
   sh->len = start;
   return 0;
 }
 
-/* Pushes the cache's list and the array mark (two slots) for a read with
- * c of the bytes from base. */
+/* Pushes the decoder's state, its list and the array mark (three slots)
+ * for a read with c of the bytes from base. */
 static void dctx_open(lua_State *L, dctx_t *c, const uint8_t *base, ms_err_t *e) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key) == LUA_TNIL) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &decoder_key) == LUA_TNIL) {
     lua_pop(L, 1);
-    open_shapes(L);
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_key);
+    open_decoder(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &decoder_key);
   }
+  c->ctx = lua_gettop(L);
+  lua_rawgeti(L, c->ctx, CTX_SHAPES);
   c->sh = (shapes_t *)lua_touserdata(L, -1);
-  lua_pop(L, 1);                                     /* the registry keeps it */
+  lua_pop(L, 1);                                     /* the state keeps it */
   c->sh->len = 0;                                    /* a read cut short by a Lua error left some */
   c->e = e;
   c->base = base;
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &shapes_list_key);
-  c->list = lua_gettop(L);
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &mark_key);
-  c->mark = lua_gettop(L);
+  lua_rawgeti(L, c->ctx, CTX_LIST);
+  c->list = c->ctx + 1;
+  lua_rawgeti(L, c->ctx, CTX_MARK);
+  c->mark = c->ctx + 2;
 }
 
-/* Leaves the value read (rc 0) where the list was, nothing on failure. */
+/* Leaves the value read (rc 0) where the state was, nothing on failure. */
 static int dctx_close(lua_State *L, dctx_t *c, int rc) {
-  if (rc == 0) lua_replace(L, c->list);
-  lua_settop(L, c->list - (rc != 0));
+  if (rc == 0) lua_replace(L, c->ctx);
+  lua_settop(L, c->ctx - (rc != 0));
   return rc;
 }
 
