@@ -67,6 +67,14 @@ build = {
       ["mongostore.schema"] = "lua/mongostore/schema.lua",
       ["mongostore.query"] = "lua/mongostore/query.lua",
       ["mongostore.track"] = "lua/mongostore/track.lua",
+      ["mongostore.records"] = "lua/mongostore/records.lua",
+      ["mongostore.records.canon"] = "lua/mongostore/records/canon.lua",
+      ["mongostore.records.fingerprint"] = "lua/mongostore/records/fingerprint.lua",
+      ["mongostore.records.fsck"] = "lua/mongostore/records/fsck.lua",
+      ["mongostore.records.lease"] = "lua/mongostore/records/lease.lua",
+      ["mongostore.records.query"] = "lua/mongostore/records/query.lua",
+      ["mongostore.records.save"] = "lua/mongostore/records/save.lua",
+      ["mongostore.records.wire"] = "lua/mongostore/records/wire.lua",
    },
 }
 test = {
