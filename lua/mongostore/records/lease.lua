@@ -89,7 +89,7 @@ local function create(self)
   ok, e, c, d = wait_fsck(self, f, nil)
   if not ok then return nil, e, c, d end
   local gen = f and f.gen or 0
-  ok, e, c, d = self.wire:insert(self.meta, { { _id = self.id, expires = date(now_ms() + self.ttl * 1000),
+  ok, e, c, d = self.wire:insert(self.meta, { { _id = self.id, expires = date(floor(now_ms() + self.ttl * 1000)),
                                                gen = gen } }, nil)
   if not ok then return nil, e, c, d end
   self.created, self.renewed_at = true, core.now()
@@ -98,7 +98,7 @@ end
 
 local function renew(self, session)
   local r, e, c, d = self.wire:update(self.meta, { { q = { _id = self.id },
-    u = { ["$set"] = { expires = date(now_ms() + self.ttl * 1000) } } } }, session)
+    u = { ["$set"] = { expires = date(floor(now_ms() + self.ttl * 1000)) } } } }, session)
   if not r then return nil, e, c, d end
   if (r.n or 0) == 0 then self.lost = true; return lost_error(self) end
   self.renewed_at = core.now()
