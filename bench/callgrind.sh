@@ -6,7 +6,9 @@
 # of each C entry point divided by the documents or ops it handled:
 #   insert_many  l_insert_many (encoding, checks, libmongoc's part, results)
 #   find         each_step (the decode of each document; the Lua loop that
-#                visits the fields is not in it)
+#                visits the fields is not in it), and of that the decode
+#                alone (ms_push_document: csrc/decode.c and the Lua calls
+#                that build the tables)
 #   update_one   l_update_one;  bulk_write  l_bulk_write
 # Needs valgrind; uses MONGOSTORE_URI when set, else a test server of its own
 # (tools/with-server). Not part of make bench or make test.
@@ -34,5 +36,6 @@ per() { echo $(( $(count "$1") / ($2 + $2 / 10 + 1) )); }
 echo "instructions (callgrind, $n documents, $updates update_one, a bulk_write of $bulk):"
 echo "  insert_many  $(per l_insert_many "$n") per document"
 echo "  find         $(per each_step "$n") per document (decode)"
+echo "    decode     $(per ms_push_document "$n") per document (ms_push_document alone)"
 echo "  update_one   $(per l_update_one "$updates") per update"
 echo "  bulk_write   $(per l_bulk_write "$bulk") per update"
