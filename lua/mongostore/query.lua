@@ -553,6 +553,12 @@ function M.update(list, rename)
       if parents[prefix] == nil then parents[prefix] = path end
       start = dot + 1
     end
+    if is_each(v) and mongo ~= "$push" and mongo ~= "$addToSet" then
+      error(format("update: %s: ops.each goes only in push and add_to_set, not %s", path, mongo), 3)
+    elseif is_cond(v) then
+      if mongo ~= "$pull" then error(format("update: %s: a Cond is a value only of $pull, not %s", path, mongo), 3) end
+      v = render(v, nil)
+    end
     seen[path] = mongo
     local section = doc[mongo]
     if section == nil then section = {}; doc[mongo] = section end

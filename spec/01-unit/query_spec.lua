@@ -285,6 +285,11 @@ function TestQueryUpdate:test_plain_operator_keys_merge()
   local u = query.update({ { ["$inc"] = { views = 1 }, title = "x" }, ops.inc({ likes = 2 }) })
   lu.assertEquals(u, { ["$inc"] = { views = 1, likes = 2 }, ["$set"] = { title = "x" } })
   assert_raises(function() return query.update({ { ["$inc"] = 1 } }) end, "$inc must be a table")
+  -- in a plain table too, an Each goes only in push/add_to_set and a Cond only in pull
+  assert_raises(function() return query.update({ { tags = ops.each({ 1 }) } }) end, "tags: ops.each goes only")
+  assert_raises(function() return query.update({ { x = Q.a:eq(1) } }) end, "x: a Cond is a value only of $pull")
+  lu.assertEquals(query.update({ { ["$push"] = { tags = ops.each({ "a" }) }, ["$pull"] = { c = Q.a:eq(1) } } }),
+    { ["$push"] = { tags = { ["$each"] = { "a" } } }, ["$pull"] = { c = { a = 1 } } })
 end
 
 function TestQueryUpdate:test_empty()
