@@ -319,14 +319,23 @@ local function mark(ctx, all, summary)
   return marked
 end
 
--- Lineage links: a _prev or _next pointing nowhere, a predecessor without its _next
--- (a degraded replace that stopped between its two writes), two successors of one record.
-local function lineage(_, cname, coll, docs, summary, opts)
+-- Lineage links of the reachable records (an unlinked successor is a degraded replace that
+-- stopped before its link: a dependency nothing reaches, collected like any other): a _prev or
+-- _next pointing nowhere, two successors of one record, a _next whose record names another
+-- predecessor, a linked successor still a dependency (the replace stopped before promoting it:
+-- promoted on repair), a main successor its predecessor does not link (linked on repair).
+local function lineage(_, cname, coll, docs, marked, summary, opts)
   local entry = summary.collections[cname]
+  local function update(filter, change)
+    local r, e, c, dd = coll:update_one(filter, change)
+    if not r then return driver_fail("repairing " .. cname, e, c, dd) end
+    entry.repaired = entry.repaired + r.modified
+    return true
+  end
   local succ = {}
   for sid, d in pairs(docs) do
     local prev = d.prev
-    if prev ~= nil and prev ~= null then
+    if marked[sid] and prev ~= nil and prev ~= null then
       if not docs[prev] then
         violation(summary, cname, sid, "dangling_lineage", format("%s %d: its predecessor %s does not exist",
           cname, sid, tostring(prev)))
@@ -340,6 +349,11 @@ local function lineage(_, cname, coll, docs, summary, opts)
   for sid, d in pairs(docs) do
     local nxt = d.next
     local list = succ[sid]
+    if not marked[sid] then
+      -- residue: collected or kept as it is, never repaired
+      nxt = nil
+      list = nil
+    end
     if list and #list > 1 then
       sort(list)
       entry.conflicts = entry.conflicts + 1
@@ -348,27 +362,33 @@ local function lineage(_, cname, coll, docs, summary, opts)
       violation(summary, cname, sid, "lineage_fork", format("%s %d has more than one successor (%s)", cname, sid,
         concat(s, ", ")))
     elseif nxt ~= nil and nxt ~= null then
-      if not docs[nxt] then
+      local n = docs[nxt]
+      if not n then
         violation(summary, cname, sid, "dangling_lineage", format("%s %d: its successor %s does not exist",
           cname, sid, tostring(nxt)))
         if opts.repair then
-          local r, e, c, dd = coll:update_one({ _id = sid, _next = nxt }, { ["$unset"] = { _next = "" } })
-          if not r then return driver_fail("repairing " .. cname, e, c, dd) end
-          entry.repaired = entry.repaired + r.modified
+          local ok, e, c = update({ _id = sid, _next = nxt }, { ["$unset"] = { _next = "", _nts = "" } })
+          if not ok then return nil, e, c end
         end
-      elseif docs[nxt].prev ~= sid then
+      elseif n.prev ~= sid then
         entry.conflicts = entry.conflicts + 1
         violation(summary, cname, sid, "lineage_mismatch", format("%s %d names %d as its successor, whose "
-          .. "predecessor is %s", cname, sid, nxt, tostring(docs[nxt].prev)))
+          .. "predecessor is %s", cname, sid, nxt, tostring(n.prev)))
+      elseif n.role == "dep" and d.role == "main" then
+        violation(summary, cname, nxt, "unpromoted_successor", format("%s %d: the successor of main %d is still a "
+          .. "dependency (a replace stopped before promoting it)", cname, nxt, sid))
+        if opts.repair then
+          local ok, e, c = update({ _id = nxt, _role = "dep" }, { ["$set"] = { _role = "main" } })
+          if not ok then return nil, e, c end
+          n.role = "main"
+        end
       end
-    elseif list then
+    elseif list and docs[list[1]].role == "main" then
       violation(summary, cname, sid, "missing_next", format("%s %d: its successor %d is not linked from it",
         cname, sid, list[1]))
       if opts.repair then
-        local r, e, c, dd = coll:update_one({ _id = sid, _next = { ["$exists"] = false } },
-          { ["$set"] = { _next = list[1] } })
-        if not r then return driver_fail("repairing " .. cname, e, c, dd) end
-        entry.repaired = entry.repaired + r.modified
+        local ok, e, c = update({ _id = sid, _next = { ["$exists"] = false } }, { ["$set"] = { _next = list[1] } })
+        if not ok then return nil, e, c end
       end
     end
   end
@@ -505,7 +525,7 @@ local function pass(ctx, meta, opts, summary)
     for sid in pairs(docs) do
       if sid > max_sid then max_sid, max_coll = sid, cname end
     end
-    ok, err, code = lineage(ctx, cname, coll, docs, summary, opts)
+    ok, err, code = lineage(ctx, cname, coll, docs, marked[cname], summary, opts)
     if not ok then return nil, err, code end
     ok, err, code = timestamps(ctx, cname, coll, docs, summary, opts)
     if not ok then return nil, err, code end
