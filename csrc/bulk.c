@@ -191,6 +191,9 @@ static int l_insert_many(lua_State *L) {
 enum { OP_INSERT_ONE, OP_UPDATE_ONE, OP_UPDATE_MANY, OP_REPLACE_ONE, OP_DELETE_ONE, OP_DELETE_MANY };
 static const char *const op_names[] = {"insert_one", "update_one", "update_many", "replace_one", "delete_one",
                                        "delete_many", NULL};
+/* what follows "ops[i" in the name of each kind's errors */
+static const char *const op_tails[] = {"].insert_one", "].update_one", "].update_many", "].replace_one",
+                                       "].delete_one", "].delete_many"};
 
 /* The string key at -2 among op_names, or -1. */
 static int op_name_of(lua_State *L) {
@@ -276,19 +279,30 @@ static int op_parts(lua_State *L, int spec, int which, const char *what, int *ba
   return 0;
 }
 
+/* The update or replacement (the part at idx) into b, named what; *clean
+ * when libmongoc need not validate it again. */
+static int encode_body(lua_State *L, const ms_call_t *k, int idx, int which, const char *what, bson_t *b,
+                       int *clean, ms_err_t *e) {
+  int found = 0;
+  if (which == OP_REPLACE_ONE) return ms_replacement_arg(L, k, idx, b, what, clean, e);
+  if (ms_update_arg(L, idx, b, what, &found, e)) return -1;
+  *clean = ms_update_is_clean(found);
+  return 0;
+}
+
 /* The filter (a) and the update or replacement (b) of an update, replace
  * or delete op from its parts at base; *upsert, *clean (libmongoc need not
- * validate b again). what is "ops[i].<name>", with room for a suffix. */
+ * validate b again). what is "ops[i].<name>", with room for a suffix (the
+ * part's name while it is encoded). */
 static int encode_parts(lua_State *L, const ms_call_t *k, int base, int which, char *what, size_t size, bson_t *a,
                         bson_t *b, int *upsert, int *clean, ms_err_t *e) {
   size_t wl = strlen(what);
-  int afound = 0, bfound = 0, rc;
-  ms_name_join(what + wl, size - wl, ".filter", "");
+  int afound = 0, rc;
   if (lua_isnil(L, base + PART_FILTER)) {
-    what[wl] = '\0';
     ms_err_set(e, "invalid", "%s needs a filter", what);
     return -1;
   }
+  ms_name_join(what + wl, size - wl, ".filter", "");
   rc = ms_doc_arg(L, base + PART_FILTER, a, what, 0, &afound, e);
   what[wl] = '\0';
   if (rc || which > OP_REPLACE_ONE) return rc;
@@ -297,24 +311,17 @@ static int encode_parts(lua_State *L, const ms_call_t *k, int base, int which, c
     return -1;
   }
   ms_name_join(what + wl, size - wl, which == OP_REPLACE_ONE ? ".replacement" : ".update", "");
-  if (which == OP_REPLACE_ONE) {
-    rc = ms_doc_arg(L, base + PART_BODY, b, what, 0, &bfound, e) || ms_storable(b, bfound, what, e) ||
-         ((bfound & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(b, what, e)) || ms_size_ok(k, b, what, e) ? -1 : 0;
-    *clean = !(bfound & MS_NEEDS_CHECKS);
-  } else {
-    rc = ms_update_arg(L, base + PART_BODY, b, what, &bfound, e);
-    *clean = ms_update_is_clean(bfound);
-  }
+  rc = encode_body(L, k, base + PART_BODY, which, what, b, clean, e);
+  what[wl] = '\0';
   if (rc) return rc;
-  /* the filter's name again: an upsert stores its equality fields */
-  ms_name_join(what + wl, size - wl, ".filter", "");
   if (!lua_isnil(L, base + PART_UPSERT) && !lua_isboolean(L, base + PART_UPSERT)) {
-    what[wl] = '\0';
     ms_err_set(e, "invalid", "%s.upsert must be a boolean", what);
-    rc = -1;
-  } else if ((*upsert = lua_toboolean(L, base + PART_UPSERT))) {
-    rc = ms_storable(a, afound, what, e);
+    return -1;
   }
+  if (!(*upsert = lua_toboolean(L, base + PART_UPSERT))) return 0;
+  /* an upsert stores the filter's equality fields */
+  ms_name_join(what + wl, size - wl, ".filter", "");
+  rc = ms_storable(a, afound, what, e);
   what[wl] = '\0';
   return rc;
 }
@@ -337,13 +344,12 @@ static int bulk_add(mongoc_bulk_operation_t *bulk, int which, const bson_t *a, c
 static int add_op(lua_State *L, const ms_call_t *k, mongoc_bulk_operation_t *bulk, int idx, size_t i, ms_err_t *e) {
   bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER, o;
   bson_error_t be;
-  char what[64], tail[24];
+  char what[64];
   int which, rc, spec, base, found = 0, clean = 0, upsert = 0;
   idx = lua_absindex(L, idx);
   if ((which = op_kind(L, idx, i, e)) < 0) return -1;
   spec = lua_gettop(L);
-  ms_name_join(tail, sizeof tail, "].", op_names[which]);
-  ms_index_name(what, sizeof what - 16, "ops[", i, tail);
+  ms_index_name(what, sizeof what - 16, "ops[", i, op_tails[which]);
   if (which == OP_INSERT_ONE) {
     rc = ms_encode_insert(L, k, spec, &a, what, &found, e);
     clean = !(found & MS_NEEDS_CHECKS);

@@ -431,21 +431,24 @@ void ms_write_opts(bson_t *b, int no_validate, int upsert) {
   else bson_init_static(b, none, sizeof none);
 }
 
-/* The second argument of an update (a document of operators or a
- * pipeline) or of a replace (a document, checked as stored ones are);
- * *clean when libmongoc need not validate it again. */
-static int write_body(lua_State *L, const ms_call_t *k, int kind, bson_t *body, int *clean, ms_err_t *e) {
+int ms_replacement_arg(lua_State *L, const ms_call_t *k, int idx, bson_t *out, const char *what, int *clean,
+                       ms_err_t *e) {
   int found = 0;
-  if (kind != W_REPLACE_ONE) {
-    if (ms_update_arg(L, 3, body, "update", &found, e)) return -1;
-    *clean = ms_update_is_clean(found);
-    return 0;
-  }
-  if (ms_doc_arg(L, 3, body, "replacement", 0, &found, e) || ms_storable(body, found, "replacement", e) ||
-      ((found & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(body, "replacement", e)) ||
-      ms_size_ok(k, body, "replacement", e))
+  if (ms_doc_arg(L, idx, out, what, 0, &found, e) || ms_storable(out, found, what, e) ||
+      ((found & MS_FOUND_TOP_DOLLAR) && ms_check_top_keys(out, what, e)) || ms_size_ok(k, out, what, e))
     return -1;
   *clean = !(found & MS_NEEDS_CHECKS);
+  return 0;
+}
+
+/* The second argument of an update (a document of operators or a
+ * pipeline) or of a replace; *clean when libmongoc need not validate it
+ * again. */
+static int write_body(lua_State *L, const ms_call_t *k, int kind, bson_t *body, int *clean, ms_err_t *e) {
+  int found = 0;
+  if (kind == W_REPLACE_ONE) return ms_replacement_arg(L, k, 3, body, "replacement", clean, e);
+  if (ms_update_arg(L, 3, body, "update", &found, e)) return -1;
+  *clean = ms_update_is_clean(found);
   return 0;
 }
 

@@ -168,6 +168,10 @@ int ms_doc_arg(lua_State *L, int idx, bson_t *out, const char *what, int may_be_
 int ms_update_arg(lua_State *L, int idx, bson_t *out, const char *what, int *found, ms_err_t *e);
 int ms_encode_insert(lua_State *L, const ms_call_t *k, int idx, bson_t *out, const char *what, int *found,
                      ms_err_t *e);
+/* A replacement document: as a document to insert, without the _id made;
+ * *clean when libmongoc need not validate it again. */
+int ms_replacement_arg(lua_State *L, const ms_call_t *k, int idx, bson_t *out, const char *what, int *clean,
+                       ms_err_t *e);
 int ms_check_top_keys(const bson_t *doc, const char *what, ms_err_t *e);   /* no top-level '$' key */
 int ms_size_ok(const ms_call_t *k, const bson_t *doc, const char *what, ms_err_t *e);   /* within max_bson */
 
