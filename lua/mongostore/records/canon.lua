@@ -36,6 +36,16 @@ end
 M.is_integer = is_integer
 M.INT64_MAX = INT64_MAX
 
+-- floor(a / b) for integers, exact beyond 2^53 on Lua 5.4 (a float division
+-- rounds there); LuaJIT has no integers past 2^53 anyway.
+function M.idiv(a, b)
+  local q = floor(a / b)
+  if mtype then q = math.tointeger(q) or q end
+  while q * b > a do q = q - 1 end
+  while (q + 1) * b <= a do q = q + 1 end
+  return q
+end
+
 -- The integer as Lua writes it (on Lua 5.4 an integral float becomes an integer).
 local function as_integer(v)
   if mtype and mtype(v) == "float" then return math.tointeger(v) end

@@ -30,7 +30,9 @@ function M.to_ns(t)
     return t
   end
   if canon.is_integer(t) then return tonumber(tostring(t)) end
-  if type(t) ~= "string" then error("as_of: t must be nanoseconds (an integer) or ISO-8601 text, got " .. type(t), 3) end
+  if type(t) ~= "string" then
+    error("as_of: t must be nanoseconds (an integer) or ISO-8601 text, got " .. type(t), 3)
+  end
   local base, frac, rest = t:match("^(.-%d%d:%d%d:%d%d)%.(%d+)(.*)$")
   local whole = base and (base .. rest) or t
   local secs, msg = core.iso_to_time(whole)
@@ -169,7 +171,7 @@ function Query:as_of(t)
   local ns, msg = M.to_ns(t)
   if not ns then error(tostring(msg), 2) end
   local c = clone(self)
-  c.cut = floor(ns / store.ts.resolution)
+  c.cut = canon.idiv(ns, store.ts.resolution)
   return c
 end
 

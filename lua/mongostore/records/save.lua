@@ -39,13 +39,13 @@ function M.stamp(store)
       behind = hwm - ns
     end
     if ns < hwm then
-      return nil, fail("clock_regression", format("records: the clock is %.3f ms behind the latest store "
+      return fail("clock_regression", format("records: the clock is %.3f ms behind the latest store "
         .. "timestamp this process has seen (allow_clock_regression = true turns the guard off)", behind / 1e6),
-        { behind_ns = behind }), "clock_regression"
+        { behind_ns = behind })
     end
   end
   if not hwm or ns > hwm then ts.hwm_ns = ns end
-  return floor(ns / ts.resolution)
+  return canon.idiv(ns, ts.resolution)
 end
 
 -- ------------------------------------------------------------ preparing a graph
@@ -73,7 +73,9 @@ end
 -- Walks the record t of type T: checks it, prepares its refs first, and
 -- adds its node after theirs (post-order: dependencies before dependents).
 local function prepare(store, plan, T, t, path, depth)
-  if depth > 50 then return fail("invalid", format("save %s: %s: refs nest deeper than 50", plan.root_type.name, path)) end
+  if depth > 50 then
+    return fail("invalid", format("save %s: %s: refs nest deeper than 50", plan.root_type.name, path))
+  end
   if not store.types[T.name] or store.types[T.name] ~= T then
     return fail("invalid", format("save: the type %s is not one of this store's types", T.name))
   end
@@ -396,7 +398,7 @@ end
 
 -- pred: the stored predecessor document. What a stored record with the
 -- successor's content id means for this replacement.
-local function replace_hit(T, pred, hit)
+local function replace_hit(pred, hit)
   if hit._id == pred._id then
     if pred._next == nil then return "same" end
     return nil, "an earlier revision"
@@ -439,7 +441,7 @@ function M.replace(store, T, sid, t, session, unit_ts)
     hit, e, c, d = find_by_cid(store, T, root.cid, session)
     if hit == nil then return nil, e, c, d end
     if hit then
-      local how, why = replace_hit(T, pred, hit)
+      local how, why = replace_hit(pred, hit)
       if not how then
         return fail("conflict", format("replace %s %s: the new content is stored already as %s %s, %s "
           .. "(a replacement cannot join it)", T.name, tostring(sid), T.name, tostring(hit._id), why),

@@ -1,0 +1,162 @@
+-- spec/02-records/timestamps_spec.lua - store timestamps: one per save unit (a
+-- graph's records share it), in store units of timestamp_resolution ns,
+-- first-stored-wins on a dedup hit, the clock-regression guard (a step back under
+-- 1 ms waits, a larger one fails clock_regression; clock_regression_grace and
+-- allow_clock_regression), the guard seeded from stored rows at reopen, and as_of
+-- with a nanosecond integer or ISO-8601 text, alone and with only_latest.
+local lu = require "luaunit"
+local ms = require "mongostore"
+local helper = require "helpers"
+local rawdb = require "helpers.rawdb"
+local records = require "mongostore.records"
+
+local function ok(v, err, code)
+  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
+  return v
+end
+
+local Author = records.define { name = "author", fields = { name = "string" } }
+local Book = records.define { name = "book", fields = { title = "string", edition = "integer" },
+                              refs = { author = Author } }
+
+-- 2026-01-01T00:00:00Z in nanoseconds
+local T0 = 1767225600 * 1000000000
+
+-- A clock a spec sets: each read takes the next queued value, then the last one again.
+local function fake_clock(start)
+  local c = { now = start, queue = {} }
+  c.fn = function()
+    if #c.queue > 0 then c.now = table.remove(c.queue, 1) end
+    return c.now
+  end
+  return c
+end
+
+local idiv = require("mongostore.records.canon").idiv   -- floor division, exact past 2^53
+
+TestRecordsTimestamps = {}
+
+function TestRecordsTimestamps:setUp()
+  self.name = helper.fresh_db("rts")
+  self.db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+end
+
+function TestRecordsTimestamps:tearDown()
+  if self.store then self.store:close() end
+  if self.db then self.db:close() end
+end
+
+function TestRecordsTimestamps:open(extra)
+  local opts = { types = { Book }, log = function() end }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  if self.store then self.store:close() end
+  self.store = ok(records.open(self.db, opts))
+  return self.store
+end
+
+function TestRecordsTimestamps:test_one_per_save_unit_in_store_units()
+  local clock = fake_clock(T0 + 123456789)
+  local store = self:open({ clock = clock.fn })
+  local sid = ok(store:save(Book, { title = "Dune", author = { name = "Herbert" } }))
+  local b = rawdb.docs(self.name, "records.book")[1]
+  local a = rawdb.docs(self.name, "records.author")[1]
+  lu.assertEquals(b._ts, idiv(T0 + 123456789, 1000), "microseconds by default")
+  lu.assertEquals(a._ts, b._ts)
+  lu.assertEquals(ok(store:fetch(Book, sid))._ts, b._ts)
+  -- another resolution
+  local Other = records.define { name = "other", fields = { x = "integer" } }
+  local s2 = ok(records.open(self.db, { types = { Other }, prefix = "ms.", timestamp_resolution = 1000000,
+                                       clock = clock.fn, log = function() end }))
+  ok(s2:save(Other, { x = 1 }))
+  lu.assertEquals(rawdb.docs(self.name, "ms.other")[1]._ts, idiv(T0 + 123456789, 1000000))
+  s2:close()
+end
+
+function TestRecordsTimestamps:test_first_stored_wins()
+  local clock = fake_clock(T0)
+  local store = self:open({ clock = clock.fn })
+  local sid = ok(store:save(Book, { title = "Dune", author = { name = "Herbert" } }))
+  clock.now = T0 + 5000000000
+  lu.assertEquals(ok(store:save(Book, { title = "Dune", author = { name = "Herbert" } })), sid)
+  -- the author met again in a new book keeps its first timestamp too
+  ok(store:save(Book, { title = "Messiah", author = { name = "Herbert" } }))
+  lu.assertEquals(ok(store:fetch(Book, sid))._ts, idiv(T0, 1000))
+  lu.assertEquals(rawdb.docs(self.name, "records.author")[1]._ts, idiv(T0, 1000))
+end
+
+function TestRecordsTimestamps:test_clock_regression_guard()
+  local clock = fake_clock(T0 + 10000000)
+  local store = self:open({ clock = clock.fn })
+  ok(store:save(Book, { title = "A" }))
+  -- half a millisecond back: waited out (the clock has moved on when read again)
+  clock.queue = { T0 + 9500000, T0 + 10000001 }
+  ok(store:save(Book, { title = "B" }))
+  -- five milliseconds back: refused, nothing written
+  clock.queue = { T0 + 5000000 }
+  local v, err, code = store:save(Book, { title = "C" })
+  lu.assertNil(v)
+  lu.assertEquals(code, "clock_regression")
+  lu.assertStrContains(tostring(err), "behind")
+  lu.assertEquals(rawdb.count(self.name, "records.book"), 2)
+  -- a small step the clock does not make up in the wait fails too
+  clock.queue = { T0 + 9900000, T0 + 9900000 }
+  v, err, code = store:save(Book, { title = "D" })
+  lu.assertEquals({ v, code }, { nil, "clock_regression" }, tostring(err))
+end
+
+function TestRecordsTimestamps:test_grace_off_and_guard_off()
+  local clock = fake_clock(T0 + 10000000)
+  local store = self:open({ clock = clock.fn, clock_regression_grace = false })
+  ok(store:save(Book, { title = "A" }))
+  clock.queue = { T0 + 9500000, T0 + 10000001 }
+  local v, err, code = store:save(Book, { title = "B" })
+  lu.assertEquals({ v, code }, { nil, "clock_regression" }, tostring(err))
+  store = self:open({ clock = clock.fn, allow_clock_regression = true })
+  clock.queue, clock.now = {}, T0
+  local sid = ok(store:save(Book, { title = "C" }))
+  lu.assertEquals(ok(store:fetch(Book, sid))._ts, idiv(T0, 1000))
+end
+
+function TestRecordsTimestamps:test_reopen_seeds_the_guard_from_stored_rows()
+  local clock = fake_clock(T0 + 60000000000)
+  local store = self:open({ clock = clock.fn })
+  ok(store:save(Book, { title = "A" }))
+  -- a new process whose clock is a minute behind what is stored
+  clock.now = T0
+  store = self:open({ clock = clock.fn })
+  local v, err, code = store:save(Book, { title = "B" })
+  lu.assertEquals({ v, code }, { nil, "clock_regression" }, tostring(err))
+end
+
+function TestRecordsTimestamps:test_as_of()
+  local clock = fake_clock(T0 - 1000000000)        -- 2025-12-31T23:59:59Z
+  local store = self:open({ clock = clock.fn })
+  local s1 = ok(store:save(Book, { title = "Dune", edition = 1 }))
+  clock.now = T0 + 1000000000                        -- 2026-01-01T00:00:01Z
+  local s2 = ok(store:replace(Book, s1, { title = "Dune", edition = 2 }))
+  local e1 = ok(store:save(Book, { title = "Emma", edition = 1 }))
+  local function sids(q)
+    local out = {}
+    for i, r in ipairs(ok(q:all())) do out[i] = r._sid end
+    return out
+  end
+  lu.assertEquals(sids(store:query(Book):as_of(T0)), { s1 })
+  lu.assertEquals(sids(store:query(Book):as_of("2026-01-01T00:00:00Z")), { s1 })
+  lu.assertEquals(sids(store:query(Book):as_of("2026-01-01T01:00:00+01:00")), { s1 })
+  lu.assertEquals(sids(store:query(Book):as_of("2026-01-01T00:00:00.999999999Z")), { s1 })
+  lu.assertEquals(sids(store:query(Book):as_of("2026-01-01T00:00:01Z")), { s1, s2, e1 })
+  lu.assertEquals(sids(store:query(Book):as_of(T0 + 1000000000)), { s1, s2, e1 })
+  -- latest as of then: the first edition, whose successor came later
+  lu.assertEquals(sids(store:query(Book):only_latest():as_of(T0)), { s1 })
+  lu.assertEquals(sids(store:query(Book):only_latest():as_of(T0 + 1000000000)), { s2, e1 })
+  lu.assertEquals(sids(store:query(Book):only_latest()), { s2, e1 })
+  lu.assertEquals(ok(store:query(Book):as_of(T0):count()), 1)
+  lu.assertErrorMsgContains("ISO-8601", function() store:query(Book):as_of("yesterday") end)
+  lu.assertErrorMsgContains("as_of", function() store:query(Book):as_of(1.5) end)
+  local plain = ok(records.open(self.db, { types = { Book }, prefix = "nots.", store_timestamps = false,
+                                          log = function() end }))
+  local sid = ok(plain:save(Book, { title = "X" }))
+  lu.assertNil(ok(plain:fetch(Book, sid))._ts)
+  lu.assertErrorMsgContains("store_timestamps", function() plain:query(Book):as_of(T0) end)
+  plain:close()
+end
