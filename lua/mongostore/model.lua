@@ -14,7 +14,7 @@ local unpack = table.unpack or unpack  -- luacheck: ignore 143
 
 local null, array, objectid, date = core.null, core.array, core.objectid, core.date
 local copy, equal, diff = track.copy, track.equal, track.diff
-local to_filter, to_update, update_paths = query.filter, query.update, query.paths
+local to_filter, to_update = query.filter, query.update
 local check_doc, check_value, field_at = schema.check, schema.check_value, schema.field_at
 
 local M = {}
@@ -211,48 +211,54 @@ local NUMERIC = { integer = true, number = true, any = true }
 -- the code); wrong values are listed as validation errors.
 local function check_update(C, doc, fn, validate)
   local errs = {}
-  for _, p in ipairs(update_paths(doc)) do
-    local path, op = p.path, p.op
-    local top = path:match("^[^.]+")
-    if top == "_id" then error(format("%s: %s.id is immutable", fn, C.name), 4) end
-    if C._immutable[top] then error(format("%s: %s.%s is immutable", fn, C.name, top), 4) end
-    if C._auto[top] then
-      error(format("%s: %s.%s is written by the model (its %s)", fn, C.name, top, C._auto[top]), 4)
-    end
-    local f, why = field_at(C._schema, path)
-    if f == nil then error(format("%s: %s is not a field of %s (%s)", fn, path, C.name, why), 4) end
-    if validate and f then
-      local t = f.type
-      if op == "$set" or op == "$setOnInsert" or op == "$min" or op == "$max" then
-        local v = p.value
-        if v == null then
-          if f.required then errs[#errs + 1] = { field = path, message = path .. " is required" } end
-        else
-          check_value(f, v, path, errs)
-        end
-      elseif op == "$unset" then
-        if f.required then errs[#errs + 1] = { field = path, message = path .. " is required (cannot be unset)" } end
-      elseif op == "$inc" or op == "$mul" then
-        if not NUMERIC[t] then
-          errs[#errs + 1] = { field = path, message = format("%s is %s, not a number (%s)", path, f.words, op) }
-        elseif t == "integer" then
-          check_value(f, p.value, path, errs)
-        end
-      elseif op == "$push" or op == "$addToSet" or op == "$pull" or op == "$pop" or op == "$pullAll" then
-        if t ~= "array" and t ~= "any" then
-          errs[#errs + 1] = { field = path, message = format("%s is %s, not an array (%s)", path, f.words, op) }
-        elseif (op == "$push" or op == "$addToSet") and f.of then
-          local items = p.each or { p.value }
-          for i = 1, #items do check_value(f.of, items[i], path .. "[]", errs) end
-        end
-      elseif op == "$currentDate" then
-        if t ~= "date" and t ~= "any" then
-          errs[#errs + 1] = { field = path, message = format("%s is %s, not a date (%s)", path, f.words, op) }
+  -- the update's sections read in place (query.paths would list and sort them)
+  for op, fields in pairs(doc) do
+    for path, value in pairs(fields) do
+      local each = type(value) == "table" and rawget(value, "$each") or nil
+      local top = path:match("^[^.]+")
+      if top == "_id" then error(format("%s: %s.id is immutable", fn, C.name), 4) end
+      if C._immutable[top] then error(format("%s: %s.%s is immutable", fn, C.name, top), 4) end
+      if C._auto[top] then
+        error(format("%s: %s.%s is written by the model (its %s)", fn, C.name, top, C._auto[top]), 4)
+      end
+      local f, why = field_at(C._schema, path)
+      if f == nil then error(format("%s: %s is not a field of %s (%s)", fn, path, C.name, why), 4) end
+      if validate and f then
+        local t = f.type
+        if op == "$set" or op == "$setOnInsert" or op == "$min" or op == "$max" then
+          local v = value
+          if v == null then
+            if f.required then errs[#errs + 1] = { field = path, message = path .. " is required" } end
+          else
+            check_value(f, v, path, errs)
+          end
+        elseif op == "$unset" then
+          if f.required then errs[#errs + 1] = { field = path, message = path .. " is required (cannot be unset)" } end
+        elseif op == "$inc" or op == "$mul" then
+          if not NUMERIC[t] then
+            errs[#errs + 1] = { field = path, message = format("%s is %s, not a number (%s)", path, f.words, op) }
+          elseif t == "integer" then
+            check_value(f, value, path, errs)
+          end
+        elseif op == "$push" or op == "$addToSet" or op == "$pull" or op == "$pop" or op == "$pullAll" then
+          if t ~= "array" and t ~= "any" then
+            errs[#errs + 1] = { field = path, message = format("%s is %s, not an array (%s)", path, f.words, op) }
+          elseif (op == "$push" or op == "$addToSet") and f.of then
+            local items = each or { value }
+            for i = 1, #items do check_value(f.of, items[i], path .. "[]", errs) end
+          end
+        elseif op == "$currentDate" then
+          if t ~= "date" and t ~= "any" then
+            errs[#errs + 1] = { field = path, message = format("%s is %s, not a date (%s)", path, f.words, op) }
+          end
         end
       end
     end
   end
-  if #errs > 0 then return errs end
+  if #errs > 0 then
+    table.sort(errs, function(x, y) return x.field < y.field end)
+    return errs
+  end
   return nil
 end
 
@@ -1389,6 +1395,9 @@ function Registry:transaction(fn, opts)
       raised, raised_set = e, true
       error(e, 0)
     end
+    -- nil, err from a model call: its code and detail go with it, so a
+    -- transient one is retried
+    if r[2] == nil and getmetatable(r[3]) == Error and r.n < 4 then return nil, r[3], r[3].code, r[3].detail end
     return unpack(r, 2, r.n)
   end
   local target = independent and handle_for(self.db) or self.db

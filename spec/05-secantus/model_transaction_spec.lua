@@ -198,6 +198,31 @@ function TestModelTransactions:test_asserted_transient_failure_is_retried()
   lu.assertEquals({ back.title, back.views, back.rev }, { "asserted", 1, 2 })
 end
 
+-- Returned as nil, err (the model error alone), a transient failure is retried too.
+function TestModelTransactions:test_returned_model_error_is_retried()
+  self:need_tx()
+  local A = self.Article
+  self.other = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+  local B = define()
+  local reg2 = ok(model.registry(self.other, { B }, { indexes = false }))
+  local runs = 0
+  ok(self.registry:transaction(function(tx)
+    runs = runs + 1
+    local mine = ok(A:get(self.landing.id, { session = tx }))
+    if runs == 1 then
+      ok(reg2:transaction(function(tx2)
+        ok(B:update(self.landing.id, ops.inc { views = 1 }, model.options { session = tx2 }))
+      end))
+    end
+    mine.title = "returned"
+    local v, e = mine:save { session = tx }
+    if not v then return nil, e end
+    return true
+  end))
+  lu.assertEquals(runs, 2)
+  lu.assertEquals(ok(A:get(self.landing.id)).title, "returned")
+end
+
 function TestModelTransactions:test_no_nesting_unless_independent()
   self:need_tx()
   local A = self.Article
