@@ -70,6 +70,14 @@ local function assert_fenced(v, err, code)
   lu.assertStrContains(tostring(err), "taken over")
 end
 
+-- the writer in the server's own mode: with transactions where it has them (SecantusDB), where
+-- the lease is renewed inside each save's transaction
+function TestFsckFencing:test_a_forced_pass_fences_an_idle_live_writer_in_the_servers_mode()
+  self.writer = ok(records.open(self.writer_db, { types = { Author, Book }, transactions = "auto",
+                                                  log = function() end }))
+  self:test_a_forced_pass_fences_an_idle_live_writer()
+end
+
 function TestFsckFencing:test_a_forced_pass_fences_an_idle_live_writer()
   ok(self.writer:save(Book, book(1)))
   lu.assertEquals(#self:writer_leases(), 1)
