@@ -349,4 +349,5 @@ function Query:page(opts)
 end
 
 M.Query = Query
+M.after = after   -- for the unit spec: the keyset condition of a page
 return M

@@ -1,0 +1,155 @@
+-- spec/02-records/page_spec.lua - keyset pages: over ascending, descending and
+-- two-key orders with ties and missing (null) keys, pages cover every match exactly
+-- once and in the order all() gives; the last page has no next token; a page
+-- size beyond 10,000 raises; a forged, edited or another query's token is refused
+-- as invalid, and tokens are opaque text.
+local lu = require "luaunit"
+local ms = require "mongostore"
+local helper = require "helpers"
+local records = require "mongostore.records"
+local Q = records.Q
+
+local function ok(v, err, code)
+  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
+  return v
+end
+
+local Book = records.define { name = "book", dedup = "none",
+                              fields = { title = "string", year = "integer", score = "float" },
+                              indexes = { { "year" }, { { "year", -1 }, "title" } } }
+
+local N = 61
+
+TestRecordsPages = {}
+
+function TestRecordsPages:setUp()
+  self.name = helper.fresh_db("rpage")
+  self.db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+  self.store = ok(records.open(self.db, { types = { Book }, log = function() end }))
+  for i = 1, N do
+    -- ties on year, every fifth year missing, titles repeating
+    local year = 1990 + i % 7
+    if i % 5 == 0 then year = nil end
+    ok(self.store:save(Book, { title = "t" .. (i % 4), year = year, score = (i % 3) + 0.5 }))
+  end
+end
+
+function TestRecordsPages:tearDown()
+  if self.store then self.store:close() end
+  if self.db then self.db:close() end
+end
+
+local function walk(q, size)
+  local sids, seen, pages, token = {}, {}, 0, nil
+  repeat
+    local page = ok(q:page { size = size, after = token })
+    pages = pages + 1
+    lu.assertTrue(#page.items <= size)
+    for _, r in ipairs(page.items) do
+      lu.assertNil(seen[r._sid], "sid " .. tostring(r._sid) .. " on two pages")
+      seen[r._sid] = true
+      sids[#sids + 1] = r._sid
+    end
+    if page.next then
+      lu.assertEquals(type(page.next), "string")
+      lu.assertEquals(#page.items, size, "only the last page is short")
+    end
+    token = page.next
+    lu.assertTrue(pages <= N + 1, "the walk does not end")
+  until not token
+  return sids, pages
+end
+
+local function all_sids(q)
+  local out = {}
+  for i, r in ipairs(ok(q:all())) do out[i] = r._sid end
+  return out
+end
+
+function TestRecordsPages:test_pages_cover_every_match_once_in_order()
+  local orders = {
+    {},
+    { { "year", 1 } },
+    { { "year", -1 } },
+    { { "year", -1 }, { "title", 1 } },
+    { { "title", 1 }, { "year", 1 } },
+    { { "score", -1 }, { "year", -1 } },
+  }
+  for _, order in ipairs(orders) do
+    for _, size in ipairs { 1, 7, 60, 61, 100 } do
+      local q = self.store:query(Book):order_by(order)
+      local sids = walk(q, size)
+      lu.assertEquals(#sids, N)
+      lu.assertEquals(sids, all_sids(q), "pages in all()'s order")
+    end
+  end
+  -- with a condition
+  local q = self.store:query(Book):where(Q.year:gte(1993)):order_by { { "year", -1 } }
+  local sids = walk(q, 4)
+  lu.assertEquals(#sids, ok(q:count()))
+  lu.assertEquals(sids, all_sids(q))
+  -- nulls come first ascending and last descending, each explicitly
+  local asc = ok(self.store:query(Book):order_by { { "year", 1 } }:all())
+  lu.assertNil(asc[1].year)
+  lu.assertNotNil(asc[N].year)
+  local desc = ok(self.store:query(Book):order_by { { "year", -1 } }:all())
+  lu.assertNotNil(desc[1].year)
+  lu.assertNil(desc[N].year)
+end
+
+function TestRecordsPages:test_empty_and_exact_pages()
+  local q = self.store:query(Book):where(Q.title:eq("none"))
+  local page = ok(q:page { size = 10 })
+  lu.assertEquals(#page.items, 0)
+  lu.assertNil(page.next)
+  page = ok(self.store:query(Book):page { size = N })
+  lu.assertEquals(#page.items, N)
+  lu.assertNil(page.next, "no next token when the page ends the matches")
+end
+
+function TestRecordsPages:test_page_size_limits()
+  local q = self.store:query(Book)
+  lu.assertEquals(#ok(q:page { size = 10000 }).items, N)
+  lu.assertErrorMsgContains("10000", function() q:page { size = 10001 } end)
+  lu.assertErrorMsgContains("size", function() q:page { size = 0 } end)
+  lu.assertErrorMsgContains("size", function() q:page {} end)
+  lu.assertErrorMsgContains("unknown option", function() q:page { size = 1, offset = 2 } end)
+end
+
+function TestRecordsPages:test_tokens_are_authenticated()
+  local q = self.store:query(Book):order_by { { "year", 1 } }
+  local page = ok(q:page { size = 5 })
+  local token = page.next
+  lu.assertNotStrContains(token, "year")
+  local function refused(qq, t, why)
+    local v, err, code = qq:page { size = 5, after = t }
+    lu.assertNil(v, why)
+    lu.assertEquals(code, "invalid", why .. ": " .. tostring(err))
+  end
+  refused(q, "", "empty")
+  refused(q, "not a token", "garbage")
+  refused(q, token:sub(1, -2), "truncated")
+  -- one character of the payload changed
+  local i = 10
+  local c = token:sub(i, i)
+  local edited = token:sub(1, i - 1) .. (c == "A" and "B" or "A") .. token:sub(i + 1)
+  refused(q, edited, "edited")
+  -- a payload signed with another key
+  local payload = token:match("^([^.]+)%.")
+  refused(q, payload .. "." .. token:match("%.(.+)$"):reverse(), "forged signature")
+  -- another query's token
+  refused(self.store:query(Book):order_by { { "year", -1 } }, token, "another order")
+  refused(self.store:query(Book):where(Q.year:gte(1990)):order_by { { "year", 1 } }, token, "another filter")
+  -- another store's key
+  local other = ok(records.open(self.db, { types = { Book }, prefix = "other.", log = function() end }))
+  refused(other:query(Book):order_by { { "year", 1 } }, token, "another store")
+  other:close()
+  -- the genuine token still works
+  lu.assertEquals(#ok(q:page { size = 5, after = token }).items, 5)
+end
+
+function TestRecordsPages:test_order_by_refuses_what_it_cannot_order()
+  local q = self.store:query(Book)
+  lu.assertErrorMsgContains("not a scalar field", function() q:order_by { { "nope", 1 } } end)
+  lu.assertErrorMsgContains("1 | -1", function() q:order_by { { "year", 2 } } end)
+end
