@@ -142,11 +142,12 @@ end
 local function page_key(store)
   local doc, e, c, d = store.wire:find_and_modify(store.meta, { _id = "page_key" },
     { ["$setOnInsert"] = { key = canon.hex(core.random_bytes(32)) } }, true, nil)
-  if not doc then
+  if type(doc) ~= "table" then
     -- two opens upserting at once: one of them finds the other's
-    if c ~= "duplicate" then return nil, e, c, d end
+    if doc == nil and c ~= "duplicate" then return nil, e, c, d end
     doc, e, c, d = store.wire:find_one(store.meta, { _id = "page_key" }, nil, nil)
-    if not doc then return nil, e, c, d end
+    if doc == nil then return nil, e, c, d end
+    if not doc then return fail("server", "records.open: the page key could not be made") end
   end
   return doc.key
 end

@@ -203,8 +203,17 @@ end
 -- One $inc for the graph's sids, outside any transaction: a counter written
 -- in every transaction would make them all conflict.
 function M.reserve(store, n)
-  local doc, e, c, d = store.wire:find_and_modify(store.counters, { _id = "sid" }, { ["$inc"] = { n = n } }, true, nil)
-  if not doc then return nil, e, c, d end
+  local doc, e, c, d
+  -- two first upserts at once: the loser's is a duplicate key (or no
+  -- document): the counter exists by then, so the next $inc finds it
+  for _ = 1, 3 do
+    doc, e, c, d = store.wire:find_and_modify(store.counters, { _id = "sid" }, { ["$inc"] = { n = n } }, true, nil)
+    if doc == nil and c ~= "duplicate" then return nil, e, c, d end
+    if type(doc) == "table" then break end
+  end
+  if type(doc) ~= "table" then
+    return fail("server", "records: the sid counter could not be incremented", { detail = d })
+  end
   local last = doc.n
   if type(last) ~= "number" then last = tonumber(tostring(last)) end
   return last - n + 1
