@@ -53,7 +53,7 @@ end
 local db = check("database", ms.database(uri, { db = dbname, wait = 30 }))
 local Author = records.define { name = "author", fields = { name = "string", born = "integer" }, dedup = "content" }
 local Book = records.define {
-  name = "book", dedup = "value",
+  name = "book", dedup = "value", indexes = { { "year" } },
   fields = { title = "string", year = "integer", note = { "string", identity = false } },
   children = { chapters = { fields = { title = "string", pages = "integer" } } },
   refs = { author = Author },
