@@ -31,8 +31,8 @@ static void push_write_errors(lua_State *L, const ms_call_t *k, const bson_t *re
       else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&doc)) msg = bson_iter_utf8(&doc, NULL);
     }
     if (failed && index >= 0 && (size_t)index < nops) failed[index] = 1;
-    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)", ms_call_doing(k), msg,
-               (int)code);
+    ms_err_set(&e, code == 11000 || code == 11001 ? "duplicate" : "server", "%s: %s (server code %d)",
+               ms_call_doing(k), msg, (int)code);
     ms_scrub(k->db->password, &e);
     lua_createtable(L, 0, 4);
     lua_pushinteger(L, (lua_Integer)(index + 1));

@@ -1,7 +1,8 @@
 /*
  * collection.c - the Collection userdata (mongostore.Collection, from
  * db:collection(name)): inserts, finds, counts, updates, replaces, deletes,
- * find-and-modify, bulk writes, aggregate, distinct and indexes. The Lua
+ * find-and-modify, aggregate, distinct and indexes, and what every method
+ * shares (document.h); insert_many and bulk_write are bulk.c's. The Lua
  * half (lua/mongostore/database.lua) checks argument types and option keys
  * first; every input is encoded before any libmongoc call, and no Lua
  * error is raised while one is on the C stack.
@@ -634,7 +635,8 @@ static int l_aggregate(lua_State *L) {
   ms_err_t e;
   mongoc_cursor_t *cur;
   MS_CALL_BEGIN(L, k, "aggregate", 3);
-  if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &k.found, &e) || int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
+  if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &k.found, &e) ||
+      int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
       ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) || ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&pipeline);
     bson_destroy(&opts);
