@@ -927,7 +927,7 @@ function Model:insert_many(list, opts)
       errors[#errors + 1] = { index = i, code = "validation", message = e.message, errors = errs }
       if ordered then break end
     else
-      journal_note(journal, self, doc)
+      if journal then journal_note(journal, self, doc) end
       saved[#send + 1] = save_managed(self, doc)
       if rawget(doc, "_id") == nil then
         if self._oid then rawset(doc, "_id", objectid()) end

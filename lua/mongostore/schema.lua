@@ -123,6 +123,8 @@ local function compile_field(name, decl, where)
   end
   -- plain: passing the type's test is all there is to check
   f.plain = not (f.enum or f.min or f.max or f.check or f.of or f.schema or t == "array")
+  -- a plain string or boolean field is one type() comparison
+  if f.plain and (t == "string" or t == "boolean") then f.ltype = t end
   if decl.default ~= nil then
     local d = decl.default
     if type(d) == "table" and t == "array" and not is_array(d) and getmetatable(d) == nil then d = array(d) end
@@ -261,8 +263,13 @@ function check_document(s, doc, base, errs, skip)
         local p = path_of(base, tostring(k))
         add(errs, p, p .. " is not a field of the model")
       end
-    elseif not (f.plain and f.test(v)) then
-      check_value(f, v, base, k, errs)
+    else
+      local lt = f.ltype
+      if lt then
+        if type(v) ~= lt then check_value(f, v, base, k, errs) end
+      elseif not (f.plain and f.test(v)) then
+        check_value(f, v, base, k, errs)
+      end
     end
   end
   local required = s.required
