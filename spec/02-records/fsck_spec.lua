@@ -24,7 +24,8 @@ TestFsck = {}
 function TestFsck:setUp()
   self.name = helper.fresh_db("fsck")
   self.db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
-  self.store = { db = self.db, prefix = "records." }
+  -- a bare handle: the database, the prefix and the types (by name) that are the store's own
+  self.store = { db = self.db, prefix = "records.", types = { author = { name = "author" }, book = { name = "book" } } }
   self.books = ok(self.db:collection("records.book"))
   self.authors = ok(self.db:collection("records.author"))
   self.meta = ok(self.db:collection("records._meta"))
@@ -110,6 +111,31 @@ function TestFsck:test_collect_garbage_deletes_only_unreachable_dependencies()
   lu.assertEquals(again.totals.deleted, 0)
   lu.assertEquals(again.totals.unreachable, 0)
   lu.assertTrue(again.clean)
+end
+
+-- Collections of the prefix that are not the store's own (no declared type, no schema stamp):
+-- their mains count as roots, nothing in them is collected; "<prefix>x.y" is another store's.
+function TestFsck:test_only_the_stores_own_collections_are_collected()
+  local legacy = ok(self.db:collection("records.legacy"))
+  local other = ok(self.db:collection("records.v2.author"))
+  self:put(legacy, 1, "main", { A { "author", 2 } })
+  self:put(self.authors, 2, "dep")
+  self:put(legacy, 3, "dep")
+  self:put(other, 4, "dep")
+  -- a type stamped by an earlier open is the store's even when this handle does not declare it
+  local stamped = ok(self.db:collection("records.chapter_type"))
+  ok(self.meta:insert_one({ _id = "schema:chapter_type", fingerprint = string.rep("0", 64), shape = {} }))
+  self:put(stamped, 5, "dep")
+  local s = ok(fsck.run(self.store, { collect_garbage = true }))
+  lu.assertEquals(s.collections["records.legacy"].unreachable, 1)
+  lu.assertEquals(s.collections["records.legacy"].deleted, 0)
+  lu.assertFalse(s.collections["records.legacy"].owned)
+  lu.assertTrue(s.collections["records.chapter_type"].owned)
+  lu.assertEquals(s.collections["records.chapter_type"].deleted, 1)
+  lu.assertIsNil(s.collections["records.v2.author"])
+  lu.assertEquals(ids(self.authors), { 2 })
+  lu.assertEquals(ids(legacy), { 1, 3 })
+  lu.assertEquals(ids(other), { 4 })
 end
 
 function TestFsck:test_lineage_keeps_every_version_of_a_reachable_record()
@@ -261,7 +287,8 @@ function TestFsck:test_live_writer_leases_are_refused_waited_for_or_taken_over()
   -- the lease was given back: a writer may go on, and the next fsck may start
   lu.assertEquals(ok(self.meta:find_one({ _id = "fsck" })).holder, ms.null)
   -- the handle's own writer lease is never waited for
-  lu.assertEquals(ok(fsck.run({ db = self.db, prefix = "records.", token = "w1" })).totals.examined, 1)
+  lu.assertEquals(ok(fsck.run({ db = self.db, prefix = "records.", token = "w1", types = self.store.types }))
+    .totals.examined, 1)
   -- wait: a lease that runs out while fsck waits lets it through
   ok(self.meta:update_one({ _id = "writer:w1" }, { ["$set"] = { expires = ms.date(now_ms() + 300) } }))
   local s = ok(fsck.run(self.store, { wait = 10 }))

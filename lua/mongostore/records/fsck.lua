@@ -186,33 +186,52 @@ end
 
 -- ------------------------------------------------------------ the pass
 
-local function record_collections(ctx)
+-- The collections a pass examines: every <prefix><name> with a name records.define takes (so
+-- no other store's "<prefix>x.y"), and the declared types' even before they exist. It deletes
+-- only in the collections it owns: the declared types' and those stamped in the meta
+-- collection's schema:<type> documents (every type a store of this prefix ever opened), so it
+-- never collects from a collection of another store whose prefix merely starts like this one.
+local TYPE_NAME = "^[%a][%w_%-]*$"
+
+local function record_collections(ctx, meta)
   local entries, err, code, detail = ctx.db:list_collections()
   if not entries then return driver_fail("listing the collections", err, code, detail) end
-  local p, names, seen = ctx.prefix, {}, {}
+  local p, names, seen, owned = ctx.prefix, {}, {}, {}
   local function add(name)
     if not seen[name] then seen[name] = true; names[#names + 1] = name end
   end
   for _, e in ipairs(entries) do
     local name = e.name
-    if type(name) == "string" and name:sub(1, #p) == p and name:sub(#p + 1, #p + 1) ~= "_" and #name > #p then
-      add(name)
-    end
+    if type(name) == "string" and name:sub(1, #p) == p and name:sub(#p + 1):match(TYPE_NAME) then add(name) end
   end
-  -- declared types whose collection does not exist yet still count (examined 0)
   local types = ctx.store.types
   if type(types) == "table" then
     for k, t in pairs(types) do
       local tname = type(t) == "table" and t.name or (type(k) == "string" and k or nil)
-      if type(tname) == "string" then add(p .. tname) end
+      if type(tname) == "string" then
+        add(p .. tname)
+        owned[p .. tname] = true
+      end
+    end
+  end
+  local cur, docs
+  cur, err, code, detail = meta:find({ _id = { ["$gte"] = "schema:", ["$lt"] = "schema;" } },
+    { projection = { _id = 1 } })
+  if cur then docs, err, code, detail = cur:all() end
+  if not docs then return driver_fail("reading the schema stamps", err, code, detail) end
+  for _, d in ipairs(docs) do
+    local tname = d._id:sub(8)
+    if tname:match(TYPE_NAME) then
+      add(p .. tname)
+      owned[p .. tname] = true
     end
   end
   sort(names)
-  return names
+  return names, owned
 end
 
-local function new_entry()
-  return { examined = 0, repaired = 0, conflicts = 0, deleted = 0, unreachable = 0, violations = {} }
+local function new_entry(owned)
+  return { examined = 0, repaired = 0, conflicts = 0, deleted = 0, unreachable = 0, violations = {}, owned = owned }
 end
 
 local function violation(summary, coll, sid, kind, message)
@@ -506,12 +525,11 @@ local function pass(ctx, meta, opts, summary)
   local ok, err, code = settle_writers(ctx, meta, opts, summary)
   if not ok then return nil, err, code end
   if opts.collect_garbage and #ctx.fenced > 0 and M.FENCE_GRACE > 0 then sleep(M.FENCE_GRACE) end
-  local names
-  names, err, code = record_collections(ctx)
-  if not names then return nil, err, code end
+  local names, owned, code2 = record_collections(ctx, meta)
+  if not names then return nil, owned, code2 end
   local all, colls = {}, {}
   for _, cname in ipairs(names) do
-    summary.collections[cname] = new_entry()
+    summary.collections[cname] = new_entry(owned[cname] == true)
     all[cname] = {}
     colls[cname], err, code = scan(ctx, cname, all[cname], summary)
     if not colls[cname] then return nil, err, code end
@@ -529,7 +547,8 @@ local function pass(ctx, meta, opts, summary)
     if not ok then return nil, err, code end
     ok, err, code = timestamps(ctx, cname, coll, docs, summary, opts)
     if not ok then return nil, err, code end
-    ok, err, code = collect(ctx, meta, cname, coll, docs, marked[cname], summary, opts.collect_garbage)
+    ok, err, code = collect(ctx, meta, cname, coll, docs, marked[cname], summary,
+      opts.collect_garbage and owned[cname])
     if not ok then return nil, err, code end
   end
   if max_coll then
