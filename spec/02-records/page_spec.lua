@@ -88,6 +88,13 @@ function TestRecordsPages:test_pages_cover_every_match_once_in_order()
   local sids = walk(q, 4)
   lu.assertEquals(#sids, ok(q:count()))
   lu.assertEquals(sids, all_sids(q))
+  -- a plain filter is the same condition; conditions add up
+  local plain = self.store:query(Book):where({ year = { ["$gte"] = 1993 } }):order_by { { "year", -1 } }
+  lu.assertEquals(all_sids(plain), sids)
+  lu.assertEquals(walk(plain, 5), sids)
+  local both = self.store:query(Book):where(Q.year:gte(1993)):where({ title = "t1" })
+  lu.assertEquals(ok(both:count()), ok(self.store:query(Book):where(Q.and_(Q.year:gte(1993), Q.title:eq("t1"))):count()))
+  lu.assertTrue(ok(both:count()) < ok(q:count()))
   -- nulls come first ascending and last descending, each explicitly
   local asc = ok(self.store:query(Book):order_by { { "year", 1 } }:all())
   lu.assertNil(asc[1].year)
