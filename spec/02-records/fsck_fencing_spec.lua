@@ -34,7 +34,7 @@ TestFsckFencing = {}
 
 function TestFsckFencing:setUp()
   self.name = helper.fresh_db("fence")
-  self.saved = { delete_many = core.Collection.delete_many }
+  self.saved = { delete_many = core.Collection.delete_many, find = core.Collection.find }
   self.admin_db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
   self.writer_db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
   local quiet = function() end
@@ -49,6 +49,7 @@ end
 
 function TestFsckFencing:tearDown()
   core.Collection.delete_many = self.saved.delete_many
+  core.Collection.find = self.saved.find
   if self.writer_db then self.writer_db:close() end
   if self.admin_db then
     self.admin_db:command({ dropDatabase = 1 })
@@ -152,6 +153,34 @@ function TestFsckFencing:test_writers_wait_while_an_fsck_holds_the_lease()
   local sid = ok(writer:save(Book, book(2)))
   lu.assertEquals(ok(admin:fetch(Book, sid)).title, "Book 2")
   lu.assertEquals(ok(self.meta:find_one({ _id = "fsck" })).holder, "fsck:spec")
+end
+
+-- A save tried while a pass is scanning waits for the lease, then gives up (fsck_wait); once
+-- the pass is over it goes through.
+function TestFsckFencing:test_a_running_pass_blocks_writers()
+  local writer = ok(records.open(self.writer_db, { types = { Author, Book }, transactions = "auto", fsck_wait = 0.3,
+                                                   log = function() end }))
+  ok(writer:save(Book, book(1)))
+  ok(writer:close())   -- its lease goes, so the pass need not wait for it
+  writer = ok(records.open(self.writer_db, { types = { Author, Book }, transactions = "auto", fsck_wait = 0.3,
+                                             log = function() end }))
+  local find, during = self.saved.find, nil
+  core.Collection.find = function(coll, ...)
+    if during == nil and coll:name() == "records.book" then
+      during = { writer:save(Book, book(2)) }
+    end
+    return find(coll, ...)
+  end
+  local s = ok(self.admin:fsck { collect_garbage = true })
+  core.Collection.find = find
+  lu.assertNotNil(during, "the pass never scanned the books")
+  lu.assertIsNil(during[1])
+  lu.assertEquals(during[3], "unavailable")
+  lu.assertStrContains(tostring(during[2]), "fsck")
+  lu.assertTrue(s.clean)
+  lu.assertIsNil(self.books:find_one({ title = "Book 2" }))
+  local sid = ok(writer:save(Book, book(2)))
+  lu.assertEquals(ok(self.admin:fetch(Book, sid)).title, "Book 2")
 end
 
 -- The race a degraded store cannot close: a fenced writer's root that passed its check just
