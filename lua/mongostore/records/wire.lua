@@ -78,7 +78,8 @@ local function write_result(doing, reply)
   end
   local wce = reply.writeConcernError
   if type(wce) == "table" then
-    return fail("server", format("%s: write concern: %s", doing, tostring(wce.errmsg)), { detail = { code = wce.code } })
+    return fail("server", format("%s: write concern: %s", doing, tostring(wce.errmsg)),
+      { detail = { code = wce.code } })
   end
   return reply
 end
