@@ -16,6 +16,7 @@ local null, array, objectid, date = core.null, core.array, core.objectid, core.d
 local copy, equal, diff = track.copy, track.equal, track.diff
 local to_filter, to_update = query.filter, query.update
 local check_doc, check_value, field_at = schema.check, schema.check_value, schema.field_at
+local mark, mark_value = schema.mark, schema.mark_value
 
 local M = {}
 M.Q, M.ops = query.Q, query.ops
@@ -223,6 +224,18 @@ local function check_update(C, doc, fn, validate)
       end
       local f, why = field_at(C._schema, path)
       if f == nil then error(format("%s: %s is not a field of %s (%s)", fn, path, C.name, why), 4) end
+      -- array marks whether or not the values are validated (an empty table is sent as [])
+      if f and type(value) == "table" then
+        if op == "$set" or op == "$setOnInsert" or op == "$min" or op == "$max" then
+          mark_value(f, value)
+        elseif (op == "$push" or op == "$addToSet") and f.of then
+          if each then
+            for i = 1, #each do mark_value(f.of, each[i]) end
+          else
+            mark_value(f.of, value)
+          end
+        end
+      end
       if validate and f then
         local t = f.type
         if op == "$set" or op == "$setOnInsert" or op == "$min" or op == "$max" then
@@ -378,6 +391,7 @@ local function insert_doc(C, doc, opts, fn)
   local coll = bound(C, fn)
   if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
   ensure_defaults(C, doc)
+  mark(C._schema, doc)
   if wants_validation(C, opts) then
     local errs = check_doc(C._schema, doc, C._id_skip)
     if errs then return validation_error(C, fn, errs) end
@@ -476,6 +490,7 @@ function Instance:save(opts)
   if snap == nil then return insert_doc(C, self, opts, "save") end
   local coll = bound(C, "save")
   if gone[self] then return fail("not_found", format("save %s: the document was deleted", C.collection)) end
+  mark(C._schema, self)
   local set, unset, n = delta(C, self, snap, "save")
   if n == 0 then return self end
   if wants_validation(C, opts) then
@@ -503,6 +518,7 @@ end
 --- a:changes() -> { ["$set"] = {...}, ["$unset"] = {...} }, what save would send ({} when nothing).
 function Instance:changes()
   local C = class_of(self)
+  mark(C._schema, self)  -- as save does, so what is shown is what save sends
   local set, unset, n = diff(snaps[self], self, C._diff_opts)
   local out = {}
   if n > 0 then
@@ -921,6 +937,7 @@ function Model:insert_many(list, opts)
       if snaps[doc] then error(format("insert_many: item %d is stored already", i), 2) end
       ensure_defaults(self, doc)
     end
+    mark(self._schema, doc)
     local errs = validate and check_doc(self._schema, doc, self._id_skip)
     if errs then
       local _, e = validation_error(self, "insert_many", errs)
@@ -984,6 +1001,7 @@ function Model:bulk_save(docs, opts)
       failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
     elseif snap == nil then
       ensure_defaults(self, doc)
+      mark(self._schema, doc)
       local errs = validate and check_doc(self._schema, doc, self._id_skip)
       if errs then
         local _, e = validation_error(self, "bulk_save", errs)
@@ -1000,6 +1018,7 @@ function Model:bulk_save(docs, opts)
         plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = had_id }
       end
     else
+      mark(self._schema, doc)
       local set, unset, n = delta(self, doc, snap, "bulk_save")
       if n > 0 then
         local errs = validate and check_doc(self._schema, doc, self._id_skip)
@@ -1132,6 +1151,7 @@ function Model:bulk_write(list, opts)
     if kind == "insert_one" then
       local doc = b.doc
       if class_of(doc) ~= self then doc = self:new(doc) end
+      mark(self._schema, doc)
       local errs = validate and check_doc(self._schema, doc, self._id_skip)
       if errs then errors[#errors + 1] = { index = i, errs = errs } else
         if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end

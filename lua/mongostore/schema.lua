@@ -4,8 +4,8 @@
 -- update path (mongostore.query.paths) before an update is sent.
 local core = require "mongostore.core"
 
-local type, pairs, ipairs, tostring, format, getmetatable = type, pairs, ipairs, tostring, string.format,
-  getmetatable
+local type, pairs, ipairs, tostring, format, getmetatable, next, rawget = type, pairs, ipairs, tostring,
+  string.format, getmetatable, next, rawget
 local floor = math.floor
 local concat = table.concat
 local mtype = math.type  -- nil on LuaJIT
@@ -115,12 +115,16 @@ local function compile_field(name, decl, where)
   if decl.fields ~= nil then
     if t ~= "document" and t ~= "array" then error(format("%s: field %s: fields is for documents", where, name), 4) end
     if t == "array" then
+      local sub = compile(decl.fields, where .. " " .. name)
       f.of = { name = name .. "[]", type = "document", test = is_document, words = TYPES.document[2],
-               schema = compile(decl.fields, where .. " " .. name) }
+               schema = sub, marks = sub.mark_list[1] ~= nil }
     else
       f.schema = compile(decl.fields, where .. " " .. name)
     end
   end
+  -- marks: a value of this field can hold a table that must be marked as an
+  -- array before it is diffed or encoded (M.mark_value)
+  f.marks = t == "array" or (f.schema ~= nil and f.schema.mark_list[1] ~= nil)
   -- plain: passing the type's test is all there is to check
   f.plain = not (f.enum or f.min or f.max or f.check or f.of or f.schema or t == "array")
   -- a plain string or boolean field is one type() comparison
@@ -157,9 +161,53 @@ function compile(fields, where)
   for _, f in ipairs(s.list) do
     if f.required then s.required[#s.required + 1] = f.name end
   end
+  s.mark_list = {}
+  for _, f in ipairs(s.list) do
+    if f.marks then s.mark_list[#s.mark_list + 1] = f end
+  end
   return s
 end
 M.compile = compile
+
+-- Array marks, put on every write whether or not it is validated: an empty
+-- table is a document to the encoder (and to track.diff) unless it is marked,
+-- so `a.tags = {}` would be stored as {} and read back as no array. The
+-- schema knows which values are arrays; only those are walked.
+local mark_doc
+
+local function mark_value(f, v)
+  if f.type == "array" then
+    if getmetatable(v) == nil and next(v) == nil then array(v); return end
+    local of = f.of
+    if of and of.marks then
+      for i = 1, #v do
+        local x = v[i]
+        if type(x) == "table" then mark_value(of, x) end
+      end
+    end
+  elseif f.schema and not is_array(v) then
+    mark_doc(f.schema, v)
+  end
+end
+
+function mark_doc(s, doc)
+  local list = s.mark_list
+  for i = 1, #list do
+    local f = list[i]
+    local v = rawget(doc, f.name)
+    if type(v) == "table" then mark_value(f, v) end
+  end
+end
+
+--- schema.mark(s, doc): marks the empty tables of doc's array fields (nested ones too) as arrays.
+function M.mark(s, doc)
+  if s.mark_list[1] ~= nil then mark_doc(s, doc) end
+end
+
+--- schema.mark_value(field, v): marks v (a value of the field) and the arrays inside it as the schema declares.
+function M.mark_value(f, v)
+  if f.marks and type(v) == "table" then mark_value(f, v) end
+end
 
 -- A value's path for a message, built only when there is one to give: base
 -- (the parent's path, "" at the top) and key (a field name, or an item's index).
