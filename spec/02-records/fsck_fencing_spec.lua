@@ -214,3 +214,47 @@ function TestFsckFencing:test_a_root_landing_after_the_scan_is_reported()
   lu.assertStrContains(s.violations[1].message, "late")
   lu.assertFalse(s.clean)
 end
+
+-- A pass that starts between a writer's first read of the fsck lease and its writer document
+-- (so the pass sees no writer): the writer reads the fsck lease again after making its
+-- document, and waits instead of writing under the pass.
+function TestFsckFencing:test_a_pass_starting_while_a_writer_makes_its_lease_holds_it_off()
+  local writer = ok(records.open(self.writer_db, { types = { Author, Book }, transactions = "never", fsck_wait = 0.2,
+                                                   log = function() end }))
+  local wdb, admin = self.writer_db, self.admin
+  local find, command = self.saved.find, core.Database.command
+  local pass, result
+  -- the pass stops once, right before it scans the authors
+  core.Collection.find = function(coll, ...)
+    if pass and coroutine.running() == pass and coll:name() == "records.author" and not result then
+      coroutine.yield()
+    end
+    return find(coll, ...)
+  end
+  pass = coroutine.create(function() result = { admin:fsck { collect_garbage = true } } end)
+  local started = false
+  core.Database.command = function(db, cmd, ...)
+    local head = type(cmd) == "table" and cmd[1]
+    if db == wdb and not started and type(head) == "table" and head[1] == "insert" and head[2] == "records._meta" then
+      started = true
+      assert(coroutine.resume(pass))   -- takes the fsck lease, finds no writer, stops before the authors
+    end
+    return command(db, cmd, ...)
+  end
+  local v, err, code = writer:save(Book, book(1))
+  core.Database.command = command
+  lu.assertTrue(started, "the writer made no lease document")
+  lu.assertEquals(coroutine.status(pass), "suspended")
+  lu.assertIsNil(v)
+  lu.assertEquals(code, "unavailable", tostring(err))
+  lu.assertEquals(ok(self.authors:count()), 0)
+  assert(coroutine.resume(pass))
+  core.Collection.find = find
+  lu.assertEquals(coroutine.status(pass), "dead")
+  local s = ok(result[1], result[2], result[3])
+  lu.assertTrue(s.clean)
+  -- the writer's lease is still its own: it writes once the pass is over
+  local sid = ok(writer:save(Book, book(1)))
+  lu.assertEquals(ok(admin:fetch(Book, sid)).author.name, "Author 1")
+  lu.assertTrue(ok(admin:fsck { force = true }).clean)
+end
