@@ -9,7 +9,8 @@
 -- save_records_per_s (records written or deduplicated: book + author), rt_per_save (commands
 -- the pool sent per save, from db:stats()), fetch_ms, fetch_per_s, rt_per_fetch, walk_ms,
 -- walk_pages, walk_items, page_first_ms and page_last_ms (the median of page_reps fetches of
--- the first and of the last page by its token), page_last_over_first, mode (transactions or
+-- the first and of the last page by its token), page_last_over_first, raw_page_first_ms (the
+-- first page's find sent by the document API: the server's share), mode (transactions or
 -- degraded), fsck_ms (a report-only fsck over the whole store).
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 local root = here .. "/.."
@@ -142,6 +143,17 @@ for _ = 1, REPS do
   check("last page", query():page { size = PAGE, after = last_token or nil })
   last_list[#last_list + 1] = (ms.now() - s) * 1e3
 end
+-- the first page's find sent by the document API itself (same sort and limit): what of a
+-- page's cost is the server's
+local raw_list = {}
+local books_coll = check("collection", db:collection("records.book"))
+for _ = 1, REPS do
+  local s = ms.now()
+  local cur = check("raw first page", books_coll:find({}, { sort = { { "year", 1 }, { "_id", 1 } }, limit = PAGE + 1 }))
+  check("raw first page", cur:all())
+  raw_list[#raw_list + 1] = (ms.now() - s) * 1e3
+end
+result("raw_page_first_ms", median(raw_list))
 local first_ms, last_ms = median(first_list), median(last_list)
 result("page_size", PAGE)
 result("page_first_ms", first_ms)

@@ -868,6 +868,7 @@ if show_records then
     { "one page at the first position", format("%s ms", f2(n("page_first_ms"))) },
     { "one page at the last position", format("%s ms (%s the first; does not grow with the position: %s)",
       f2(n("page_last_ms")), x(ratio_v), ratio_v and (ratio_v <= 1.5 and "yes" or "no") or "not measured") },
+    { "the first page's find by the document API (the server's share)", format("%s ms", f2(n("raw_page_first_ms"))) },
     { "report-only fsck", format("%s ms over %s records", f1(n("fsck_ms")), R["records.fsck_examined"] or "?") },
   })
   w("")
