@@ -25,7 +25,7 @@ typedef struct ms_pool {
   char *uri;                 /* the URI string as parsed, with our options */
   mongoc_client_pool_t *pool;
   pid_t pid;
-  int64_t count[ST_N];       /* commands started, by name (atomic) */
+  int64_t count[ST_N];       /* commands completed, by name (atomic) */
   int64_t reply_bytes;       /* bytes of the replies (atomic) */
   struct ms_pool *next;
 } ms_pool_t;
@@ -38,15 +38,17 @@ static int stat_index(const char *name) {
   return ST_OTHER;
 }
 
-static void on_started(const mongoc_apm_command_started_t *ev) {
-  ms_pool_t *p = (ms_pool_t *)mongoc_apm_command_started_get_context(ev);
-  __atomic_fetch_add(&p->count[stat_index(mongoc_apm_command_started_get_command_name(ev))], 1,
-                     __ATOMIC_RELAXED);
+/* Commands are counted as they complete (succeeded or failed), not as they
+ * start: with a started callback set, libmongoc copies every command before
+ * sending it, the whole payload of an insert_many included. */
+static void count_command(ms_pool_t *p, const char *name) {
+  __atomic_fetch_add(&p->count[stat_index(name)], 1, __ATOMIC_RELAXED);
 }
 
 static void on_succeeded(const mongoc_apm_command_succeeded_t *ev) {
   ms_pool_t *p = (ms_pool_t *)mongoc_apm_command_succeeded_get_context(ev);
   const bson_t *reply = mongoc_apm_command_succeeded_get_reply(ev);
+  count_command(p, mongoc_apm_command_succeeded_get_command_name(ev));
   if (reply) __atomic_fetch_add(&p->reply_bytes, (int64_t)reply->len, __ATOMIC_RELAXED);
 }
 
@@ -75,6 +77,8 @@ int64_t ms_failed_attempt_us(void) {
 
 static void on_failed(const mongoc_apm_command_failed_t *ev) {
   int64_t d = mongoc_apm_command_failed_get_duration(ev);
+  count_command((ms_pool_t *)mongoc_apm_command_failed_get_context(ev),
+                mongoc_apm_command_failed_get_command_name(ev));
   if (d > ms_failed_attempt_us()) pthread_setspecific(failed_key, (void *)(intptr_t)(d + 1));
 }
 
@@ -122,7 +126,6 @@ ms_pool_t *ms_pool_for(const mongoc_uri_t *uri, bson_error_t *be) {
       p->pid = pid;
       p->next = pools;
       pools = p;
-      mongoc_apm_set_command_started_cb(cbs, on_started);
       mongoc_apm_set_command_succeeded_cb(cbs, on_succeeded);
       mongoc_apm_set_command_failed_cb(cbs, on_failed);
       mongoc_client_pool_set_apm_callbacks(found, cbs, p);

@@ -602,8 +602,8 @@ documents harel's own store wrote, which lack the field, are found too.]] },
       entries = {
         { method = "stats", of = "mongostore.Store",
           params = {},
-          returns = { { "counts", "table<string, integer>", "commands started through the store's pool, by name "
-            .. "(`find`, `update`, ...), plus `total` and `reply_bytes`" } },
+          returns = { { "counts", "table<string, integer>", "commands sent through the store's pool (counted as each "
+            .. "completes), by name (`find`, `update`, ...), plus `total` and `reply_bytes`" } },
           fails = { "closed" },
           desc = "From libmongoc's command monitoring; the pool is shared by every store of the process on the "
             .. "same URI." },
@@ -778,7 +778,8 @@ local reply = assert(db:command({ { "count", "articles" }, { "query", { draft = 
             { "db", "string", "the database's name" },
           } },
         { method = "stats", of = "mongostore.Database", params = {},
-          returns = { { "counts", "table<string, integer>", "commands started through the handle's pool, by name "
+          returns = { { "counts", "table<string, integer>", "commands sent through the handle's pool (counted as each "
+            .. "completes), by name "
             .. "(`find`, `update`, `insert`, `findAndModify`, ...), plus `total` and `reply_bytes`" } },
           fails = { "closed" },
           desc = "As `store:stats()`: from libmongoc's command monitoring, for the pool the handle's client came "

@@ -700,7 +700,7 @@ function Store:read_trace(execution_id) end
 --- From libmongoc's command monitoring; the pool is shared by every store of the process on the same URI.
 ---
 --- Fails with `nil, message, code`.
----@return table<string, integer>? counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
+---@return table<string, integer>? counts # commands sent through the store's pool (counted as each completes), by name (`find`, `update`, ...), plus `total` and `reply_bytes`
 ---@return string? message
 ---@return "closed"? code
 function Store:stats() end
@@ -791,7 +791,7 @@ function Database:info() end
 --- As `store:stats()`: from libmongoc's command monitoring, for the pool the handle's client came from (shared by every handle and store of the process on the URI). Two readings tell what a piece of code sent.
 ---
 --- Fails with `nil, message, code`.
----@return table<string, integer>? counts # commands started through the handle's pool, by name (`find`, `update`, `insert`, `findAndModify`, ...), plus `total` and `reply_bytes`
+---@return table<string, integer>? counts # commands sent through the handle's pool (counted as each completes), by name (`find`, `update`, `insert`, `findAndModify`, ...), plus `total` and `reply_bytes`
 ---@return string? message
 ---@return "closed"? code
 function Database:stats() end

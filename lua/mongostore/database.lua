@@ -7,7 +7,7 @@ local store = require "mongostore.store"
 local transaction = require "mongostore.transaction"
 
 local check_keys = store.check_keys
-local type, error, select, pairs, tostring, format = type, error, select, pairs, tostring, string.format
+local type, error, pairs, tostring, format = type, error, pairs, tostring, string.format
 
 local M = {}
 
@@ -63,13 +63,28 @@ local function wrap(t, name, args, known)
     optional[i] = kind:sub(-1) == "?"
     base[i] = optional[i] and kind:sub(1, -2) or kind
   end
-  t[name] = function(self, ...)
-    for i = 1, nargs do
-      local v = (select(i, ...))
-      if not ((v == nil and optional[i]) or fits(v, base[i])) then check_arg(name, args[i][1], v, args[i][2]) end
+  local k1, k2, o1, o2 = base[1], base[2], optional[1], optional[2]
+  -- fixed parameters, not varargs: select() over ... costs more than the
+  -- checks themselves on every call
+  if nargs == 0 then
+    t[name] = function(self, opts)
+      if known and opts ~= nil then check_opts(name, opts, known) end
+      return f(self, opts)
     end
-    if known then check_opts(name, (select(nargs + 1, ...)), known) end
-    return f(self, ...)
+  elseif nargs == 1 then
+    t[name] = function(self, a, opts)
+      if not ((a == nil and o1) or fits(a, k1)) then check_arg(name, args[1][1], a, args[1][2]) end
+      if known and opts ~= nil then check_opts(name, opts, known) end
+      return f(self, a, opts)
+    end
+  else
+    assert(nargs == 2, "wrap: at most two arguments before the options")
+    t[name] = function(self, a, b, opts)
+      if not ((a == nil and o1) or fits(a, k1)) then check_arg(name, args[1][1], a, args[1][2]) end
+      if not ((b == nil and o2) or fits(b, k2)) then check_arg(name, args[2][1], b, args[2][2]) end
+      if known and opts ~= nil then check_opts(name, opts, known) end
+      return f(self, a, b, opts)
+    end
   end
 end
 

@@ -287,7 +287,7 @@ function msngx.release_spawn(source_id, token) end
 --- Runs [`store:stats`](store.md#store-stats) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
----@return table<string, integer>? counts # commands started through the store's pool, by name (`find`, `update`, ...), plus `total` and `reply_bytes`
+---@return table<string, integer>? counts # commands sent through the store's pool (counted as each completes), by name (`find`, `update`, ...), plus `total` and `reply_bytes`
 ---@return string? message
 ---@return ("closed"|"unavailable")? code
 function msngx.stats() end
