@@ -64,13 +64,10 @@ repeat
 until not token
 
 -- the integrity pass (the store's own writer lease is not in its way)
-local ok_fsck, fsck = pcall(require, "mongostore.records.fsck")
-if ok_fsck and fsck then
-  local summary = assert(store:fsck { repair = false, collect_garbage = true })
-  local examined = 0
-  for _, c in pairs(summary.collections) do examined = examined + c.examined end
-  print(("fsck: %d records examined, clean: %s"):format(examined, tostring(summary.clean)))
-end
+local summary = assert(store:fsck { repair = false, collect_garbage = true })
+local examined = 0
+for _, c in pairs(summary.collections) do examined = examined + c.examined end
+print(("fsck: %d records examined, clean: %s"):format(examined, tostring(summary.clean)))
 
 store:close()
 assert(db:command({ dropDatabase = 1 }))
