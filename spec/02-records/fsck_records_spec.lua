@@ -137,6 +137,7 @@ function TestFsckRecords:test_future_timestamps_hold_writers_off_until_clamped()
   local hour = 3600 * 1e9
   local ahead = self:open { clock = function() return math.floor(ms.now() * 1e9) + hour end }
   local sid = ok(ahead:save(Book, book(1)))
+  local succ = ok(ahead:replace(Book, sid, book(1, "Author 1", 1990)))
   ahead:close()
   local ts = ok(self.books:find_one({ _id = sid }))._ts
   -- a writer with a true clock starts its guard from the stored timestamps: an hour behind them
@@ -148,15 +149,24 @@ function TestFsckRecords:test_future_timestamps_hold_writers_off_until_clamped()
   local future = {}
   for _, x in ipairs(report.violations) do
     lu.assertEquals(x.kind, "future_timestamp")
-    future[#future + 1] = x.collection
+    future[#future + 1] = x.collection .. " " .. x.sid
   end
   table.sort(future)
-  -- the book, its author and its editor: one timestamp per save unit
-  lu.assertEquals(future, { "records.author", "records.author", "records.book" })
+  -- both books' _ts, the first book's _nts (its successor's timestamp), the author and the
+  -- editor (the replacement found both by their content ids)
+  lu.assertEquals(#future, 5, table.concat(future, ", "))
   local s = ok(store:fsck { repair = true, clamp_future_timestamps = true })
-  lu.assertEquals(s.totals.repaired, 3)
-  lu.assertTrue(ok(self.books:find_one({ _id = sid }))._ts < ts)
+  lu.assertEquals(s.totals.repaired, 5)
+  local first, second = ok(self.books:find_one({ _id = sid })), ok(self.books:find_one({ _id = succ }))
+  lu.assertTrue(first._ts < ts)
+  lu.assertEquals(first._nts, second._ts, "a successor's timestamp and its copy clamped alike")
   lu.assertTrue(ok(store:fsck {}).clean)
+  -- as of now both are present and only the successor is the latest
+  local t = math.floor(ms.now() * 1e9)
+  lu.assertEquals(ok(store:query(Book):as_of(t):count()), 2)
+  local latest = ok(store:query(Book):only_latest():as_of(t):all())
+  lu.assertEquals(#latest, 1)
+  lu.assertEquals(latest[1]._sid, succ)
   -- a store opened now starts its guard from the clamped timestamps
   local fresh = self:open()
   local sid2 = ok(fresh:save(Book, book(2)))

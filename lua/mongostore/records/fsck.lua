@@ -250,7 +250,7 @@ local function scan(ctx, coll_name, docs, summary)
   local coll, err, code = ctx.db:collection(coll_name)
   if not coll then return driver_fail("collection " .. coll_name, err, code) end
   local cur, e2, c2, d2 = coll:find({}, {
-    projection = { _id = 1, _role = 1, _refs = 1, _prev = 1, _next = 1, _ts = 1 }, batch_size = BATCH,
+    projection = { _id = 1, _role = 1, _refs = 1, _prev = 1, _next = 1, _ts = 1, _nts = 1 }, batch_size = BATCH,
   })
   if not cur then return driver_fail("reading " .. coll_name, e2, c2, d2) end
   local entry = summary.collections[coll_name]
@@ -266,7 +266,7 @@ local function scan(ctx, coll_name, docs, summary)
       violation(summary, coll_name, sid, "bad_sid", format("%s: a document whose _id %s is not an integer sid",
         coll_name, tostring(sid)))
     else
-      docs[sid] = { role = d._role, refs = d._refs, prev = d._prev, next = d._next, ts = d._ts }
+      docs[sid] = { role = d._role, refs = d._refs, prev = d._prev, next = d._next, ts = d._ts, nts = d._nts }
     end
   end
   return coll
@@ -414,23 +414,29 @@ local function lineage(_, cname, coll, docs, marked, summary, opts)
   return true
 end
 
--- Store timestamps past now + slack, in store units (ns // resolution).
+-- Store timestamps past now + slack, in store units (ns // resolution): a record's _ts, and
+-- the copy of its successor's a predecessor keeps as _nts (only_latest with as_of reads it).
+-- Every clamp of a pass writes the same now, so a clamped successor's _ts and its
+-- predecessor's _nts stay equal.
 local function timestamps(ctx, cname, coll, docs, summary, opts)
   local entry = summary.collections[cname]
   local units = 1e9 / ctx.resolution
-  local t_now = floor(now() * units)
+  local t_now = ctx.t_now
   local limit = t_now + floor((opts.future_slack or M.FUTURE_SLACK) * units)
   local clamp = opts.repair and opts.clamp_future_timestamps
   for sid, d in pairs(docs) do
-    local ts = d.ts
-    if type(ts) == "number" and ts > limit then
-      violation(summary, cname, sid, "future_timestamp", format("%s %d: its store timestamp %d is %.3f s in the "
-        .. "future", cname, sid, ts, (ts - t_now) / units))
-      if clamp then
-        local r, e, c, dd = coll:update_one({ _id = sid, _ts = ts }, { ["$set"] = { _ts = t_now } })
-        if not r then return driver_fail("clamping " .. cname, e, c, dd) end
-        entry.repaired = entry.repaired + r.modified
-        d.ts = t_now
+    for _, f in ipairs { "ts", "nts" } do
+      local ts = d[f]
+      if type(ts) == "number" and ts > limit then
+        local field = "_" .. f
+        violation(summary, cname, sid, "future_timestamp", format("%s %d: its %s %d is %.3f s in the future",
+          cname, sid, f == "ts" and "store timestamp" or "successor's timestamp (_nts)", ts, (ts - t_now) / units))
+        if clamp then
+          local r, e, c, dd = coll:update_one({ _id = sid, [field] = ts }, { ["$set"] = { [field] = t_now } })
+          if not r then return driver_fail("clamping " .. cname, e, c, dd) end
+          entry.repaired = entry.repaired + r.modified
+          d[f] = t_now
+        end
       end
     end
   end
@@ -537,6 +543,7 @@ local function pass(ctx, meta, opts, summary)
     if not ok then return nil, err, code end
   end
   local marked = mark(ctx, all, summary)
+  ctx.t_now = floor(now() * (1e9 / ctx.resolution))
   local max_sid, max_coll = 0, nil
   for _, cname in ipairs(names) do
     local docs, coll = all[cname], colls[cname]
