@@ -126,6 +126,13 @@ function TestFingerprint:test_a_changed_shape_fails_with_a_diff_naming_the_colle
   lu.assertEquals(self:stamps(), before)
 end
 
+function TestFingerprint:test_a_new_type_is_stamped_without_upgrade()
+  ok(fingerprint.check(self.store, { AUTHOR, BOOK }))
+  local publisher = { name = "publisher", fields = { name = "string", city = "string" } }
+  lu.assertTrue(ok(fingerprint.check(self.store, { AUTHOR, BOOK, publisher })))
+  lu.assertEquals(self:stamps()["schema:publisher"], fingerprint.of(publisher))
+end
+
 function TestFingerprint:test_a_failed_check_stamps_no_new_type()
   ok(fingerprint.check(self.store, { AUTHOR }))
   local changed = { name = "author", fields = { name = "integer" } }
