@@ -13,7 +13,7 @@ local format, concat = string.format, table.concat
 local unpack = table.unpack or unpack  -- luacheck: ignore 143
 
 local null, array, objectid, date = core.null, core.array, core.objectid, core.date
-local copy, equal, diff = track.copy, track.equal, track.diff
+local copy, equal, diff, snapshot = track.copy, track.equal, track.diff, track.snapshot
 local to_filter, to_update = query.filter, query.update
 local check_doc, check_value, field_at = schema.check, schema.check_value, schema.field_at
 local mark, mark_value = schema.mark, schema.mark_value
@@ -136,7 +136,10 @@ local function bound(C, fn)
 end
 
 -- Sets path (dotted) to v inside t, making documents on the way.
+local find, sub = string.find, string.sub
+
 local function put_path(t, path, v)
+  if not find(path, ".", 1, true) then t[path] = v; return end
   local start = 1
   while true do
     local dot = path:find(".", start, true)
@@ -151,6 +154,7 @@ local function put_path(t, path, v)
 end
 
 local function drop_path(t, path)
+  if not find(path, ".", 1, true) then t[path] = nil; return end
   local start = 1
   while true do
     local dot = path:find(".", start, true)
@@ -421,9 +425,7 @@ local function insert_doc(C, doc, opts, fn)
     end
     return driver_fail(msg, code, detail)
   end
-  local snap = copy(doc)
-  setmetatable(snap, nil)
-  snaps[doc] = snap
+  snaps[doc] = snapshot(doc)
   return doc
 end
 
@@ -446,7 +448,9 @@ end
 -- changed (0: nothing to send). Raises on a change to the id or an immutable field.
 local function delta(C, doc, snap, fn)
   if not equal(rawget(doc, "_id"), snap._id) then error(format("%s: %s.id is immutable", fn, C.name), 4) end
-  for name in pairs(C._immutable) do
+  local immutable = C._immutable_list
+  for i = 1, #immutable do
+    local name = immutable[i]
     if not equal(rawget(doc, name), snap[name]) then error(format("%s: %s.%s is immutable", fn, C.name, name), 4) end
   end
   return diff(snap, doc, C._diff_opts)
@@ -969,9 +973,7 @@ function Model:insert_many(list, opts)
     for j = 1, #send do
       local doc = send[j]
       if res.inserted[j] ~= nil then
-        local snap = copy(doc)
-        setmetatable(snap, nil)
-        snaps[doc] = snap
+        snaps[doc] = snapshot(doc)
         inserted[#inserted + 1] = doc
       else
         restore_managed(self, doc, saved[j])
@@ -1096,9 +1098,7 @@ function Model:bulk_save(docs, opts)
       else
         if not p.insert then journal_note(journal, self, doc) end
         if p.insert then
-          local snap = copy(doc)
-          setmetatable(snap, nil)
-          snaps[doc] = snap
+          snaps[doc] = snapshot(doc)
         else
           applied(self, doc, snaps[doc], p.set, p.unset, at)
         end
@@ -1254,6 +1254,9 @@ function M.define(spec)
                                         copy = type(d) == "table" }
     end
   end
+  C._immutable_list = {}
+  for k in pairs(C._immutable) do C._immutable_list[#C._immutable_list + 1] = k end
+  table.sort(C._immutable_list)
   if roles.revision then C._auto[roles.revision] = "revision" end
   if roles.updated_at then C._auto[roles.updated_at] = "updated_at" end
   for _, role in ipairs { "revision", "created_at", "updated_at", "deleted_at" } do

@@ -20,6 +20,10 @@ local BIN_MT = getmetatable(core.binary(""))
 local INT64_MT = getmetatable(core.int64("9007199254740993"))  -- a box on LuaJIT, a plain integer on 5.4
 if type(INT64_MT) ~= "table" then INT64_MT = nil end
 
+-- check_document's fast kinds (compile_field sets them)
+local K_INTEGER, K_NUMBER, K_BOX, K_ANY, K_ARRAY_OF = 1, 2, 3, 4, 5
+local BOX_MT = { date = DATE_MT, objectid = OID_MT, decimal = DEC_MT, binary = BIN_MT }
+
 -- The roles a field can play, and the type each has.
 M.ROLES = { created_at = "date", updated_at = "date", deleted_at = "date", revision = "integer" }
 
@@ -127,8 +131,19 @@ local function compile_field(name, decl, where)
   f.marks = t == "array" or (f.schema ~= nil and f.schema.mark_list[1] ~= nil)
   -- plain: passing the type's test is all there is to check
   f.plain = not (f.enum or f.min or f.max or f.check or f.of or f.schema or t == "array")
-  -- a plain string or boolean field is one type() comparison
-  if f.plain and (t == "string" or t == "boolean") then f.ltype = t end
+  -- a plain string or boolean field is one type() comparison; the other
+  -- plain kinds one test each too (check_document's fast path; a value that
+  -- fails it takes the full check, which decides and words the error)
+  if f.plain then
+    if t == "string" or t == "boolean" then f.ltype = t
+    elseif t == "integer" and mtype then f.kind = K_INTEGER
+    elseif t == "number" and not INT64_MT then f.kind = K_NUMBER
+    elseif BOX_MT[t] then f.kind, f.lmt = K_BOX, BOX_MT[t]
+    elseif t == "any" then f.kind = K_ANY
+    end
+  elseif t == "array" and not (f.enum or f.min or f.max or f.check) and f.of and f.of.ltype then
+    f.kind, f.lmt = K_ARRAY_OF, f.of.ltype
+  end
   if decl.default ~= nil then
     local d = decl.default
     if type(d) == "table" and t == "array" and not is_array(d) and getmetatable(d) == nil then d = array(d) end
@@ -304,7 +319,8 @@ end
 -- skip: keys not to look at (the id, which the model checks itself).
 function check_document(s, doc, base, errs, skip)
   local by_name = s.by_name
-  for k, v in pairs(doc) do
+  -- next, not pairs: a model's document has a metatable (no __pairs to look up)
+  for k, v in next, doc do
     local f = by_name[k]
     if f == nil then
       if not (skip and skip[k]) then
@@ -315,8 +331,27 @@ function check_document(s, doc, base, errs, skip)
       local lt = f.ltype
       if lt then
         if type(v) ~= lt then check_value(f, v, base, k, errs) end
-      elseif not (f.plain and f.test(v)) then
-        check_value(f, v, base, k, errs)
+      else
+        local kind = f.kind
+        if kind == K_INTEGER then
+          if mtype(v) ~= "integer" then check_value(f, v, base, k, errs) end
+        elseif kind == K_NUMBER then
+          -- v - v is 0 for every finite number, NaN for NaN and the infinities
+          if type(v) ~= "number" or v - v ~= 0 then check_value(f, v, base, k, errs) end
+        elseif kind == K_BOX then
+          if getmetatable(v) ~= f.lmt then check_value(f, v, base, k, errs) end
+        elseif kind == K_ARRAY_OF then
+          if is_array(v) then
+            local et = f.lmt
+            for i = 1, #v do
+              if type(v[i]) ~= et then check_value(f, v, base, k, errs); break end
+            end
+          else
+            check_value(f, v, base, k, errs)
+          end
+        elseif kind ~= K_ANY and not (f.plain and f.test(v)) then
+          check_value(f, v, base, k, errs)
+        end
       end
     end
   end

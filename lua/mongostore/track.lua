@@ -6,6 +6,7 @@
 --                         metatable (the array mark, a decoded table's shape: order and
 --                         number types); boxes, null and other non-tables are shared
 --                         (they are immutable).
+--   track.snapshot(t)     copy(t) for a table whose top-level copy has no metatable.
 --   track.equal(a, b)     deep equality as the server would store it: an integer and a
 --                         float differ (math.type; LuaJIT has only doubles), 0.0 and -0.0
 --                         differ, NaN equals NaN, an array and a document differ (an empty
@@ -32,7 +33,13 @@ local M = {}
 
 local MAX_DEPTH = 200 -- the encoder stops at 100; this only stops a cycle
 
-local function copy_table(t, depth)
+-- null is the core's light userdata; only without the core is it a table,
+-- and only then does a table value need telling apart from it.
+local null_is_table = type(null) == "table"
+
+local copy_table
+
+local function copy_table_null(t, depth)
   if depth > MAX_DEPTH then error("track.copy: tables nested deeper than " .. MAX_DEPTH .. " (a cycle?)", 0) end
   local c = {}
   for k, v in next, t do
@@ -44,11 +51,38 @@ local function copy_table(t, depth)
   return c
 end
 
+local function copy_table_plain(t, depth)
+  if depth > MAX_DEPTH then error("track.copy: tables nested deeper than " .. MAX_DEPTH .. " (a cycle?)", 0) end
+  local c = {}
+  for k, v in next, t do
+    if type(v) == "table" then v = copy_table_plain(v, depth + 1) end
+    c[k] = v
+  end
+  local mt = get_mt(t)
+  if mt ~= nil then setmetatable(c, mt) end
+  return c
+end
+
+copy_table = null_is_table and copy_table_null or copy_table_plain
+
 local function copy(v)
   if type(v) ~= "table" or rawequal(v, null) then return v end
   return copy_table(v, 1)
 end
 M.copy = copy
+
+--- track.snapshot(t) -> a deep copy of the table t whose top level has no
+-- metatable (nested tables keep theirs, as in copy): a model's snapshot,
+-- made without setting the document's metatable on the copy first.
+function M.snapshot(t)
+  if type(t) ~= "table" then error("track.snapshot: t must be a table, got " .. type(t), 2) end
+  local c = {}
+  for k, v in next, t do
+    if type(v) == "table" and not rawequal(v, null) then v = copy_table(v, 2) end
+    c[k] = v
+  end
+  return c
+end
 
 -- An array to the encoder: marked, or holding integer keys (1..n).
 local function table_is_array(t)

@@ -82,6 +82,29 @@ function TestTrackCopy:test_a_cycle_raises()
   lu.assertStrContains(tostring(err), "cycle")
 end
 
+function TestTrackCopy:test_snapshot_drops_only_the_top_metatable()
+  local bytes = assert(core.bson_encode({ z = ms.int32(1), sub = { n = ms.int32(3), xs = { 1.0, 2 } }, e = ms.array() }))
+  local doc = assert(core.bson_decode(bytes, { document = true }))
+  local inst = setmetatable({}, { __index = function() return "method" end })
+  for k, v in pairs(doc) do rawset(inst, k, v) end
+  rawset(inst, "gone", ms.null)
+  local s = track.snapshot(inst)
+  lu.assertNil(getmetatable(s))
+  lu.assertTrue(getmetatable(s.sub) == getmetatable(doc.sub))
+  lu.assertFalse(rawequal(s.sub, doc.sub))
+  lu.assertFalse(rawequal(s.sub.xs, doc.sub.xs))
+  lu.assertTrue(ms.is_array(s.sub.xs))
+  lu.assertTrue(ms.is_array(s.e))
+  lu.assertTrue(rawequal(s.gone, ms.null))
+  lu.assertTrue(track.equal(s, doc) == false) -- gone is there
+  s.gone = nil
+  lu.assertTrue(track.equal(s, doc))
+  lu.assertFalse(pcall(track.snapshot, 5))
+  local t = {}
+  t.self = { t }
+  lu.assertFalse(pcall(track.snapshot, t))
+end
+
 TestTrackEqual = {}
 
 function TestTrackEqual:test_scalars()

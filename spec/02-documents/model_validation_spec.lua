@@ -121,3 +121,30 @@ function TestModelValidation:test_define_refuses_malformed_declarations()
   end)
   lu.assertErrorMsgContains("with a dot", function() self.Article.get("x") end)
 end
+
+-- Each plain field's one-test fast path agrees with the full check: what it lets through is valid, what
+-- it sends to the full check gets that check's verdict and words.
+function TestModelValidation:test_fast_path_verdicts()
+  local A = self.Article
+  local function fields_of(t, opts)
+    local doc = A:new(t)
+    local v, err = doc:insert(opts)
+    if v then return {} end
+    local out = {}
+    for i, e in ipairs(err.errors) do out[i] = e.field end
+    return out
+  end
+  lu.assertEquals(fields_of { slug = "a", views = 3.0 }, {})          -- an integral float is an integer
+  lu.assertEquals(fields_of { slug = "b", views = 3.5 }, { "views" })
+  lu.assertEquals(fields_of { slug = "c", score = 0 / 0 }, { "score" })
+  lu.assertEquals(fields_of { slug = "d", score = 1 / 0 }, { "score" })
+  lu.assertEquals(fields_of { slug = "e", score = "1" }, { "score" })
+  lu.assertEquals(fields_of { slug = "f", score = 2, at = ms.date(), ref = ms.objectid() }, {})
+  lu.assertEquals(fields_of { slug = "g", at = ms.objectid() }, { "at" })
+  lu.assertEquals(fields_of { slug = "h", ref = "0123456789abcdef01234567" }, { "ref" })
+  lu.assertEquals(fields_of { slug = "i", tags = ms.array { "a", 1 } }, { "tags[2]" })
+  lu.assertEquals(fields_of { slug = "j", tags = { "a", "b" } }, {})  -- an unmarked list is an array too
+  lu.assertEquals(fields_of { slug = "k", tags = { x = 1 } }, { "tags" })
+  lu.assertEquals(fields_of { slug = "l", at = ms.null, flag = ms.null }, {})  -- null, not required
+  lu.assertEquals(fields_of { views = 1 }, { "slug" })
+end
