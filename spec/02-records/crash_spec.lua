@@ -143,8 +143,11 @@ function TestRecordsCrash:fsck_after_crash()
   return s
 end
 
--- Every book fetches whole, and every author left is one a book refers to.
+-- Every book fetches whole, every record's content id is its content's, and every author
+-- left is one a book refers to.
 function TestRecordsCrash:check_intact()
+  local v = ok(self.store:fsck { verify_content = true })
+  lu.assertTrue(v.clean, #v.violations > 0 and v.violations[1].message or "")
   local docs = ok(ok(self.books:find({}, { sort = { _id = 1 } })):all())
   local used = {}
   for _, d in ipairs(docs) do

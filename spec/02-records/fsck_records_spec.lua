@@ -173,3 +173,31 @@ function TestFsckRecords:test_future_timestamps_hold_writers_off_until_clamped()
   lu.assertEquals(ok(fresh:fetch(Book, sid2)).title, "Book 2")
   lu.assertEquals(ok(fresh:fetch(Book, sid)).title, "Book 1")
 end
+
+function TestFsckRecords:test_verify_content_finds_records_changed_behind_the_stores_back()
+  local store = self:open()
+  local sids = {}
+  for i = 1, 5 do sids[i] = ok(store:save(Book, book(i))) end
+  lu.assertTrue(ok(store:fsck { verify_content = true }).clean)
+  -- an identity field edited, a child edited, a field the type cannot read, a metadata field
+  ok(self.books:update_one({ _id = sids[1] }, { ["$set"] = { title = "Forged" } }))
+  ok(self.books:update_one({ _id = sids[2] }, { ["$set"] = { ["chapters.0.pages"] = 999 } }))
+  ok(self.books:update_one({ _id = sids[3] }, { ["$set"] = { year = "not a year" } }))
+  ok(self.books:update_one({ _id = sids[4] }, { ["$set"] = { note = "identity = false: not in the content id" } }))
+  local author = ok(self.authors:find_one({ name = "Author 5" }))
+  ok(self.authors:update_one({ _id = author._id }, { ["$set"] = { name = "Someone else" } }))
+  lu.assertTrue(ok(store:fsck {}).clean, "without verify_content nothing is read whole")
+  local s = ok(store:fsck { verify_content = true })
+  local got = {}
+  for _, v in ipairs(s.violations) do got[#got + 1] = v.collection .. " " .. v.kind .. " " .. tostring(v.sid) end
+  table.sort(got)
+  lu.assertEquals(got, {
+    "records.author content_mismatch " .. author._id,
+    "records.book content_mismatch " .. sids[1],
+    "records.book content_mismatch " .. sids[2],
+    "records.book invalid_record " .. sids[3],
+  })
+  -- a verifying pass deletes and repairs nothing on its own account
+  lu.assertEquals(s.totals.deleted + s.totals.repaired, 0)
+  lu.assertEquals(ok(store:fetch(Book, sids[5])).author.name, "Someone else")
+end

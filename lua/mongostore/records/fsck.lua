@@ -20,7 +20,7 @@ local BATCH = 1000     -- documents per delete and per cursor batch
 
 local OPTS = {
   repair = "boolean", collect_garbage = "boolean", force = "boolean", clamp_future_timestamps = "boolean",
-  wait = "number", future_slack = "number",
+  wait = "number", future_slack = "number", verify_content = "boolean",
 }
 
 -- the record store's error objects (mongostore.records.wire), so records.is_error knows them
@@ -443,6 +443,67 @@ local function timestamps(ctx, cname, coll, docs, summary, opts)
   return true
 end
 
+-- verify_content: every reachable record of a declared type read whole, turned back into a
+-- record as fetch does and its content id computed again: a document edited behind the
+-- store's back, or one its type no longer reads, is a violation.
+local VERIFY_BATCH = 500
+
+local function check_content(summary, records, T, cname, doc, rec)
+  local okc, cid, why = pcall(records.content_id, T, rec)
+  if not okc then
+    -- a ref to a record that is not there: reported as dangling already
+    if not tostring(cid):find("not sids", 1, true) then
+      violation(summary, cname, doc._id, "invalid_record", format("%s %s: %s", cname, tostring(doc._id),
+        tostring(cid)))
+    end
+  elseif cid == nil then
+    violation(summary, cname, doc._id, "invalid_record", format("%s %s: the stored document is not a %s: %s",
+      cname, tostring(doc._id), T.name, tostring(why)))
+  elseif cid ~= doc._cid then
+    violation(summary, cname, doc._id, "content_mismatch", format("%s %s: its content id is %s, its content's "
+      .. "is %s (changed behind the store's back)", cname, tostring(doc._id), tostring(doc._cid), cid))
+  end
+end
+
+local function verify(ctx, cname, coll, docs, marked, summary)
+  local store = ctx.store
+  local records = package.loaded["mongostore.records"]
+  local T = type(store.types) == "table" and store.types[cname:sub(#ctx.prefix + 1)]
+  if not (records and T and records.is_type(T) and type(store.load) == "function") then return true end
+  local sids = {}
+  for sid in pairs(docs) do if marked[sid] then sids[#sids + 1] = sid end end
+  sort(sids)
+  for i = 1, #sids, VERIFY_BATCH do
+    local chunk = {}
+    for j = i, math.min(i + VERIFY_BATCH - 1, #sids) do chunk[#chunk + 1] = sids[j] end
+    local cur, e, c, d = coll:find({ _id = { ["$in"] = core.array(chunk) } })
+    if not cur then return driver_fail("reading " .. cname, e, c, d) end
+    local full
+    full, e, c, d = cur:all()
+    if not full then return driver_fail("reading " .. cname, e, c, d) end
+    -- one document the type cannot read must not hide the others: read one by one then
+    local okl, recs, e2, c2 = pcall(store.load, store, T, full)
+    if okl and not recs then return nil, e2, c2 end
+    if not okl then
+      recs = {}
+      for k, doc in ipairs(full) do
+        local ok1, one = pcall(store.load, store, T, { doc })
+        if ok1 and one then
+          recs[k] = one[1]
+        else
+          recs[k] = false
+          violation(summary, cname, doc._id, "invalid_record", format("%s %s: the stored document is not a %s: %s",
+            cname, tostring(doc._id), T.name, tostring(one)))
+        end
+      end
+    end
+    for k, rec in ipairs(recs) do
+      if rec then check_content(summary, records, T, cname, full[k], rec) end
+    end
+  end
+  return true
+end
+
 -- The sid counter must stay above every sid in use, or a later save reuses one.
 local function counter(ctx, max_sid, max_coll, summary, opts)
   local c, err, code = ctx.db:collection(ctx.prefix .. "_counters")
@@ -554,6 +615,10 @@ local function pass(ctx, meta, opts, summary)
     if not ok then return nil, err, code end
     ok, err, code = timestamps(ctx, cname, coll, docs, summary, opts)
     if not ok then return nil, err, code end
+    if opts.verify_content then
+      ok, err, code = verify(ctx, cname, coll, docs, marked[cname], summary)
+      if not ok then return nil, err, code end
+    end
     ok, err, code = collect(ctx, meta, cname, coll, docs, marked[cname], summary,
       opts.collect_garbage and owned[cname])
     if not ok then return nil, err, code end
@@ -566,7 +631,8 @@ local function pass(ctx, meta, opts, summary)
   return true
 end
 
---- fsck.run(store, { repair, collect_garbage, force, clamp_future_timestamps, wait, future_slack })
+--- fsck.run(store, { repair, collect_garbage, force, clamp_future_timestamps, wait, future_slack,
+-- verify_content })
 -- -> summary { collections = { [name] = { examined, repaired, conflicts, deleted, unreachable,
 -- violations = { ... } } }, totals = { ... }, violations = { ... }, taken_over, stale_writers,
 -- gen, clean }, or nil, err, code.
