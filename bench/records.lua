@@ -11,7 +11,8 @@
 -- walk_pages, walk_items, page_first_ms and page_last_ms (the median of page_reps fetches of
 -- the first and of the last page by its token), page_last_over_first, raw_page_first_ms (the
 -- first page's find sent by the document API: the server's share), mode (transactions or
--- degraded), fsck_ms (a report-only fsck over the whole store).
+-- degraded), fsck_ms (a report-only fsck over the whole store), fsck_verify_ms (one that also
+-- reads every record whole and computes its content id again).
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 local root = here .. "/.."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
@@ -165,6 +166,10 @@ t0 = ms.now()
 local summary = check("fsck", store:fsck {})
 result("fsck_ms", (ms.now() - t0) * 1e3)
 result("fsck_examined", summary.totals.examined)
+t0 = ms.now()
+summary = check("fsck verify_content", store:fsck { verify_content = true })
+if not summary.clean then error("fsck verify_content: " .. summary.violations[1].message, 0) end
+result("fsck_verify_ms", (ms.now() - t0) * 1e3)
 result("version", format("mongostore %s, %s", tostring(ms._VERSION), _VERSION))
 if store.close then store:close() end
 db:close()

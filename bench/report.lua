@@ -870,6 +870,7 @@ if show_records then
       f2(n("page_last_ms")), x(ratio_v), ratio_v and (ratio_v <= 1.5 and "yes" or "no") or "not measured") },
     { "the first page's find by the document API (the server's share)", format("%s ms", f2(n("raw_page_first_ms"))) },
     { "report-only fsck", format("%s ms over %s records", f1(n("fsck_ms")), R["records.fsck_examined"] or "?") },
+    { "fsck with verify_content", format("%s ms", f1(n("fsck_verify_ms"))) },
   })
   w("")
 end
