@@ -29,6 +29,7 @@ api.modules = {
   { name = "mongostore.ngx", as = "msngx" },
   { name = "mongostore.ngx_thread", as = "ngx_thread" },
   { name = "mongostore.model", as = "model" },
+  { name = "mongostore.records", as = "records" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
@@ -56,6 +57,8 @@ api.receivers = {
   ["mongostore.Registry"] = "registry",
   ["mongostore.ModelSession"] = "ms",
   ["mongostore.Field"] = "Q.title",
+  ["mongostore.RecordStore"] = "rs",
+  ["mongostore.RecordQuery"] = "rq",
 }
 
 -- Names the modules expose that are not the public API.
@@ -78,6 +81,9 @@ api.internal = {
   ["mongostore.ngx_thread.engine"] = "the thread side of the Engine calls msngx forwards",
   ["mongostore.ngx_thread.run"] = "the thread side of msngx.run",
   ["mongostore.ngx_thread.worker_step"] = "the thread side of msngx.start_worker's steps",
+  ["mongostore.RecordStore.load"] = "the step under fetch, history and the queries: stored documents as records, "
+    .. "refs loaded",
+  ["mongostore.RecordQuery.filter"] = "the filter a query sends (what its page tokens are bound to), for the specs",
 }
 
 -- The codes of `nil, message, code`, in mongostore.codes order.
@@ -1901,6 +1907,541 @@ end)]] },
           returns = { { "yes", "boolean", "whether a transaction is open" } } },
         { method = "close", of = "mongostore.ModelSession", params = {},
           returns = { { "ok", "true", "ended (aborting an open transaction)" } } },
+      },
+    },
+  },
+}
+
+------------------------------------------------------------------------
+-- records (mongostore.records)
+
+-- What a records call returns when it fails: an error object, as the models do.
+local function RFAILS(codes)
+  return "Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code " .. codes
+end
+local DRIVER = "the document API's `network`, `timeout`, `server`, `unavailable`"
+
+api.pages[#api.pages + 1] = {
+  file = "records",
+  title = "Records",
+  module = "mongostore.records",
+  summary = "`mongostore.records`: a store of immutable record graphs: integer sids, content ids and dedup, "
+    .. "embedded children and refs by sid, lineage, store timestamps and as-of, keyset pages, transaction "
+    .. "modes, writer leases and fsck, schema fingerprints.",
+  intro = [[
+`local records = require "mongostore.records"`. A record type is declared
+once with `records.define` (its fields, embedded children, refs to other
+types, dedup rule and indexes) and a store is opened on a database with
+`records.open(db, { types = { ... } })`, which creates the collections'
+indexes and checks the types' schema fingerprints. A record is immutable:
+`rs:save` stores a whole graph (the record, its children, the records its
+refs point to) and gives back the root's sid; `rs:replace` stores a successor
+in the same lineage. Stored records come back as plain tables of their
+fields, refs loaded as records, with the store fields `_sid`, `_cid`, `_ts`,
+`_lin`, `_prev`, `_next`, `_role` ([`Record`](#type-record)).
+
+**Storage.** `opts.prefix` (default `"records."`) names every collection of a
+store: `<prefix><type name>` holds the records of one type (`records.book`),
+`<prefix>_counters` the sid counter (`{ _id = "sid", n = <last allocated> }`),
+`<prefix>_meta` the store's metadata. A record's document has its sid as
+`_id` (an int64), its declared fields at the top level, each embedded child
+list as an array of sub-documents under its name, a ref as the referenced
+record's sid (a list ref as an array of sids), and the store fields:
+
+| field | what |
+| --- | --- |
+| `_cid` | the content id: SHA-256 (64 hex digits) of the canonical encoding |
+| `_role` | `"main"` (saved or replaced by a caller: a root of the reachability walk) or `"dep"` (reached through a ref) |
+| `_lin` | the lineage: the sid of its first record |
+| `_prev` | the predecessor's sid (absent on a lineage's first record) |
+| `_next` | the successor's sid (absent on the latest) |
+| `_nts` | the successor's store timestamp, beside `_next` (what `only_latest` with `as_of` reads) |
+| `_ts` | the store timestamp, in store units (nanoseconds // `timestamp_resolution`), with `store_timestamps` |
+| `_w` | the token of the writer lease that wrote it |
+| `_refs` | every record it refers to, across types, as `{ type name, sid }` pairs (fsck's walk) |
+
+`<prefix>_meta` holds `{ _id = "schema:<type>", fingerprint =, shape = }`
+per type (stamped at the first open), `{ _id = "page_key", key = }` (the key
+that signs page tokens, made once per store), `{ _id = "fsck", holder =,
+expires =, gen = }` (the exclusive fsck lease; `gen` counts finished passes)
+and `{ _id = "writer:<token>", expires =, gen = }` per writing store handle.
+Each type's collection has a `_cid` index (unique unless `dedup = "none"`),
+`_lin`, `_ts` (with timestamps) and the declared `indexes`, each with `_id`
+last. Sids come from one `$inc` of the counter per save, for the whole
+graph, outside any transaction (a counter written inside every transaction
+would make them all conflict): they are never reused, and a failed save
+leaves a gap.
+
+**Transaction modes.** `opts.transactions = "auto"` (the default) asks the
+server: a replica set opens in `"transactions"` mode, a standalone in
+`"degraded"` mode with one warning through `opts.log`; `"require"` refuses a
+standalone (`unavailable`, saying why); `"never"` opens degraded on any
+server. In transaction mode each save or replace is one transaction (run
+again on a duplicate key, when another process stored the same content
+meanwhile), so a failure anywhere in a graph leaves nothing of it, and
+`rs:transaction` groups several. Degraded, a graph is written bottom-up,
+one insert per record, dependencies before the records that refer to them
+and the root last; a replace writes the successor as a dependency, links it
+from its predecessor, then makes it main. So a crash (or `kill -9`) leaves
+only complete records that no main record reaches (or a linked successor
+still marked dep, which `fsck{ repair = true }` promotes); `fsck{
+collect_garbage = true }` deletes them. Until then they are in the store:
+queries read every record of a type, dependencies included. Writes use
+`{ w = "majority", j = true }` and reads `{ level = "majority" }` unless the
+options say otherwise.
+
+**Leases and fencing.** A store handle makes its writer document
+(`writer:<token>`, `lease_ttl` seconds, renewed past half of it) at its
+first write, and before every save unit checks that the document is still
+there and that no unexpired fsck lease is held: a save waits up to
+`fsck_wait` seconds for a running fsck, then fails `unavailable`. In
+transaction mode the check (and the renewal) is inside the save's
+transaction, so an fsck taking over conflicts with it; degraded, it is read
+again right before the root write. Every document carries the writer's
+token (`_w`). A handle whose writer document fsck deleted (`force`, or a
+collecting pass over an expired lease) fails every later write `conflict`:
+open a new store. `rs:close()` deletes the document.
+
+**Errors.** Failures come back as `nil, err, code[, detail]`: `err` a
+[`RecordError`](#type-recorderror) (`tostring(err)` is its message, `err.code`
+the code, `records.is_error(err)`), `detail` the server's labels when it gave
+them. The codes: `invalid`, `conflict`, `duplicate`, `not_found`,
+`unavailable`, `too_large`, `closed`, `clock_regression` (the records' own:
+the clock went back further than the guard allows) and the document API's
+([errors](errors.md)). Mistakes in the code raise: a malformed declaration,
+an unknown option, an argument of the wrong type, a type the store was not
+opened with.]],
+  sections = {
+    {
+      title = "Declaring record types",
+      entries = {
+        { fn = "define", module = "mongostore.records",
+          params = { { "spec", "mongostore.RecordSpec", "the name, the fields, children, refs, dedup, indexes" } },
+          returns = { { "T", "mongostore.RecordType", "the type, for `records.open` and every store call" } },
+          raises = "a malformed declaration: an unknown key, a name that is not letters, digits, `_` and `-` "
+            .. "starting with a letter (at most 100), a field or child name starting with `_` (or not a letter), "
+            .. "a name declared twice, an unknown field type, a ref that is not a type, a ref in a child, an "
+            .. "index naming an undeclared name",
+          desc = [[
+The content id of a record is the SHA-256 of a canonical encoding of its
+type's name, its identity fields (names sorted, integers and floats kept
+apart, a missing field as null), its children in order and the content ids
+of the records its refs point to; fields declared `identity = false` are
+left out. The dedup rule says what a second save of the same content id
+does: `"content"` (the default) gives back the stored record's sid (its
+metadata, the `identity = false` fields, stays as first stored); `"value"`
+does the same when the metadata are equal too and fails `conflict` when they
+differ; `"none"` stores a new record every time (the same table twice in one
+graph is still one record).]],
+          example = [[
+local Author = records.define { name = "author", fields = { name = "string", born = "integer" } }
+local Book = records.define {
+  name = "book", dedup = "value",
+  fields = { title = "string", year = "integer", note = { "string", identity = false } },
+  children = { chapters = { fields = { title = "string", pages = "integer" } } },
+  refs = { author = Author },
+  indexes = { { "year" } },
+}]] },
+        { class = "mongostore.RecordSpec",
+          desc = "What `records.define` takes; an unknown key raises.",
+          fields = {
+            { "name", "string", "the type's name, and its collection's after the prefix" },
+            { "fields", "table<string, string|mongostore.RecordFieldSpec>?", "field name -> `\"string\"`, "
+              .. "`\"integer\"`, `\"float\"`, `\"boolean\"` (each with `[]` for a list of it) or a declaration" },
+            { "children", "table<string, mongostore.RecordChildSpec>?", "lists of sub-records embedded in the "
+              .. "record's document, part of its content" },
+            { "refs", "table<string, mongostore.RecordType|mongostore.RecordType[]>?", "records of other types "
+              .. "(or this one), stored in their own collections and referred to by sid; `{ T }` for a list" },
+            { "dedup", "string?", "`\"content\"`, `\"value\"` or `\"none\"`", default = "\"content\"" },
+            { "indexes", "(string|{ [1]: string, [2]: integer })[][]?", "indexes of declared names, each a list "
+              .. "of a name or `{ name, 1 | -1 }`; the sid is appended; named `by_<names>`" },
+          } },
+        { class = "mongostore.RecordFieldSpec",
+          desc = "A field's declaration: `{ type, ... }`; an unknown key raises.",
+          fields = {
+            { "[1]", "string", "the type: `string`, `integer`, `float`, `boolean`, each with `[]` for a list" },
+            { "identity", "boolean?", "false: metadata, left out of the content id", default = "true" },
+            { "required", "boolean?", "a record without it (nil or `mongostore.null`) is refused `invalid`",
+              default = "false" },
+          } },
+        { class = "mongostore.RecordChildSpec",
+          desc = "An embedded child's declaration: `fields` and nested `children` (no refs); an unknown key raises.",
+          fields = {
+            { "fields", "table<string, string|mongostore.RecordFieldSpec>?", "as a type's" },
+            { "children", "table<string, mongostore.RecordChildSpec>?", "children of the child" },
+          } },
+        { class = "mongostore.RecordType",
+          desc = "A record type from `records.define`; `tostring` gives `record type <name>`.",
+          fields = {
+            { "name", "string", "the declared name" },
+            { "dedup", "string", "the dedup rule" },
+          } },
+        { fn = "is_type", module = "mongostore.records",
+          params = { { "x", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `x` is a record type from `records.define`" } } },
+        { fn = "content_id", module = "mongostore.records",
+          params = { { "T", "mongostore.RecordType", "the record's type" },
+                     { "record", "table", "the record, its refs as records (new tables, or fetched ones)" } },
+          returns = { { "cid", "string", "the content id `rs:save` gives it (64 hex digits)" } },
+          raises = "a `T` that is not a type, a ref given as a sid (its content is not at hand)",
+          desc = RFAILS("`invalid`") .. ", when the record does not fit its type. No server is asked: a "
+            .. "fetched record's ref uses its stored `_cid`.",
+          example = [[
+local cid = records.content_id(Book, { title = "Emma", year = 1815, author = { name = "Jane Austen", born = 1775 } })
+local emma = assert(rs:fetch_by_content_id(Book, cid))]] },
+        { class = "mongostore.Record",
+          desc = [[
+A stored record as a call gives it back: a table of its declared fields (a
+field stored by nobody reads as nil, so an old record read with a type
+upgraded by a new field has it nil), each child list (empty when it has
+none), each ref as the referenced record (a list ref as a list; nested refs
+loaded up to 50 levels, a sid beyond), and the store fields. Save it again,
+or pass it as a ref: keys starting with `_` are not checked, and a ref with
+a `_sid` is the stored record.]],
+          fields = {
+            { "_sid", "integer", "its sid" },
+            { "_cid", "string", "its content id" },
+            { "_ts", "integer?", "its store timestamp (store units), when the store keeps them" },
+            { "_lin", "integer", "its lineage (the sid of the lineage's first record)" },
+            { "_prev", "integer?", "its predecessor's sid" },
+            { "_next", "integer?", "its successor's sid; nil on the latest" },
+            { "_role", "string", "`\"main\"` or `\"dep\"`" },
+          } },
+        { field = "Q", module = "mongostore.records", type = "mongostore.QueryFields",
+          desc = "The query builder of the models ([`model.Q`](models.md#model-q)), for `rq:where`." },
+        { class = "mongostore.RecordError",
+          desc = "What a failed call returns as `err`: `tostring(err)` is its message; `records.is_error(err)`.",
+          fields = {
+            { "code", "string", "the code (also the third value)" },
+            { "message", "string", "what was being done, and what went wrong" },
+            { "detail", "mongostore.ErrorDetail?", "the server's code and error labels, when it gave them" },
+            { "diff", "{ schema: table<string, { expected: string, actual: string, changes: string[], "
+              .. "additive: boolean }> }?", "`records.open` `invalid`: the collections whose schema changed" },
+            { "sid", "integer?", "`conflict`: the stored record the call ran into" },
+            { "next", "integer?", "`replace` `conflict`: the successor the record has already" },
+            { "reason", "string?", "`records.open` `unavailable`: why the server has no transactions" },
+            { "size", "integer?", "`too_large`: the encoded size of the record" },
+            { "limit", "integer?", "`too_large`: the server's limit" },
+            { "behind_ns", "integer?", "`clock_regression`: how far the clock went back" },
+            { "token", "string?", "`conflict` of a lease taken over: the lost writer token" },
+            { "writers", "table[]?", "`rs:fsck` `unavailable`: the writer leases that are held" },
+          } },
+        { fn = "is_error", module = "mongostore.records",
+          params = { { "x", "any", "any value" } },
+          returns = { { "yes", "boolean", "whether `x` is a record store error (fsck's and the fingerprints' "
+            .. "too)" } } },
+      },
+    },
+    {
+      title = "Opening a store",
+      entries = {
+        { fn = "open", module = "mongostore.records",
+          params = { { "db", "mongostore.Database", "the database of the store's collections" },
+                     { "opts", "mongostore.RecordsOpenOptions", "the types, and how to store them" } },
+          returns = { { "rs", "mongostore.RecordStore", "the store, its indexes created and its fingerprints "
+            .. "checked" } },
+          raises = "a `db` or `opts` of the wrong type, an unknown option or one of the wrong type, an empty "
+            .. "`types`, a value that is not a type, two types of one name, a `transactions` or "
+            .. "`timestamp_resolution` out of range",
+          desc = RFAILS("`unavailable` (`transactions = \"require\"` on a server without transactions; "
+            .. "`err.reason`), `invalid` (a type's shape differs from the one stamped at the first open: "
+            .. "`err.diff.schema` names the collections and their changes), `conflict` (a concurrent open "
+            .. "stamped another shape), or " .. DRIVER) .. [[.
+The types their refs reach are opened too. It reads the server's
+description (transactions, the BSON size limit), creates the indexes, makes
+the page key, checks or stamps each type's fingerprint (its fields with their
+types and flags, children, refs, dedup) and, with timestamps, reads the
+highest stored `_ts` to seed the clock guard. `upgrade = true` applies a
+change that is purely additive (new fields with `identity = false` that are
+not required: old records keep their content ids and read back with them
+nil) and re-stamps; any other change fails.]],
+          example = [[
+local rs = assert(records.open(db, {
+  types = { Author, Book }, transactions = "auto",
+  store_timestamps = true, timestamp_resolution = 1000,
+  log = function(level, msg) print(level, msg) end,
+}))
+print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a standalone]] },
+        { class = "mongostore.RecordsOpenOptions",
+          desc = "What `records.open` takes; an unknown key or a value of the wrong Lua type raises.",
+          fields = {
+            { "types", "mongostore.RecordType[]", "the types (and, through their refs, every type they reach)" },
+            { "prefix", "string?", "the collections' names start with it", default = "\"records.\"" },
+            { "transactions", "string?", "`\"auto\"`, `\"require\"` or `\"never\"`", default = "\"auto\"" },
+            { "store_timestamps", "boolean?", "stamp every save unit (`_ts`), for `as_of`", default = "true" },
+            { "timestamp_resolution", "integer?", "nanoseconds per stored unit, 1 to 1e9 (1000: microseconds)",
+              default = "1000" },
+            { "upgrade", "boolean?", "apply a purely additive schema change", default = "false" },
+            { "clock_regression_grace", "boolean?", "a clock under 1 ms behind the highest timestamp seen waits "
+              .. "it out (false: fails at once)", default = "true" },
+            { "allow_clock_regression", "boolean?", "turn the clock guard off: a timestamp may go back",
+              default = "false" },
+            { "lease_ttl", "number?", "seconds the writer lease lasts unless renewed", default = "30" },
+            { "fsck_wait", "number?", "seconds a save waits for a running fsck before `unavailable`",
+              default = "10" },
+            { "log", "fun(level: string, msg: string)?", "where the degraded-mode warning goes",
+              default = "a line on stderr" },
+            { "write_concern", "table?", "the write concern of every write", default = "{ w = \"majority\", j = true }" },
+            { "read_concern", "table?", "the read concern of every read", default = "{ level = \"majority\" }" },
+            { "test_hooks", "table?", "internal, for the specs (`after_write`: fail a save after a write); not "
+              .. "part of the API" },
+            { "clock", "fun(): integer?", "internal, for the specs: nanoseconds now; not part of the API" },
+          } },
+        { class = "mongostore.RecordStore",
+          desc = "A store from `records.open`; `tostring` gives `records store <prefix> (<mode>)`." },
+        { method = "info", of = "mongostore.RecordStore", params = {},
+          returns = { { "info", "mongostore.RecordStoreInfo", "the store's mode and settings" } } },
+        { class = "mongostore.RecordStoreInfo",
+          desc = "What `rs:info()` returns.",
+          fields = {
+            { "mode", "string", "`\"transactions\"` or `\"degraded\"`" },
+            { "reason", "string?", "degraded: why" },
+            { "prefix", "string", "the collections' prefix" },
+            { "types", "string[]", "the types' names, the declared ones first, then those their refs reach" },
+            { "store_timestamps", "boolean", "whether saves are stamped" },
+            { "timestamp_resolution", "integer", "nanoseconds per stored unit" },
+            { "writer", "string", "the token of this handle's writer lease" },
+            { "commands", "integer", "commands the store has sent (round trips, for benchmarks)" },
+            { "max_bson_size", "integer", "the server's document size limit" },
+            { "write_concern", "table", "the write concern in use" },
+            { "read_concern", "table", "the read concern in use" },
+          } },
+        { method = "close", of = "mongostore.RecordStore", params = {},
+          returns = { { "ok", "true", "closed: the writer lease deleted; every later call fails `closed`" } },
+          desc = "Idempotent. " .. RFAILS(DRIVER) .. " (the lease was not deleted; it expires after "
+            .. "`lease_ttl`)." },
+      },
+    },
+    {
+      title = "Saving and reading",
+      entries = {
+        { method = "save", of = "mongostore.RecordStore",
+          params = { { "T", "mongostore.RecordType", "the record's type" },
+                     { "record", "table", "the record: its fields, children, and refs as new records (tables), "
+                       .. "fetched ones, or sids" } },
+          returns = { { "sid", "integer", "the root's sid (a stored one when dedup found it)" } },
+          raises = "a `T` that is not one of the store's types, a `record` that is not a table",
+          desc = RFAILS("`invalid` (a value that does not fit its type, an undeclared key, refs deeper than 50, "
+            .. "a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of "
+            .. "the graph is over the server's limit: nothing was sent), `conflict` (`dedup = \"value\"` "
+            .. "with other metadata; the writer lease was taken over), `unavailable` (fsck is running), "
+            .. "`clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or " .. DRIVER)
+            .. [[.
+The whole graph is checked and every content id computed before anything is
+sent; then the sids of its new records are reserved in one `$inc`. A record
+whose content id is stored already (dedup) is the stored one: its sid, its
+timestamp (first stored wins); a dependency saved as a root becomes main.
+Every record the save writes gets the same store timestamp. The root is
+main, the records its refs reach are dependencies.]],
+          example = [[
+local austen = { name = "Jane Austen", born = 1775 }
+local sid = assert(rs:save(Book, { title = "Emma", year = 1815, author = austen,
+                                   chapters = { { title = "Chapter 1", pages = 12 } } }))]] },
+        { method = "fetch", of = "mongostore.RecordStore",
+          params = { { "T", "mongostore.RecordType", "the type" }, { "sid", "integer", "the record's sid" } },
+          returns = { { "record", "mongostore.Record", "the record, its refs loaded" } },
+          raises = "a `T` that is not one of the store's types, a `sid` that is not an integer",
+          desc = RFAILS("`not_found`, `closed`, or " .. DRIVER) .. ".",
+          example = [[
+local emma = assert(rs:fetch(Book, sid))
+print(emma.title, emma.author.name, emma._sid, emma._ts)]] },
+        { method = "fetch_by_content_id", of = "mongostore.RecordStore",
+          params = { { "T", "mongostore.RecordType", "the type" }, { "cid", "string", "a content id" } },
+          returns = { { "record", "mongostore.Record", "the record with that content id (of several, with "
+            .. "`dedup = \"none\"`, the lowest sid)" } },
+          raises = "a `T` that is not one of the store's types, a `cid` that is not a string",
+          desc = RFAILS("`not_found`, `closed`, or " .. DRIVER) .. "." },
+        { method = "replace", of = "mongostore.RecordStore",
+          params = { { "T", "mongostore.RecordType", "the type" },
+                     { "sid", "integer", "the record to replace: the latest of its lineage" },
+                     { "record", "table", "the successor, as for `save`" } },
+          returns = { { "sid", "integer", "the successor's sid" } },
+          raises = "as `save`, and a `sid` that is not an integer",
+          desc = RFAILS("`not_found` (no record `sid`), `conflict` (it has a successor already, or gets one "
+            .. "meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier "
+            .. "revision: `err.sid`), and the codes of `save`") .. [[.
+The successor keeps the lineage (`_lin`), names its predecessor (`_prev`)
+and is linked from it (`_next`, `_nts`). Idempotent: replacing with the same
+successor's content again gives its sid (and finishes a link a crash left
+undone); replacing with the record's own content gives `sid` back.]],
+          example = [[
+local sid2 = assert(rs:replace(Book, sid, { title = "Emma", year = 1816, author = austen,
+                                            chapters = { { title = "Chapter 1", pages = 12 } } }))]] },
+        { method = "history", of = "mongostore.RecordStore",
+          params = { { "T", "mongostore.RecordType", "the type" }, { "sid", "integer", "any record of the lineage" } },
+          returns = { { "records", "mongostore.Record[]", "the lineage, oldest first, along the `_next` links "
+            .. "(a successor a crash left unlinked is not part of it)" } },
+          raises = "a `T` that is not one of the store's types, a `sid` that is not an integer",
+          desc = RFAILS("`not_found`, `closed`, or " .. DRIVER) .. ".",
+          example = [[
+for _, b in ipairs(assert(rs:history(Book, sid2))) do print(b._sid, b.year) end]] },
+        { method = "transaction", of = "mongostore.RecordStore",
+          params = { { "fn", "fun(tx: mongostore.RecordStore): any", "the work: every save, replace and read "
+            .. "through `tx`" } },
+          returns = { { "ok", "true", "committed" }, { "values", "any", "then what `fn` returned" } },
+          raises = "an `fn` that is not a function",
+          desc = RFAILS("`unavailable` (degraded mode), `invalid` (called on a `tx` handle: transactions do "
+            .. "not nest; or `fn` raised, the message in `err`), what `fn` returned as `nil, err, code`, "
+            .. "`conflict` (the writer lease), `clock_regression`, `closed`, or `db:transaction`'s codes") .. [[.
+Transaction mode only: `tx` is a handle on the same store whose calls run in
+one transaction of the store's concerns, with one lease check and one store
+timestamp for all of them; it commits when `fn` returns, aborts when it
+returns `nil, err, code` or raises, and (as `db:transaction`) runs `fn` again
+on a transient error, so `fn` must be safe to run twice. The sids an aborted
+transaction reserved are not reused.]],
+          example = [[
+local ok, a, b = rs:transaction(function(tx)
+  local x = assert(tx:save(Book, { title = "Persuasion", year = 1817, author = austen }))
+  local y = assert(tx:save(Book, { title = "Northanger Abbey", year = 1817, author = austen }))
+  return x, y
+end)]] },
+      },
+    },
+    {
+      title = "Queries and pages",
+      entries = {
+        { method = "query", of = "mongostore.RecordStore",
+          params = { { "T", "mongostore.RecordType", "the type" } },
+          returns = { { "rq", "mongostore.RecordQuery", "every record of the type (dependencies too); nothing "
+            .. "is sent until `all`, `count` or `page`" } },
+          raises = "a `T` that is not one of the store's types",
+          example = [[
+local Q = records.Q
+local q = rs:query(Book):where(Q.year:gte(1813)):only_latest():as_of("2026-01-01T00:00:00Z")
+local books = assert(q:all())]] },
+        { class = "mongostore.RecordQuery",
+          desc = "A query over one type. Each builder returns a new query and leaves its receiver as it was." },
+        { method = "where", of = "mongostore.RecordQuery",
+          params = { { "cond", "mongostore.Cond|table", "a `Q` condition or a plain filter on the stored "
+            .. "fields (`sid` is the sid)" } },
+          returns = { { "rq", "mongostore.RecordQuery", "with the condition added (conditions add up)" } },
+          raises = "a `cond` that is not a table" },
+        { method = "only_latest", of = "mongostore.RecordQuery", params = {},
+          returns = { { "rq", "mongostore.RecordQuery", "only records without a successor (with `as_of`: "
+            .. "without one stored by then)" } } },
+        { method = "as_of", of = "mongostore.RecordQuery",
+          params = { { "t", "integer|string", "nanoseconds since the epoch, or ISO-8601 text with its zone "
+            .. "(up to 9 fractional digits)" } },
+          returns = { { "rq", "mongostore.RecordQuery", "only records stored at or before `t` (a record "
+            .. "without a timestamp never)" } },
+          raises = "a store opened with `store_timestamps = false`, a number with a fraction, text that is not "
+            .. "ISO-8601" },
+        { method = "order_by", of = "mongostore.RecordQuery",
+          params = { { "keys", "{ [1]: string, [2]: integer }[]", "`{ { field, 1 | -1 }, ... }`: declared "
+            .. "scalar fields, or `\"_ts\"`" } },
+          returns = { { "rq", "mongostore.RecordQuery", "in that order, the sid breaking ties (ascending)" } },
+          raises = "a key that is not `{ name, 1 | -1 }`, a name that is not a scalar field (a list, a child, "
+            .. "a ref)",
+          desc = "Missing and null values sort first ascending and last descending, as MongoDB sorts them. "
+            .. "Without `order_by` the order is by sid." },
+        { method = "all", of = "mongostore.RecordQuery", params = {},
+          returns = { { "records", "mongostore.Record[]", "every match, in order, refs loaded" } },
+          desc = RFAILS(DRIVER) .. "." },
+        { method = "count", of = "mongostore.RecordQuery", params = {},
+          returns = { { "n", "integer", "how many records match" } },
+          desc = RFAILS(DRIVER) .. "." },
+        { method = "page", of = "mongostore.RecordQuery",
+          params = { { "opts", "{ size: integer, after: string? }", "`size` 1 to 10000; `after` the `next` "
+            .. "of the page before" } },
+          returns = { { "page", "mongostore.RecordPage", "the records after the token, and the next token" } },
+          raises = "an `opts` that is not a table, an unknown option, a `size` out of range",
+          desc = RFAILS("`invalid` (a token that is not this query's: not a string, malformed, edited or "
+            .. "forged (its HMAC does not match), or from another query, type, order or store), or " .. DRIVER)
+            .. [[.
+Keyset pages: the token carries the last record's order keys and sid,
+signed with the store's page key, and the next page asks for the records
+after them (an `$or` of one branch per key, nulls matched explicitly, the
+sid last), so a page costs the same at any position. While nothing changes
+the pages cover every match exactly once, in `all`'s order.]],
+          example = [[
+local token
+repeat
+  local page = assert(rs:query(Book):only_latest():order_by { { "year", -1 } }:page { size = 100, after = token })
+  for _, b in ipairs(page.items) do print(b.year, b.title) end
+  token = page.next
+until not token]] },
+        { class = "mongostore.RecordPage",
+          desc = "What `rq:page` returns.",
+          fields = {
+            { "items", "mongostore.Record[]", "at most `size` records" },
+            { "next", "string?", "the token of the next page (opaque); nil after the last" },
+          } },
+      },
+    },
+    {
+      title = "Integrity: fsck",
+      entries = {
+        { method = "fsck", of = "mongostore.RecordStore",
+          params = { { "opts", "mongostore.FsckOptions?", "what to repair and collect" } },
+          returns = { { "summary", "mongostore.FsckSummary", "what it found and did, per collection" } },
+          raises = "an unknown option, or one of the wrong type or negative",
+          desc = RFAILS("`unavailable` (another fsck holds the lease; writer leases of other handles are "
+            .. "held past `wait`: `err.writers`), `conflict` (another fsck took its lease over), `closed`, or "
+            .. DRIVER) .. [[.
+Takes the exclusive fsck lease (`<prefix>_meta` `fsck`), so writers wait
+while it runs; without `force` it waits up to `wait` seconds for the other
+handles' writer leases to expire and refuses while they are held, with
+`force` it deletes them (their holders then fail every write `conflict`),
+and a pass that repairs or collects deletes the expired ones too. It reads
+every collection of the prefix named like a type, walks from the main
+records through `_refs` and the lineage links, and reports per collection.
+It deletes only dependencies nothing reaches, and only in the store's own
+collections (its types' and those stamped in `_meta`). It gives the lease
+back and bumps `gen` when it is done.]],
+          example = [[
+local summary = assert(rs:fsck { repair = true, collect_garbage = true })
+print(summary.clean, summary.totals.examined, summary.totals.deleted)]] },
+        { class = "mongostore.FsckOptions",
+          desc = "What `rs:fsck` takes; an unknown key or a value of the wrong type raises.",
+          fields = {
+            { "repair", "boolean?", "repair lineage links (promote an unpromoted successor, link a missing "
+              .. "`_next`, drop a dangling one) and the sid counter", default = "false" },
+            { "collect_garbage", "boolean?", "delete the unreachable dependencies", default = "false" },
+            { "force", "boolean?", "take the fsck lease from its holder and delete live writer leases: only once "
+              .. "their processes are known dead", default = "false" },
+            { "clamp_future_timestamps", "boolean?", "with `repair`: set a timestamp in the future to now",
+              default = "false" },
+            { "wait", "number?", "seconds to wait for other writers' leases to expire", default = "0" },
+            { "future_slack", "number?", "seconds a timestamp may run ahead of this clock before it is "
+              .. "reported", default = "5" },
+            { "verify_content", "boolean?", "read every reachable record of a declared type whole and compute "
+              .. "its content id again: a document edited behind the store's back is a violation",
+              default = "false" },
+          } },
+        { class = "mongostore.FsckSummary",
+          desc = "What `rs:fsck` returns.",
+          fields = {
+            { "clean", "boolean", "no violation and no conflict" },
+            { "collections", "table<string, mongostore.FsckCollection>", "by collection name" },
+            { "totals", "{ examined: integer, repaired: integer, conflicts: integer, deleted: integer, "
+              .. "unreachable: integer, violations: integer }", "the collections' sums (violations counted)" },
+            { "violations", "mongostore.FsckViolation[]", "every violation, of every collection" },
+            { "taken_over", "string[]", "the tokens of the live writer leases it deleted (`force`)" },
+            { "stale_writers", "integer", "expired writer leases it deleted" },
+            { "gen", "integer", "the fsck lease's `gen` after this pass" },
+          } },
+        { class = "mongostore.FsckCollection",
+          desc = "One collection's part of an fsck summary.",
+          fields = {
+            { "examined", "integer", "documents read" },
+            { "repaired", "integer", "documents changed by a repair" },
+            { "conflicts", "integer", "lineage forks and mismatched links (never repaired)" },
+            { "unreachable", "integer", "dependencies nothing reaches" },
+            { "deleted", "integer", "of those, deleted (`collect_garbage`)" },
+            { "violations", "mongostore.FsckViolation[]", "what is wrong in it" },
+            { "owned", "boolean", "one of the store's own collections (the only ones it deletes in)" },
+          } },
+        { class = "mongostore.FsckViolation",
+          desc = "One thing fsck found wrong.",
+          fields = {
+            { "collection", "string", "the collection" },
+            { "sid", "any", "the record's `_id`" },
+            { "kind", "string", "`bad_sid`, `bad_role`, `bad_refs`, `dangling_ref`, `dangling_lineage`, "
+              .. "`lineage_fork`, `lineage_mismatch`, `unpromoted_successor`, `missing_next`, "
+              .. "`future_timestamp`, `sid_beyond_counter`, `invalid_record`, `content_mismatch` (these two with "
+              .. "`verify_content`)" },
+            { "message", "string", "what, in words" },
+          } },
       },
     },
   },

@@ -11,6 +11,10 @@ local database_mod = require "mongostore.database"
 local transaction_mod = require "mongostore.transaction"
 local ngx_thread = require "mongostore.ngx_thread"
 local model_mod = require "mongostore.model"
+local records_mod = require "mongostore.records"
+local records_query = require "mongostore.records.query"
+local records_fsck = require "mongostore.records.fsck"
+local records_canon = require "mongostore.records.canon"
 
 local format, concat, sort = string.format, table.concat, table.sort
 
@@ -50,6 +54,17 @@ local function field_methods()
   error("mongostore.query's Field methods not found")
 end
 
+-- The record store's method table: records.open's upvalue Store (the
+-- metatable of the stores it opens), so no server is needed to walk it.
+local function record_store_methods()
+  for i = 1, 255 do
+    local n, v = debug.getupvalue(records_mod.open, i)
+    if not n then break end
+    if n == "Store" and type(v) == "table" then return v end
+  end
+  error("cannot find the record store's method table (records.open's upvalue Store)")
+end
+
 local REGISTRY = debug.getregistry()
 local function userdata_methods(class)
   local mt = REGISTRY[class]
@@ -66,6 +81,8 @@ local function method_table(class)
   local m = class:match("^mongostore%.(%u%w*)$")
   if m and model_mod._classes[m] then return model_mod._classes[m] end
   if class == "mongostore.Field" then return field_methods() end
+  if class == "mongostore.RecordStore" then return record_store_methods() end
+  if class == "mongostore.RecordQuery" then return records_query.Query end
   local t = userdata_methods(class)
   if t then return t end
   error("no method table known for " .. class)
@@ -79,7 +96,7 @@ local METHOD_CLASSES = {
   "mongostore.Int32", "mongostore.Timestamp", "mongostore.Regex", "mongostore.MinKey", "mongostore.MaxKey",
   "mongostore.Code", "mongostore.CodeWScope", "mongostore.Symbol", "mongostore.Undefined", "mongostore.DBPointer",
   "mongostore.Model", "mongostore.Document", "mongostore.Query", "mongostore.Registry", "mongostore.ModelSession",
-  "mongostore.Field",
+  "mongostore.Field", "mongostore.RecordStore", "mongostore.RecordQuery",
 }
 
 -- A class's fields with its parents' (`parent =`), by name.
@@ -240,6 +257,14 @@ TestDocumentedExists = {}
 -- in number (C functions and varargs cannot be asked).
 local function check_arity(f, e, extra)
   local info = debug.getinfo(f, "Su")
+  -- the document API's wrappers (lua/mongostore/database.lua) take a
+  -- trailing opts whether or not the method has options: their argument
+  -- lists are held against the page by the wrapper test below
+  for i = 1, 255 do
+    local n = debug.getupvalue(f, i)
+    if not n then break end
+    if n == "known" then return end
+  end
   if info.what ~= "Lua" or info.isvararg then return end
   lu.assertEquals(info.nparams, #e.params + extra,
                   format("%s: documented with %d parameters, defined with %d", e.display, #e.params,
@@ -363,6 +388,20 @@ local OPTION_PROBES = {
     if o.from == nil then o.from = "A" end
     return chart.define{ id = "docs", initial = "A", states = { { "A" }, { "B" } }, transitions = { o } }
   end },
+  -- the option checks come before anything is asked of the database
+  ["mongostore.RecordsOpenOptions"] = { "unknown option", function(o) return records_mod.open(fake_db, o) end },
+  ["mongostore.RecordSpec"] = { "unknown key", function(o)
+    if o.name == nil then o.name = "docs" end
+    return records_mod.define(o)
+  end },
+  ["mongostore.RecordFieldSpec"] = { "unknown key", function(o)
+    o[1] = "string"
+    return records_mod.define{ name = "docs", fields = { f = o } }
+  end },
+  ["mongostore.RecordChildSpec"] = { "unknown key", function(o)
+    return records_mod.define{ name = "docs", children = { c = o } }
+  end },
+  ["mongostore.FsckOptions"] = { "unknown option", function(o) return records_fsck.run({ db = fake_db }, o) end },
 }
 
 local function refused_as_unknown(probe, opts)
@@ -416,6 +455,10 @@ local OPTION_TABLES = {
   ["mongostore.TransactionOptions"] = { function() return transaction_mod.run end, "OPTS" },
   ["mongostore.StateDef"] = { function() return chart.define end, "STATE_KEYS" },
   ["mongostore.TransitionDef"] = { function() return chart.define end, "TRANSITION_KEYS" },
+  ["mongostore.RecordsOpenOptions"] = { function() return records_mod.open end, "OPEN_KEYS" },
+  ["mongostore.RecordSpec"] = { function() return records_mod.define end, "DEFINE_KEYS" },
+  ["mongostore.RecordFieldSpec"] = { function() return records_canon.compile_field end, "FIELD_KEYS" },
+  ["mongostore.FsckOptions"] = { function() return records_fsck.run end, "OPTS" },
 }
 
 ------------------------------------------------------------------------
@@ -501,6 +544,7 @@ function TestEverythingDocumented:test_every_public_module_name_is_documented()
   undocumented_in("mongostore.transaction", transaction_mod, fns, missing)
   undocumented_in("mongostore.ngx_thread", ngx_thread, fns, missing)
   undocumented_in("mongostore.model", model_mod, fns, missing)
+  undocumented_in("mongostore.records", records_mod, fns, missing)
   lu.assertEquals(missing, {}, "describe them in docs/api.lua (or list them in api.internal, saying why): "
     .. concat(missing, ", "))
 end
@@ -604,14 +648,16 @@ end
 -- (lua/mongostore/database.lua wraps each C method): the wrapper's argument
 -- list and option keys are the ones documented, name for name, both ways.
 local function wrapper_of(f)
-  local args, known, has_known
+  local args, known, has_known, wrapped
   for i = 1, 255 do
     local n, v = debug.getupvalue(f, i)
     if not n then break end
     if n == "args" and type(v) == "table" then args = v end
     -- known is nil for a method that takes no options
-    if n == "known" then known, has_known = v, v ~= nil end
+    if n == "known" then known, has_known, wrapped = v, v ~= nil, true end
   end
+  -- a wrapper of a method without arguments does not keep its (empty) list
+  if wrapped and not args then args = {} end
   return args, known, has_known
 end
 
@@ -675,5 +721,25 @@ function TestDocumentedExists:test_the_constructors_make_their_documented_boxes(
     local e = model.by_anchor["mongostore-" .. name]
     lu.assertNotNil(e, "mongostore." .. name .. " is documented")
     lu.assertEquals(getmetatable(mongostore[name]).__name, e.type)
+  end
+end
+
+-- rs:info() builds its table from the store's own fields: run on a stand-in
+-- with every one of them set, each key it gives is a documented field.
+function TestEverythingDocumented:test_every_field_of_a_record_store_info_is_documented()
+  local stand_in = {
+    mode = "degraded", prefix = "records.", degraded_reason = "docs", type_list = { { name = "book" } },
+    ts = { enabled = true, resolution = 1000 }, lease = { token = "t" }, max_bson_size = 16,
+    wire = { commands = 0, wc = { w = 1 }, rc = { level = "local" } },
+  }
+  local info = record_store_methods().info(stand_in)
+  local documented = all_fields("mongostore.RecordStoreInfo")
+  local missing = {}
+  for _, k in ipairs(sorted_keys(info)) do
+    if not documented[k] then missing[#missing + 1] = k end
+  end
+  lu.assertEquals(missing, {}, "rs:info() fields that mongostore.RecordStoreInfo does not describe")
+  for _, k in ipairs(sorted_keys(documented)) do
+    lu.assertNotNil(info[k], "mongostore.RecordStoreInfo." .. k .. " is documented but rs:info() has no " .. k)
   end
 end
