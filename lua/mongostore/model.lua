@@ -136,7 +136,7 @@ local function bound(C, fn)
 end
 
 -- Sets path (dotted) to v inside t, making documents on the way.
-local find, sub = string.find, string.sub
+local find = string.find
 
 local function put_path(t, path, v)
   if not find(path, ".", 1, true) then t[path] = v; return end
