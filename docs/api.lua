@@ -1951,7 +1951,7 @@ record's sid (a list ref as an array of sids), and the store fields:
 | field | what |
 | --- | --- |
 | `_cid` | the content id: SHA-256 (64 hex digits) of the canonical encoding |
-| `_role` | `"main"` (saved or replaced by a caller: a root of the reachability walk) or `"dep"` (reached through a ref) |
+| `_role` | `"main"` (saved or replaced by a caller: a root of fsck's walk) or `"dep"` (reached through a ref) |
 | `_lin` | the lineage: the sid of its first record |
 | `_prev` | the predecessor's sid (absent on a lineage's first record) |
 | `_next` | the successor's sid (absent on the latest) |
@@ -2087,8 +2087,9 @@ local Book = records.define {
           desc = RFAILS("`invalid`") .. ", when the record does not fit its type. No server is asked: a "
             .. "fetched record's ref uses its stored `_cid`.",
           example = [[
-local cid = records.content_id(Book, { title = "Emma", year = 1815, author = { name = "Jane Austen", born = 1775 } })
-local emma = assert(rs:fetch_by_content_id(Book, cid))]] },
+local cid = assert(records.content_id(Book, { title = "Emma", year = 1815, author = austen,
+                                               chapters = { { title = "Chapter 1", pages = 12 } } }))
+assert(rs:fetch_by_content_id(Book, cid)._sid == sid)]] },
         { class = "mongostore.Record",
           desc = [[
 A stored record as a call gives it back: a table of its declared fields (a
@@ -2181,7 +2182,8 @@ print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a stan
               default = "10" },
             { "log", "fun(level: string, msg: string)?", "where the degraded-mode warning goes",
               default = "a line on stderr" },
-            { "write_concern", "table?", "the write concern of every write", default = "{ w = \"majority\", j = true }" },
+            { "write_concern", "table?", "the write concern of every write",
+              default = "{ w = \"majority\", j = true }" },
             { "read_concern", "table?", "the read concern of every read", default = "{ level = \"majority\" }" },
             { "test_hooks", "table?", "internal, for the specs (`after_write`: fail a save after a write); not "
               .. "part of the API" },
@@ -2197,7 +2199,7 @@ print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a stan
             { "mode", "string", "`\"transactions\"` or `\"degraded\"`" },
             { "reason", "string?", "degraded: why" },
             { "prefix", "string", "the collections' prefix" },
-            { "types", "string[]", "the types' names, the declared ones first, then those their refs reach" },
+            { "types", "string[]", "the types' names: each declared type, then (depth first) the ones its refs reach" },
             { "store_timestamps", "boolean", "whether saves are stamped" },
             { "timestamp_resolution", "integer", "nanoseconds per stored unit" },
             { "writer", "string", "the token of this handle's writer lease" },

@@ -86,7 +86,7 @@ local RecordStore = {}
 ---@field mode string `"transactions"` or `"degraded"`
 ---@field reason? string degraded: why
 ---@field prefix string the collections' prefix
----@field types string[] the types' names, the declared ones first, then those their refs reach
+---@field types string[] the types' names: each declared type, then (depth first) the ones its refs reach
 ---@field store_timestamps boolean whether saves are stamped
 ---@field timestamp_resolution integer nanoseconds per stored unit
 ---@field writer string the token of this handle's writer lease
