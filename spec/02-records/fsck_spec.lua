@@ -319,3 +319,32 @@ function TestFsck:test_wrong_options_raise_naming_them()
   lu.assertFalse(okk)
   lu.assertStrContains(tostring(e), "store must be a record store")
 end
+
+-- A pass longer than its lease's time renews the lease as it scans, so writers stay out.
+function TestFsck:test_a_long_pass_keeps_its_lease()
+  local docs = {}
+  for i = 1, 8000 do docs[i] = { _id = i, _role = "main", _refs = A {} } end
+  ok(self.books:insert_many(docs))
+  ok(self.counters:insert_one({ _id = "sid", n = 8000 }))
+  local core = require "mongostore.core"
+  local next_doc, ttl = core.Cursor.next, fsck.FSCK_TTL
+  local seen, late, started = 0, nil, nil
+  fsck.FSCK_TTL = 2
+  core.Cursor.next = function(cur, ...)
+    seen = seen + 1
+    if seen == 1 then started = ms.now() end
+    ms.sleep(0.0004)   -- a slow scan: about 3 s for the books, past the lease's 2 s
+    if seen == 7900 then
+      late = { lease = self.meta:find_one({ _id = "fsck" }), at = now_ms(), since = ms.now() - started }
+    end
+    return next_doc(cur, ...)
+  end
+  local s, err = fsck.run(self.store)
+  core.Cursor.next, fsck.FSCK_TTL = next_doc, ttl
+  ok(s, err)
+  lu.assertEquals(s.totals.examined, 8000)
+  lu.assertNotNil(late, "the scan never reached its end")
+  lu.assertTrue(late.since > 2, "the scan was not longer than the lease; it proves nothing")
+  lu.assertNotEquals(late.lease.holder, ms.null)
+  lu.assertTrue(late.lease.expires:ms() > late.at, "the lease ran out under a running pass")
+end

@@ -96,11 +96,14 @@ local function acquire(ctx, meta, force)
 end
 
 -- Renews the lease when half its time is gone; a lease another fsck took over (force)
--- stops this pass before it deletes anything.
-local function keep(ctx, meta)
+-- stops this pass before it deletes anything. cheap: no round trip before half the time
+-- (called every batch of a long scan, so the lease never lapses under a running pass and
+-- lets writers back in).
+local function keep(ctx, meta, cheap)
   local t = now_ms()
   local filter = { _id = "fsck", holder = ctx.fsck_token }
   if t - ctx.lease_at < M.FSCK_TTL * 500 then
+    if cheap then return true end
     local doc, err, code, detail = meta:find_one(filter, { projection = { _id = 1 } })
     if doc == nil and err ~= nil then return driver_fail("checking the fsck lease", err, code, detail) end
     if doc == nil then return fail("conflict", "fsck: its lease was taken over by another fsck") end
@@ -246,7 +249,7 @@ end
 local function is_int(v) return type(v) == "number" and v == floor(v) and v == v end
 
 -- Reads the store fields of every record of one collection.
-local function scan(ctx, coll_name, docs, summary)
+local function scan(ctx, meta, coll_name, docs, summary)
   local coll, err, code = ctx.db:collection(coll_name)
   if not coll then return driver_fail("collection " .. coll_name, err, code) end
   local cur, e2, c2, d2 = coll:find({}, {
@@ -261,6 +264,10 @@ local function scan(ctx, coll_name, docs, summary)
       break
     end
     entry.examined = entry.examined + 1
+    if entry.examined % BATCH == 0 then
+      local ok, e4, c4 = keep(ctx, meta, true)
+      if not ok then return nil, e4, c4 end
+    end
     local sid = d._id
     if not is_int(sid) then
       violation(summary, coll_name, sid, "bad_sid", format("%s: a document whose _id %s is not an integer sid",
@@ -465,7 +472,7 @@ local function check_content(summary, records, T, cname, doc, rec)
   end
 end
 
-local function verify(ctx, cname, coll, docs, marked, summary)
+local function verify(ctx, meta, cname, coll, docs, marked, summary)
   local store = ctx.store
   local records = package.loaded["mongostore.records"]
   local T = type(store.types) == "table" and store.types[cname:sub(#ctx.prefix + 1)]
@@ -474,6 +481,8 @@ local function verify(ctx, cname, coll, docs, marked, summary)
   for sid in pairs(docs) do if marked[sid] then sids[#sids + 1] = sid end end
   sort(sids)
   for i = 1, #sids, VERIFY_BATCH do
+    local kept, ke, kc = keep(ctx, meta, true)
+    if not kept then return nil, ke, kc end
     local chunk = {}
     for j = i, math.min(i + VERIFY_BATCH - 1, #sids) do chunk[#chunk + 1] = sids[j] end
     local cur, e, c, d = coll:find({ _id = { ["$in"] = core.array(chunk) } })
@@ -536,6 +545,10 @@ local function collect(ctx, meta, cname, coll, docs, marked, summary, gc)
   local ok, err, code = keep(ctx, meta)
   if not ok then return nil, err, code end
   for i = 1, #garbage, BATCH do
+    if i > 1 then
+      ok, err, code = keep(ctx, meta, true)
+      if not ok then return nil, err, code end
+    end
     local chunk = {}
     for j = i, math.min(i + BATCH - 1, #garbage) do chunk[#chunk + 1] = garbage[j] end
     -- the role again in the filter: a record promoted to main since the scan stays
@@ -598,7 +611,7 @@ local function pass(ctx, meta, opts, summary)
   for _, cname in ipairs(names) do
     summary.collections[cname] = new_entry(owned[cname] == true)
     all[cname] = {}
-    colls[cname], err, code = scan(ctx, cname, all[cname], summary)
+    colls[cname], err, code = scan(ctx, meta, cname, all[cname], summary)
     if not colls[cname] then return nil, err, code end
     ok, err, code = keep(ctx, meta)
     if not ok then return nil, err, code end
@@ -616,7 +629,7 @@ local function pass(ctx, meta, opts, summary)
     ok, err, code = timestamps(ctx, cname, coll, docs, summary, opts)
     if not ok then return nil, err, code end
     if opts.verify_content then
-      ok, err, code = verify(ctx, cname, coll, docs, marked[cname], summary)
+      ok, err, code = verify(ctx, meta, cname, coll, docs, marked[cname], summary)
       if not ok then return nil, err, code end
     end
     ok, err, code = collect(ctx, meta, cname, coll, docs, marked[cname], summary,
