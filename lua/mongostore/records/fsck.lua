@@ -165,6 +165,8 @@ local function settle_writers(ctx, meta, opts, summary)
         #live, concat(names, ", ")), { writers = live })
     end
     sleep(0.05)
+    local kept, ke, kc = keep(ctx, meta, true)
+    if not kept then return nil, ke, kc end
   end
   -- A lease fsck overrides or finds expired is deleted when the pass may delete records:
   -- its holder, if it still runs, then fails every write (it checks its lease before each
