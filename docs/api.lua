@@ -2148,6 +2148,7 @@ a `_sid` is the stored record.]],
             .. "`err.reason`), `invalid` (a type's shape differs from the one stamped at the first open: "
             .. "`err.diff.schema` names the collections and their changes), `conflict` (a concurrent open "
             .. "stamped another shape), or " .. DRIVER) .. [[.
+
 The types their refs reach are opened too. It reads the server's
 description (transactions, the BSON size limit), creates the indexes, makes
 the page key, checks or stamps each type's fingerprint (its fields with their
@@ -2229,6 +2230,7 @@ print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a stan
             .. "with other metadata; the writer lease was taken over), `unavailable` (fsck is running), "
             .. "`clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or " .. DRIVER)
             .. [[.
+
 The whole graph is checked and every content id computed before anything is
 sent; then the sids of its new records are reserved in one `$inc`. A record
 whose content id is stored already (dedup) is the stored one: its sid, its
@@ -2262,6 +2264,7 @@ print(emma.title, emma.author.name, emma._sid, emma._ts)]] },
           desc = RFAILS("`not_found` (no record `sid`), `conflict` (it has a successor already, or gets one "
             .. "meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier "
             .. "revision: `err.sid`), and the codes of `save`") .. [[.
+
 The successor keeps the lineage (`_lin`), names its predecessor (`_prev`)
 and is linked from it (`_next`, `_nts`). Idempotent: replacing with the same
 successor's content again gives its sid (and finishes a link a crash left
@@ -2285,6 +2288,7 @@ for _, b in ipairs(assert(rs:history(Book, sid2))) do print(b._sid, b.year) end]
           desc = RFAILS("`unavailable` (degraded mode), `invalid` (called on a `tx` handle: transactions do "
             .. "not nest; or `fn` raised, the message in `err`), what `fn` returned as `nil, err, code`, "
             .. "`conflict` (the writer lease), `clock_regression`, `closed`, or `db:transaction`'s codes") .. [[.
+
 Transaction mode only: `tx` is a handle on the same store whose calls run in
 one transaction of the store's concerns, with one lease check and one store
 timestamp for all of them; it commits when `fn` returns, aborts when it
@@ -2350,6 +2354,7 @@ local books = assert(q:all())]] },
           desc = RFAILS("`invalid` (a token that is not this query's: not a string, malformed, edited or "
             .. "forged (its HMAC does not match), or from another query, type, order or store), or " .. DRIVER)
             .. [[.
+
 Keyset pages: the token carries the last record's order keys and sid,
 signed with the store's page key, and the next page asks for the records
 after them (an `$or` of one branch per key, nulls matched explicitly, the
@@ -2380,6 +2385,7 @@ until not token]] },
           desc = RFAILS("`unavailable` (another fsck holds the lease; writer leases of other handles are "
             .. "held past `wait`: `err.writers`), `conflict` (another fsck took its lease over), `closed`, or "
             .. DRIVER) .. [[.
+
 Takes the exclusive fsck lease (`<prefix>_meta` `fsck`), so writers wait
 while it runs; without `force` it waits up to `wait` seconds for the other
 handles' writer leases to expire and refuses while they are held, with

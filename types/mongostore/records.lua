@@ -181,6 +181,7 @@ function records.content_id(T, record) end
 function records.is_error(x) end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (`transactions = "require"` on a server without transactions; `err.reason`), `invalid` (a type's shape differs from the one stamped at the first open: `err.diff.schema` names the collections and their changes), `conflict` (a concurrent open stamped another shape), or the document API's `network`, `timeout`, `server`, `unavailable`.
+---
 --- The types their refs reach are opened too. It reads the server's
 --- description (transactions, the BSON size limit), creates the indexes, makes
 --- the page key, checks or stamps each type's fingerprint (its fields with their
@@ -204,6 +205,7 @@ function RecordStore:info() end
 function RecordStore:close() end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a value that does not fit its type, an undeclared key, refs deeper than 50, a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of the graph is over the server's limit: nothing was sent), `conflict` (`dedup = "value"` with other metadata; the writer lease was taken over), `unavailable` (fsck is running), `clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+---
 --- The whole graph is checked and every content id computed before anything is
 --- sent; then the sids of its new records are reserved in one `$inc`. A record
 --- whose content id is stored already (dedup) is the stored one: its sid, its
@@ -234,6 +236,7 @@ function RecordStore:fetch(T, sid) end
 function RecordStore:fetch_by_content_id(T, cid) end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier revision: `err.sid`), and the codes of `save`.
+---
 --- The successor keeps the lineage (`_lin`), names its predecessor (`_prev`)
 --- and is linked from it (`_next`, `_nts`). Idempotent: replacing with the same
 --- successor's content again gives its sid (and finishes a link a crash left
@@ -255,6 +258,7 @@ function RecordStore:replace(T, sid, record) end
 function RecordStore:history(T, sid) end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (degraded mode), `invalid` (called on a `tx` handle: transactions do not nest; or `fn` raised, the message in `err`), what `fn` returned as `nil, err, code`, `conflict` (the writer lease), `clock_regression`, `closed`, or `db:transaction`'s codes.
+---
 --- Transaction mode only: `tx` is a handle on the same store whose calls run in
 --- one transaction of the store's concerns, with one lease check and one store
 --- timestamp for all of them; it commits when `fn` returns, aborts when it
@@ -302,6 +306,7 @@ function RecordQuery:all() end
 function RecordQuery:count() end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a token that is not this query's: not a string, malformed, edited or forged (its HMAC does not match), or from another query, type, order or store), or the document API's `network`, `timeout`, `server`, `unavailable`.
+---
 --- Keyset pages: the token carries the last record's order keys and sid,
 --- signed with the store's page key, and the next page asks for the records
 --- after them (an `$or` of one branch per key, nulls matched explicitly, the
@@ -314,6 +319,7 @@ function RecordQuery:count() end
 function RecordQuery:page(opts) end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (another fsck holds the lease; writer leases of other handles are held past `wait`: `err.writers`), `conflict` (another fsck took its lease over), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+---
 --- Takes the exclusive fsck lease (`<prefix>_meta` `fsck`), so writers wait
 --- while it runs; without `force` it waits up to `wait` seconds for the other
 --- handles' writer leases to expire and refuses while they are held, with
