@@ -2347,8 +2347,7 @@ local books = assert(q:all())]] },
           returns = { { "n", "integer", "how many records match" } },
           desc = RFAILS(DRIVER) .. "." },
         { method = "page", of = "mongostore.RecordQuery",
-          params = { { "opts", "{ size: integer, after: string? }", "`size` 1 to 10000; `after` the `next` "
-            .. "of the page before" } },
+          params = { { "opts", "mongostore.RecordPageOptions", "the page's size, and where it starts" } },
           returns = { { "page", "mongostore.RecordPage", "the records after the token, and the next token" } },
           raises = "an `opts` that is not a table, an unknown option, a `size` out of range",
           desc = RFAILS("`invalid` (a token that is not this query's: not a string, malformed, edited or "
@@ -2367,6 +2366,12 @@ repeat
   for _, b in ipairs(page.items) do print(b.year, b.title) end
   token = page.next
 until not token]] },
+        { class = "mongostore.RecordPageOptions",
+          desc = "What `rq:page` takes; an unknown key raises.",
+          fields = {
+            { "size", "integer", "at most this many records, 1 to 10000" },
+            { "after", "string?", "the `next` of the page before (nil: the first page)" },
+          } },
         { class = "mongostore.RecordPage",
           desc = "What `rq:page` returns.",
           fields = {

@@ -402,6 +402,8 @@ local OPTION_PROBES = {
     return records_mod.define{ name = "docs", children = { c = o } }
   end },
   ["mongostore.FsckOptions"] = { "unknown option", function(o) return records_fsck.run({ db = fake_db }, o) end },
+  -- rq:page checks its options before it looks at the query
+  ["mongostore.RecordPageOptions"] = { "unknown option", function(o) return records_query.Query.page({}, o) end },
 }
 
 local function refused_as_unknown(probe, opts)

@@ -99,6 +99,11 @@ local RecordStore = {}
 ---@class mongostore.RecordQuery
 local RecordQuery = {}
 
+--- What `rq:page` takes; an unknown key raises.
+---@class mongostore.RecordPageOptions
+---@field size integer at most this many records, 1 to 10000
+---@field after? string the `next` of the page before (nil: the first page)
+
 --- What `rq:page` returns.
 ---@class mongostore.RecordPage
 ---@field items mongostore.Record[] at most `size` records
@@ -314,7 +319,7 @@ function RecordQuery:count() end
 --- the pages cover every match exactly once, in `all`'s order.
 ---
 --- Raises on an `opts` that is not a table, an unknown option, a `size` out of range.
----@param opts { size: integer, after: string? } `size` 1 to 10000; `after` the `next` of the page before
+---@param opts mongostore.RecordPageOptions the page's size, and where it starts
 ---@return mongostore.RecordPage page # the records after the token, and the next token
 function RecordQuery:page(opts) end
 
