@@ -42,8 +42,9 @@ function M.new(w, meta, opts)
 end
 
 local function lost_error(self)
-  return fail("conflict", format("records: this store's writer lease %s was taken over (fsck force removed it): "
-    .. "the store cannot write any more; open a new one", self.token), { token = self.token })
+  return fail("conflict", format("records: this store's writer lease %s was taken over or removed by fsck "
+    .. "(forced, or after it lapsed): the store cannot write any more; open a new one", self.token),
+    { token = self.token })
 end
 
 -- Whether the fsck document holds an unexpired lease (and by whom).
