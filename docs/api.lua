@@ -143,6 +143,23 @@ api.codes = {
     .. "write conflict with another transaction, an election). The transaction is over.",
     "`db:transaction` runs `fn` again by itself. A transaction run by hand (`db:session()`): abort it and "
     .. "run it again from `s:start_transaction()`." },
+  { "stale",
+    "(models) The document moved on since this copy was read: its revision in the database is not the "
+    .. "copy's. Nothing was written and the copy is as it was.",
+    "`doc:reload()` and apply the change again, or use an atomic update (`Model:update`)." },
+  { "validation",
+    "(models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. "
+    .. "Nothing was sent.",
+    "Fix the value; a programming mistake (an unknown or immutable field) raises instead." },
+  { "transaction",
+    "(models) `registry:transaction` was called inside a running one on the same registry: MongoDB has "
+    .. "no nested transactions.",
+    "Pass the outer session to the code that needs it, or ask for `{ independent = true }`." },
+  { "clock_regression",
+    "(records) The clock went back further than the store's grace allows since the latest store "
+    .. "timestamp this process saw (or read at open). Nothing was written.",
+    "Fix the clock; `clock_regression_grace` and `allow_clock_regression` on `records.open` relax the "
+    .. "guard." },
 }
 
 local WRITE_FAILS = { "network", "timeout", "unavailable", "server", "closed" }

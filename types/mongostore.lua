@@ -26,6 +26,10 @@
 ---| "closed" # The store was closed with `store:close()`; or the database (`db:close()`), the cursor or the session the call went through was closed.
 ---| "not_found" # (engine, msngx) The execution an event was sent to does not exist.
 ---| "transient" # (document API) The server labelled the error TransientTransactionError: an operation inside a transaction, or its commit, failed in a way that running the whole transaction again may cure (a write conflict with another transaction, an election). The transaction is over.
+---| "stale" # (models) The document moved on since this copy was read: its revision in the database is not the copy's. Nothing was written and the copy is as it was.
+---| "validation" # (models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. Nothing was sent.
+---| "transaction" # (models) `registry:transaction` was called inside a running one on the same registry: MongoDB has no nested transactions.
+---| "clock_regression" # (records) The clock went back further than the store's grace allows since the latest store timestamp this process saw (or read at open). Nothing was written.
 
 --- The options of `mongostore.connect`; an unknown key raises.
 ---@class mongostore.ConnectOptions

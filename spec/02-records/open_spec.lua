@@ -145,6 +145,13 @@ function TestRecordsOpen:test_closed_store()
   lu.assertEquals(code, "closed", tostring(err))
   v, err, code = store:fetch(Book, 1)
   lu.assertEquals({ v, code }, { nil, "closed" }, tostring(err))
+  -- a query made before the close fails the same way
+  local q = store:query(Book):order_by{ { "title", 1 } }
+  for _, call in ipairs{ function() return q:all() end, function() return q:count() end,
+                         function() return q:page{ size = 10 } end } do
+    v, err, code = call()
+    lu.assertEquals({ v, code }, { nil, "closed" }, tostring(err))
+  end
 end
 
 function TestRecordsOpen:test_bad_arguments_raise()

@@ -223,8 +223,14 @@ local function sort_spec(self)
   return s
 end
 
+-- A query of a closed store fails as the store's own methods do.
+local function closed(store, fn)
+  if store.closed then return fail("closed", fn .. ": the store is closed") end
+end
+
 function Query:all()
   local store = self.store
+  if store.closed then return closed(store, "all") end
   local docs, e, c, d = store.wire:find(store.colls[self.T.name], self:filter(), { sort = sort_spec(self) },
     store.session)
   if not docs then return nil, e, c, d end
@@ -233,6 +239,7 @@ end
 
 function Query:count()
   local store = self.store
+  if store.closed then return closed(store, "count") end
   return store.wire:count(store.colls[self.T.name], self:filter(), store.session)
 end
 
@@ -314,6 +321,7 @@ function Query:page(opts)
     error(format("page: size must be an integer from 1 to %d", M.MAX_PAGE), 2)
   end
   local store = self.store
+  if store.closed then return closed(store, "page") end
   local qfp = fingerprint(self)
   local filter = self:filter()
   local order = self.order or {}
