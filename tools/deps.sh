@@ -12,18 +12,19 @@ packages=(
     # OpenResty side: LuaJIT as Debian's lua module links it, compat-5.3.h,
     # nginx with the lua module and resty.core
     luajit2 libluajit2-5.1-dev lua-compat53-dev nginx libnginx-mod-http-lua lua-resty-core
+    # tools: LPeg for harel's .stm charts, Graphviz to render the diagrams,
+    # tmux for the CLI's terminal spec
+    lua-lpeg graphviz tmux
 )
 # Any Java 17+ on PATH will do for the test server; only add one if none is.
 if ! command -v java >/dev/null 2>&1; then
     packages+=(default-jre-headless)
 fi
-# `tools/deps.sh bench` (make bench): also Node.js and npm, for the Node
-# driver's rows (any node >= 16.20.1; Debian's nodejs 18 will do). Only when
-# missing: a node installed another way keeps its own npm.
-if [[ ${1:-} == bench ]]; then
-    if ! command -v node >/dev/null 2>&1; then packages+=(nodejs); fi
-    if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
-fi
+# Node.js and npm: the Mermaid diagrams are checked by mermaid's own parser,
+# and make bench has Node rows (any node >= 16.20.1; Debian's nodejs 18 will
+# do). Only when missing: a node installed another way keeps its own npm.
+if ! command -v node >/dev/null 2>&1; then packages+=(nodejs); fi
+if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
 
 command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script expects Debian 12"
 
