@@ -381,6 +381,11 @@ function M.external_kinds(c)
   return out
 end
 
+-- chart.to_mermaid(c, opts) / chart.to_dot(c, opts): the chart drawn, with
+-- an execution's place and its trace's path highlighted (mongostore.diagram).
+function M.to_mermaid(c, opts) return require("mongostore.diagram").to_mermaid(c, opts) end
+function M.to_dot(c, opts) return require("mongostore.diagram").to_dot(c, opts) end
+
 -- The node at a path, or nil.
 function Chart:node(path)
   return self.index[path]
