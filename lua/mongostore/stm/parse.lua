@@ -1,0 +1,909 @@
+-- mongostore.stm.parse - reads harel's .stm statechart DSL (harel 0.9.0,
+-- harel/dsl/grammar.lark) into its normal form: the program harel's own parser
+-- builds (machines and fragments as config tables, events, bindings, guards),
+-- with every position as { line, column }. Tokens come from LPeg; the items
+-- are read by recursive descent so each error names what was expected where.
+local lpeg = require "lpeg"
+
+local P, R, S, C, Cp, Cc = lpeg.P, lpeg.R, lpeg.S, lpeg.C, lpeg.Cp, lpeg.Cc
+local type, pairs, ipairs, tonumber, tostring, error = type, pairs, ipairs, tonumber, tostring, error
+local format, concat, byte, sub = string.format, table.concat, string.byte, string.sub
+local setmetatable = setmetatable
+
+local M = {}
+
+------------------------------------------------------------------------
+-- Tokens
+
+local alpha = R("az", "AZ") + P"_"
+local ident = alpha * (alpha + R"09")^0
+local digits = R"09"^1
+local exp = S"eE" * S"+-"^-1 * digits
+local decimal = digits * P"." * digits^-1 + P"." * digits
+local float = digits * exp + decimal * exp^-1
+local string_lit = P'"' * (P"\\" * (1 - P"\n") + (1 - S'"\\\n'))^0 * P'"'
+local skip = (S" \t\r\n\f" + P"#" * (1 - P"\n")^0 + P"//" * (1 - P"\n")^0)^0
+local ops = P"==" + P"!=" + P"<=" + P">=" + S"<>=|{}()[],:?+-*/"
+
+-- A token: its class and text; DOTTED (two or more dotted names) is one token,
+-- as in harel's grammar, so `a.b` is never a name followed by something else.
+local token = skip * Cp() * (
+  Cc"dotted" * C(ident * (P"." * ident)^1) +
+  Cc"name" * C(ident) +
+  Cc"float" * C(float) +
+  Cc"int" * C(digits) +
+  Cc"string" * C(string_lit) +
+  Cc"op" * C(ops)
+) * Cp()
+local tail = skip * Cp() * P(-1)
+
+-- Line and column (1-based, in characters) of a byte offset.
+local function locate(text, pos)
+  local line, start = 1, 1
+  local i = 1
+  while true do
+    local nl = text:find("\n", i, true)
+    if not nl or nl >= pos then break end
+    line, start, i = line + 1, nl + 1, nl + 1
+  end
+  local col = 1
+  for j = start, pos - 1 do
+    local b = byte(text, j)
+    if b < 0x80 or b >= 0xC0 then col = col + 1 end
+  end
+  return line, col
+end
+
+local function caret(text, line, col)
+  local n = 0
+  for l in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if n == line then return "\n    " .. l .. "\n    " .. (" "):rep(col - 1) .. "^" end
+  end
+  return ""
+end
+
+-- The error of a .stm text: "stm: line L, column C: message", then the line
+-- with a caret under the column. Raised as a string, as chart.define's are.
+local function fail_at(text, line, col, fmt, ...)
+  error(format("stm: line %d, column %d: " .. fmt, line, col, ...) .. caret(text, line, col), 0)
+end
+M.fail_at = fail_at
+
+local function lex(text)
+  local toks, pos = {}, 1
+  while true do
+    if lpeg.match(tail, text, pos) then break end
+    local start, class, value, after = lpeg.match(token, text, pos)
+    if not start then
+      local at = lpeg.match(skip * Cp(), text, pos)
+      local line, col = locate(text, at)
+      local ch = sub(text, at, at)
+      if ch == '"' then fail_at(text, line, col, "unterminated string (a string ends on its line)") end
+      fail_at(text, line, col, "unexpected character '%s'", ch)
+    end
+    local line, col = locate(text, start)
+    toks[#toks + 1] = { class = class, value = value, line = line, col = col, start = start, stop = after }
+    pos = after
+  end
+  local line, col = locate(text, #text + 1)
+  toks[#toks + 1] = { class = "eof", value = "end of input", line = line, col = col, start = #text + 1,
+                      stop = #text + 1 }
+  return toks
+end
+
+------------------------------------------------------------------------
+-- Literals, as harel's parser gives them
+
+local ESC = { n = "\n", t = "\t", r = "\r", b = "\b", f = "\f", v = "\v", a = "\a", ["\\"] = "\\",
+              ['"'] = '"', ["'"] = "'" }
+
+local function utf8_char(cp)
+  if cp < 0x80 then return string.char(cp) end
+  if cp < 0x800 then return string.char(0xC0 + math.floor(cp / 64), 0x80 + cp % 64) end
+  if cp < 0x10000 then
+    return string.char(0xE0 + math.floor(cp / 4096), 0x80 + math.floor(cp / 64) % 64, 0x80 + cp % 64)
+  end
+  return string.char(0xF0 + math.floor(cp / 262144), 0x80 + math.floor(cp / 4096) % 64,
+    0x80 + math.floor(cp / 64) % 64, 0x80 + cp % 64)
+end
+
+-- A string literal's value: Python's escapes (harel decodes with
+-- unicode_escape); an unknown escape keeps its backslash, as Python does.
+local function unquote(s)
+  s = sub(s, 2, -2)
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local ch = sub(s, i, i)
+    if ch ~= "\\" then
+      out[#out + 1] = ch
+      i = i + 1
+    else
+      local e = sub(s, i + 1, i + 1)
+      local hex = (e == "x" and 2) or (e == "u" and 4) or (e == "U" and 8) or nil
+      if ESC[e] then
+        out[#out + 1] = ESC[e]
+        i = i + 2
+      elseif hex and sub(s, i + 2, i + 1 + hex):match("^%x+$") and #sub(s, i + 2, i + 1 + hex) == hex then
+        out[#out + 1] = utf8_char(tonumber(sub(s, i + 2, i + 1 + hex), 16))
+        i = i + 2 + hex
+      elseif e:match("[0-7]") then
+        local oct = s:match("^[0-7][0-7]?[0-7]?", i + 1)
+        out[#out + 1] = utf8_char(tonumber(oct, 8))
+        i = i + 1 + #oct
+      else
+        out[#out + 1] = "\\"
+        i = i + 1
+      end
+    end
+  end
+  return concat(out)
+end
+M.unquote = unquote
+
+-- Python's str() of a number, which is how harel keys a selector's branches
+-- (`1 to A` is "1", `1.5 to B` is "1.5", `1e5` is "100000.0").
+local function py_float(x)
+  if x ~= x then return "nan" end
+  if x == math.huge then return "inf" end
+  if x == -math.huge then return "-inf" end
+  if x == 0 then return (1 / x < 0) and "-0.0" or "0.0" end
+  local s
+  for p = 1, 17 do
+    s = format("%." .. p .. "e", x)
+    if tonumber(s) == x then break end
+  end
+  local mant, e = s:match("^(-?[%d%.]+)e([-+]%d+)$")
+  local e10 = tonumber(e)
+  local digs = mant:gsub("[-.]", ""):gsub("0+$", "")
+  if digs == "" then digs = "0" end
+  if e10 >= -4 and e10 < 16 then
+    local decimals = #digs - 1 - e10
+    if decimals < 1 then decimals = 1 end
+    return format("%." .. decimals .. "f", x)
+  end
+  local m = digs:sub(1, 1) .. (#digs > 1 and ("." .. digs:sub(2)) or "")
+  if x < 0 then m = "-" .. m end
+  return format("%se%s%02d", m, e10 < 0 and "-" or "+", math.abs(e10))
+end
+
+local is_float_type = math.type and function(v) return math.type(v) == "float" end or function() return false end
+
+function M.py_str(v)
+  if v == true then return "True" end
+  if v == false then return "False" end
+  if type(v) == "number" then
+    if is_float_type(v) or v % 1 ~= 0 then return py_float(v) end
+    return format("%d", v)
+  end
+  return tostring(v)
+end
+
+------------------------------------------------------------------------
+-- The parser
+
+local FIELD_TYPES = { string = true, int = true, float = true, bool = true, any = true }
+local PARAM_KINDS = { action = true, state = true, guard = true, value = true, event = true }
+local CMP = { ["=="] = "eq", ["!="] = "ne", ["<"] = "lt", ["<="] = "le", [">"] = "gt", [">="] = "ge", ["in"] = "in" }
+local ARITH = { ["+"] = true, ["-"] = true, ["*"] = true, ["/"] = true }
+
+-- Words that open an item: a name after `invoke`, or after `on enter`, that is
+-- one of these starts the next item instead.
+local ITEM_WORDS = {
+  initial = true, on = true, timeout = true, ttl = true, context = true, outcome = true, carry = true,
+  defer = true, no = true, cancel_on_failure = true, invoke = true, with = true, use = true, state = true,
+  orthogonal = true, final = true, from = true,
+}
+
+-- What the parser keeps beside the normal form (weak keys, never in it): the
+-- declared order of a container's states and the positions of its items.
+local meta = setmetatable({}, { __mode = "k" })
+M.meta = meta
+
+local Parser = {}
+Parser.__index = Parser
+
+function Parser:peek(k) return self.toks[self.i + (k or 0)] end
+
+function Parser:advance()
+  local t = self.toks[self.i]
+  self.i = self.i + 1
+  return t
+end
+
+local function describe(t)
+  if t.class == "eof" then return "the end of input" end
+  return "'" .. t.value .. "'"
+end
+
+function Parser:fail(t, fmt, ...)
+  fail_at(self.text, t.line, t.col, fmt, ...)
+end
+
+function Parser:expected(what, t)
+  t = t or self:peek()
+  if t.class == "eof" then
+    self:fail(t, "unexpected end of input, expected %s (a `{` block is likely missing its closing `}`)", what)
+  end
+  self:fail(t, "expected %s, found %s", what, describe(t))
+end
+
+function Parser:is_op(v, k) local t = self:peek(k) return t.class == "op" and t.value == v end
+function Parser:is_word(v, k) local t = self:peek(k) return t.class == "name" and t.value == v end
+
+function Parser:op(v)
+  if not self:is_op(v) then self:expected("'" .. v .. "'") end
+  return self:advance()
+end
+
+function Parser:word(v)
+  if not self:is_word(v) then self:expected("'" .. v .. "'") end
+  return self:advance()
+end
+
+function Parser:name(what)
+  local t = self:peek()
+  if t.class ~= "name" then self:expected(what or "a name") end
+  self:advance()
+  return t.value, t
+end
+
+-- ref: NAME | STRING
+function Parser:ref(what)
+  local t = self:peek()
+  if t.class == "name" then self:advance() return t.value, t end
+  if t.class == "string" then self:advance() return unquote(t.value), t end
+  self:expected(what or "a name or a string")
+end
+
+local function pos_of(t) return { t.line, t.col } end
+
+-- value: STRING | SIGNED_NUMBER | BOOL | list. Returns the value and its
+-- Python str (a selector branch's key).
+function Parser:value_start(k)
+  local t = self:peek(k)
+  if t.class == "string" or t.class == "int" or t.class == "float" then return true end
+  if t.class == "name" and (t.value == "true" or t.value == "false") then return true end
+  if t.class == "op" and t.value == "[" then return true end
+  if t.class == "op" and (t.value == "+" or t.value == "-") then
+    local n = self:peek(k + 1)
+    return (n.class == "int" or n.class == "float") and n.start == t.stop
+  end
+  return false
+end
+
+function Parser:value()
+  local t = self:peek()
+  if t.class == "string" then self:advance() return unquote(t.value), unquote(t.value) end
+  if t.class == "name" and (t.value == "true" or t.value == "false") then
+    self:advance()
+    return t.value == "true", t.value == "true" and "True" or "False"
+  end
+  local sign = ""
+  if t.class == "op" and (t.value == "+" or t.value == "-") then
+    local n = self:peek(1)
+    if (n.class == "int" or n.class == "float") and n.start == t.stop then
+      sign = t.value == "-" and "-" or ""
+      self:advance()
+      t = n
+    end
+  end
+  if t.class == "int" then
+    self:advance()
+    local v = math.tointeger and math.tointeger(tonumber(sign .. t.value)) or tonumber(sign .. t.value)
+    if v == nil then v = tonumber(sign .. t.value) end
+    return v, M.py_str(v)
+  end
+  if t.class == "float" then
+    self:advance()
+    local v = tonumber(sign .. t.value) + 0.0
+    return v, py_float(v)
+  end
+  if t.class == "op" and t.value == "[" then
+    self:advance()
+    local list, strs = {}, {}
+    if not self:is_op("]") then
+      repeat
+        local v, s = self:value()
+        list[#list + 1] = v
+        strs[#strs + 1] = s
+      until not (self:is_op(",") and self:advance())
+    end
+    self:op("]")
+    return setmetatable(list, M.LIST), "[" .. concat(strs, ", ") .. "]"
+  end
+  self:expected("a value (a string, a number, true, false or a list)")
+end
+
+-- Lists built from the text are marked, so an empty one stays a list.
+M.LIST = { __name = "stm.list" }
+
+-- `event.x` / `context.x`: one field of the event's data or of the context.
+function Parser:namespaced(t)
+  local source, field = t.value:match("^([^.]+)%.(.+)$")
+  if source ~= "event" and source ~= "context" then
+    self:fail(t, "unknown namespace '%s' in '%s': use `event.<field>` or `context.<field>`", source, t.value)
+  end
+  if field:find(".", 1, true) then
+    self:fail(t, "'%s': a reference names one field of `%s`, not a nested path", t.value, source)
+  end
+  return source, field
+end
+
+------------------------------------------------------------------------
+-- Predicates: trees of leaves, guard references and all / any / not
+
+function Parser:predicate()
+  local first = self:and_expr()
+  if not self:is_word("or") then return first end
+  local parts = { first }
+  while self:is_word("or") do
+    self:advance()
+    parts[#parts + 1] = self:and_expr()
+  end
+  return { any = parts }
+end
+
+function Parser:and_expr()
+  local first = self:not_expr()
+  if not self:is_word("and") then return first end
+  local parts = { first }
+  while self:is_word("and") do
+    self:advance()
+    parts[#parts + 1] = self:not_expr()
+  end
+  return { all = parts }
+end
+
+function Parser:not_expr()
+  if self:is_word("not") then
+    self:advance()
+    return { ["not"] = self:not_expr() }
+  end
+  return self:atom()
+end
+
+function Parser:cmp_op(k)
+  local t = self:peek(k)
+  if t.class == "op" and CMP[t.value] then return CMP[t.value] end
+  if t.class == "name" and t.value == "in" then return "in" end
+  return nil
+end
+
+function Parser:atom()
+  local t = self:peek()
+  if self:is_op("(") then
+    self:advance()
+    local p = self:predicate()
+    self:op(")")
+    return p
+  end
+  if t.class == "name" and not self:cmp_op(1) then
+    self:advance()
+    return { guard = t.value }
+  end
+  if t.class ~= "name" and t.class ~= "string" and t.class ~= "dotted" then
+    self:expected("a comparison, a guard name or '('")
+  end
+  self:advance()
+  local source, field = "event", t.class == "string" and unquote(t.value) or t.value
+  if t.class == "dotted" then source, field = self:namespaced(t) end
+  local op = self:cmp_op()
+  if not op then self:expected("a comparison operator (==, !=, <, <=, >, >=, in)") end
+  self:advance()
+  local r = self:peek()
+  if r.class == "dotted" then
+    self:advance()
+    local rs, rf = self:namespaced(r)
+    return { leaf = { source = source, field = field, op = op, ref = { source = rs, field = rf } } }
+  end
+  local v = self:value()
+  return { leaf = { source = source, field = field, op = op, value = v } }
+end
+
+------------------------------------------------------------------------
+-- Actions, triggers, assignments
+
+-- action: (NAME | DOTTED) ( "(" [input ("," input)*] ")" )?
+function Parser:action()
+  local t = self:peek()
+  if t.class ~= "name" and t.class ~= "dotted" then self:expected("an action (a handler name or a dotted path)") end
+  self:advance()
+  local spec = { kind = t.class == "dotted" and "literal" or "handler", ref = t.value, inputs = {} }
+  meta[spec] = { pos = pos_of(t) }
+  if self:is_op("(") then
+    self:advance()
+    if not self:is_op(")") then
+      repeat
+        local key = self:ref("an input name")
+        self:op(":")
+        if self:value_start(0) then
+          spec.inputs[key] = self:value()
+        else
+          spec.inputs[key] = { __param__ = self:name("a value or a parameter name") }
+        end
+      until not (self:is_op(",") and self:advance())
+    end
+    self:op(")")
+  end
+  return spec
+end
+
+function Parser:trigger()
+  self:word("on")
+  local kinds = { (self:ref("an event kind")) }
+  while self:is_op("|") do
+    self:advance()
+    kinds[#kinds + 1] = self:ref("an event kind")
+  end
+  local trig = { type = concat(kinds, "|") }
+  if self:is_word("where") then
+    self:advance()
+    trig.where = self:predicate()
+  end
+  return trig
+end
+
+function Parser:operand()
+  local t = self:peek()
+  if t.class == "dotted" then
+    self:advance()
+    local source, field = self:namespaced(t)
+    return { ref = { source = source, field = field } }
+  end
+  if not self:value_start(0) then self:expected("a reference (context.x, event.x) or a value") end
+  return { lit = (self:value()) }
+end
+
+function Parser:assign_clause()
+  self:word("set")
+  local list = {}
+  repeat
+    local t = self:peek()
+    if t.class ~= "dotted" then self:expected("`context.<field>` to set") end
+    self:advance()
+    local source, field = self:namespaced(t)
+    if source ~= "context" then
+      self:fail(t, "`set` writes the execution context: '%s' must be `context.<field>`", t.value)
+    end
+    self:op("=")
+    local expr = self:operand()
+    local o = self:peek()
+    if o.class == "op" and ARITH[o.value] then
+      self:advance()
+      expr = { arith = { op = o.value, left = expr, right = self:operand() } }
+    end
+    list[#list + 1] = { field = field, expr = expr }
+  until not (self:is_op(",") and self:advance())
+  return list
+end
+
+-- After a transition, `on` starts its trigger unless it is an `on enter`,
+-- `on exit` or `on activity` item (a hook) of the enclosing state.
+function Parser:hook_ahead()
+  if not self:is_word("on") then return false end
+  local w, a = self:peek(1), self:peek(2)
+  if not (w.class == "name" and (w.value == "enter" or w.value == "exit" or w.value == "activity")) then
+    return false
+  end
+  if a.class == "dotted" then return true end
+  return a.class == "name" and not ITEM_WORDS[a.value] and a.value ~= "where" and a.value ~= "set"
+end
+
+function Parser:trigger_and_set(t)
+  if self:is_word("on") and not self:hook_ahead() then t.on_event = self:trigger() end
+  if self:is_word("set") then t.set = self:assign_clause() end
+  return t
+end
+
+------------------------------------------------------------------------
+-- Transitions
+
+function Parser:transition(from_tok)
+  local src = self:ref("the source state")
+  local pos = pos_of(from_tok)
+  if self:is_word("to") then
+    self:advance()
+    local t = { from = src, to = (self:ref("the target state")), __pos__ = pos }
+    return self:trigger_and_set(t)
+  elseif self:is_word("choose") then
+    self:advance()
+    local t = self:trigger_and_set({ from = src, __pos__ = pos })
+    self:op("{")
+    local branches = {}
+    if not self:is_word("when") then self:expected("'when'") end
+    while self:is_word("when") do
+      self:advance()
+      local b = { when = self:predicate() }
+      self:word("to")
+      b.to = self:ref("the branch's target")
+      if self:is_word("set") then b.set = self:assign_clause() end
+      branches[#branches + 1] = b
+    end
+    local choice = { branches = branches }
+    if self:is_word("else") then
+      self:advance()
+      self:word("to")
+      choice.default = self:ref("the else target")
+      if self:is_word("set") then choice.default_set = self:assign_clause() end
+    end
+    self:op("}")
+    t.choice = choice
+    return t
+  elseif self:is_word("select") then
+    self:advance()
+    local sel = { ["function"] = self:action(), mapper = {} }
+    local t = { from = src, selector = sel, __pos__ = pos }
+    local order = {}
+    meta[sel] = { order = order }
+    if self:is_word("returns") then
+      self:advance()
+      self:op("{")
+      local enum = {}
+      repeat
+        local _, s = self:value()
+        enum[#enum + 1] = s
+      until not (self:is_op(",") and self:advance())
+      self:op("}")
+      sel.enum = enum
+    end
+    if self:is_word("on") then t.on_event = self:trigger() end
+    self:op("{")
+    if not self:value_start(0) then self:expected("a branch (a value, then `to` and a state)") end
+    while self:value_start(0) do
+      local vt = self:peek()
+      local _, key = self:value()
+      self:word("to")
+      sel.mapper[key] = self:ref("the branch's target")
+      order[#order + 1] = { key = key, pos = pos_of(vt) }
+    end
+    if self:is_word("else") then
+      self:advance()
+      self:word("to")
+      sel.default = self:ref("the else target")
+    end
+    self:op("}")
+    return t
+  elseif self:is_word("join") then
+    self:advance()
+    local mode_t = self:peek()
+    if not (self:is_word("all") or self:is_word("any")) then self:expected("'all' or 'any'") end
+    self:advance()
+    self:word("to")
+    local ok = self:ref("the join's target")
+    self:word("else")
+    self:word("to")
+    local otherwise = self:ref("the join's else target")
+    -- harel desugars a join to a selector over region_results
+    local fn = { kind = "literal", ref = "harel.lib.join_success", inputs = { mode = mode_t.value } }
+    meta[fn] = { pos = pos_of(mode_t) }
+    local t = { from = src, selector = { ["function"] = fn, mapper = { pass = ok }, default = otherwise },
+                __pos__ = pos }
+    meta[t] = { join = mode_t.value }
+    return t
+  end
+  self:expected("'to', 'choose', 'select' or 'join'")
+end
+
+------------------------------------------------------------------------
+-- Containers: machines, states, fragments, inline machines
+
+local MACHINE_ONLY = { ttl = "ttl", context_schema = "context" }
+
+function Parser:field_spec(with_default)
+  local name = self:ref("a field name")
+  self:op(":")
+  local tt = self:peek()
+  if not (tt.class == "name" and FIELD_TYPES[tt.value]) then
+    self:expected("a field type (string, int, float, bool, any)")
+  end
+  self:advance()
+  local spec = { type = tt.value, required = true }
+  if self:is_op("?") then
+    self:advance()
+    spec.required = false
+  end
+  if with_default and self:is_op("=") then
+    self:advance()
+    if not spec.required then
+      self:fail(tt, "context field '%s' has a default, so it can't also be optional (`?`): "
+        .. "an execution always starts with it", name)
+    end
+    spec.default = self:value()
+  end
+  return name, spec
+end
+
+-- Reads items until the closing `}` into a config table (harel's _assemble:
+-- a repeated scalar item keeps the last).
+function Parser:items(cfg)
+  local info = { order = {}, at = {}, uses = {} }
+  meta[cfg] = info
+  local states, transitions, uses = nil, nil, nil
+  while not self:is_op("}") do
+    local t = self:peek()
+    if t.class ~= "name" then self:expected("an item or '}'") end
+    local w = t.value
+    local function set(key, v) cfg[key] = v; info.at[key] = pos_of(t) end
+    if w == "initial" then
+      self:advance()
+      set("start", (self:ref("the initial state")))
+    elseif w == "on" then
+      self:advance()
+      local which = self:peek()
+      if not (which.class == "name" and (which.value == "enter" or which.value == "exit" or which.value == "activity")) then
+        self:expected("'enter', 'exit' or 'activity'")
+      end
+      self:advance()
+      set("on_" .. which.value, self:action())
+    elseif w == "timeout" then
+      self:advance()
+      local v = self:peek()
+      if v.class == "int" then
+        self:advance()
+        set("timeout", tonumber(v.value))
+      elseif self:is_word("context") then
+        self:advance()
+        set("timeout", { context = (self:ref("a context key")) })
+      elseif v.class == "name" then
+        self:advance()
+        set("timeout", { __param__ = v.value })
+      else
+        self:expected("seconds, `context KEY` or a parameter name")
+      end
+    elseif w == "ttl" then
+      self:advance()
+      local v = self:peek()
+      if v.class ~= "int" then self:expected("seconds (an integer)") end
+      self:advance()
+      set("ttl", tonumber(v.value))
+    elseif w == "context" then
+      self:advance()
+      self:op("{")
+      local schema = {}
+      while not self:is_op("}") do
+        local name, spec = self:field_spec(true)
+        schema[name] = spec
+      end
+      self:op("}")
+      set("context_schema", schema)
+    elseif w == "outcome" then
+      self:advance()
+      set("outcome", (self:ref("an outcome")))
+    elseif w == "carry" or w == "defer" then
+      self:advance()
+      local list = { (self:ref(w == "carry" and "a context key" or "an event kind")) }
+      while self:is_op(",") do
+        self:advance()
+        list[#list + 1] = self:ref(w == "carry" and "a context key" or "an event kind")
+      end
+      set(w, setmetatable(list, M.LIST))
+    elseif w == "no" then
+      self:advance()
+      self:word("history")
+      set("allow_history", false)
+    elseif w == "cancel_on_failure" then
+      self:advance()
+      set("cancel_on_failure", true)
+    elseif w == "invoke" then
+      self:advance()
+      info.at.invoke = pos_of(t)
+      local n = self:peek()
+      if n.class == "dotted" or (n.class == "name" and not ITEM_WORDS[n.value] and n.value ~= "for") then
+        self:advance()
+        cfg.invoke = n.value
+      end
+      if self:is_word("for") then
+        self:advance()
+        local var = self:ref("the loop variable")
+        self:word("in")
+        cfg.invoke_each = setmetatable({ var, (self:ref("a context list")) }, M.LIST)
+      end
+      if self:is_op("{") then
+        local ot = self:advance()
+        local body = {}
+        self:items(body)
+        self:op("}")
+        self:machine_only(body, "an inline `invoke` target, which always runs as a child", ot)
+        cfg.invoke_inline = body
+      end
+    elseif w == "with" then
+      self:advance()
+      self:op("{")
+      local pairs_ = {}
+      repeat
+        local child = self:ref("a child context key")
+        self:op(":")
+        pairs_[child] = self:ref("a context key")
+      until self:is_op("}")
+      self:op("}")
+      set("invoke_with", pairs_)
+    elseif w == "use" then
+      self:advance()
+      local f = self:peek()
+      if f.class ~= "name" and f.class ~= "dotted" then self:expected("a fragment name") end
+      self:advance()
+      local use = { fragment = f.value, args = {}, __pos__ = pos_of(t) }
+      if self:is_op("(") then
+        self:advance()
+        if not self:is_op(")") then
+          repeat
+            local an = self:name("an argument name")
+            self:op("=")
+            local a = self:peek()
+            if self:is_op("(") then
+              self:advance()
+              use.args[an] = setmetatable({ "pred", self:predicate() }, M.LIST)
+              self:op(")")
+            elseif self:value_start(0) then
+              use.args[an] = setmetatable({ "lit", (self:value()) }, M.LIST)
+            elseif a.class == "name" then
+              self:advance()
+              use.args[an] = setmetatable({ "name", a.value }, M.LIST)
+            elseif a.class == "dotted" then
+              self:advance()
+              use.args[an] = setmetatable({ "dotted", a.value }, M.LIST)
+            else
+              self:expected("a name, a dotted path, a value or a (predicate)")
+            end
+          until not (self:is_op(",") and self:advance())
+        end
+        self:op(")")
+      end
+      if self:is_word("as") then
+        self:advance()
+        use.alias = self:ref("a local name")
+      end
+      uses = uses or {}
+      uses[#uses + 1] = use
+    elseif w == "state" or w == "orthogonal" or w == "final" then
+      self:advance()
+      local name, nt = self:ref("a state name")
+      local child = { __pos__ = pos_of(t) }
+      if w == "final" then
+        child.outcome = self:ref("the final state's verdict (an outcome)")
+        if self:is_op("{") then
+          self:advance()
+          self:items(child)
+          self:op("}")
+        else
+          meta[child] = { order = {}, at = {}, uses = {} }
+        end
+        meta[child].at.outcome = pos_of(t)
+        meta[child].final = true
+      else
+        self:op("{")
+        self:items(child)
+        self:op("}")
+      end
+      self:machine_only(child, "state " .. name, t)
+      if w == "orthogonal" then
+        child.type = "OrthogonalState"
+        for _, region in pairs(child.states or {}) do
+          if region.states and not region.type then region.type = "ParallelState" end
+        end
+      end
+      states = states or {}
+      if states[name] then self:fail(nt, "duplicate state name '%s' (harel keeps only the last)", name) end
+      states[name] = child
+      info.order[#info.order + 1] = name
+    elseif w == "from" then
+      self:advance()
+      transitions = transitions or setmetatable({}, M.LIST)
+      transitions[#transitions + 1] = self:transition(t)
+    else
+      self:expected("an item (state, final, orthogonal, from, initial, on, timeout, defer, ...) or '}'")
+    end
+  end
+  if states then cfg.states = states end
+  if transitions then cfg.transitions = transitions end
+  if uses then cfg.__uses__ = setmetatable(uses, M.LIST) end
+  return cfg
+end
+
+function Parser:machine_only(cfg, where, t)
+  for key, keyword in pairs(MACHINE_ONLY) do
+    if cfg[key] ~= nil then
+      self:fail(t, "`%s` is only allowed at the machine level, not on %s", keyword, where)
+    end
+  end
+end
+
+function Parser:program()
+  local prog = { imports = setmetatable({}, M.LIST), bindings = {}, guards = {}, events = {}, machines = {},
+                 fragments = {}, positions = {} }
+  local order = {}
+  meta[prog] = { machines = order }
+  if self:peek().class == "eof" then self:expected("a statement (machine, event, bind, guard, import, fragment)") end
+  while self:peek().class ~= "eof" do
+    local t = self:peek()
+    local w = t.class == "name" and t.value or nil
+    if w == "import" then
+      self:advance()
+      local s = self:peek()
+      if s.class ~= "string" then self:expected("a file name (a string)") end
+      self:advance()
+      local imp = { path = unquote(s.value), pos = pos_of(t) }
+      if self:is_word("as") then
+        self:advance()
+        imp.alias = self:name("an alias")
+      end
+      prog.imports[#prog.imports + 1] = imp
+    elseif w == "bind" then
+      self:advance()
+      self:op("{")
+      repeat
+        local name = self:name("a handler name")
+        self:op("=")
+        local impl = self:peek()
+        if impl.class ~= "name" and impl.class ~= "dotted" then self:expected("a handler name or a dotted path") end
+        self:advance()
+        prog.bindings[name] = impl.value
+      until self:is_op("}")
+      self:op("}")
+    elseif w == "guard" then
+      self:advance()
+      local name = self:name("a guard name")
+      self:op("=")
+      prog.guards[name] = self:predicate()
+      prog.positions["guard " .. name] = pos_of(t)
+    elseif w == "event" then
+      self:advance()
+      local name = self:ref("an event name")
+      self:op("{")
+      local fields = {}
+      while not self:is_op("}") do
+        local f, spec = self:field_spec(false)
+        fields[f] = spec
+      end
+      self:op("}")
+      prog.events[name] = fields
+      prog.positions["event " .. name] = pos_of(t)
+    elseif w == "machine" or w == "fragment" then
+      self:advance()
+      local name = self:ref(w == "machine" and "a machine name" or "a fragment name")
+      local cfg = {}
+      local params
+      if w == "fragment" and self:is_op("(") then
+        self:advance()
+        params = setmetatable({}, M.LIST)
+        repeat
+          local pn = self:name("a parameter name")
+          self:op(":")
+          local k = self:peek()
+          if not (k.class == "name" and PARAM_KINDS[k.value]) then
+            self:expected("a parameter kind (action, state, guard, value, event)")
+          end
+          self:advance()
+          params[#params + 1] = setmetatable({ pn, k.value }, M.LIST)
+        until not (self:is_op(",") and self:advance())
+        self:op(")")
+      end
+      self:op("{")
+      self:items(cfg)
+      self:op("}")
+      cfg.__pos__ = pos_of(t)
+      if w == "machine" then
+        prog.machines[name] = cfg
+        order[#order + 1] = name
+      else
+        self:machine_only(cfg, "fragment " .. name, t)
+        if params then cfg.__params__ = params end
+        prog.fragments[name] = cfg
+      end
+      prog.positions[w .. " " .. name] = pos_of(t)
+    else
+      self:expected("a statement (machine, event, bind, guard, import, fragment)")
+    end
+  end
+  return prog
+end
+
+-- parse(text) -> program (the normal form); raises "stm: line L, column C: ..."
+function M.parse(text)
+  if type(text) ~= "string" then error("stm.parse: text must be a string, got " .. type(text), 2) end
+  local p = setmetatable({ text = text, toks = lex(text), i = 1 }, Parser)
+  return p:program()
+end
+
+return M
