@@ -231,7 +231,7 @@ end
 
 -- The transitions one trace step took: the first one the event enables from
 -- the state it left (innermost first, as the engine picks), then any
--- automatic ones, ending where the step ended (or at a final whose parent
+-- automatic ones, ending where the step ended (or at a sink whose parent
 -- the step ended in). Breadth first, so the shortest explanation wins.
 local MAX_CHAIN = 8
 
@@ -255,7 +255,9 @@ local function explain(from, to, kind)
       for i, x in ipairs(item.chain) do chain[i] = x end
       chain[#chain + 1] = { t = item.t, part = tg[2], key = tg[3] }
       local x = tg[1]
-      if to == x or is_within(to, x) or (x.final and is_within(x, to)) then return chain, x end
+      -- a sink (a final, or a leaf with no way out) finishes its parent
+      local sink = x.final or (#x.children == 0 and #x.outgoing == 0)
+      if to == x or is_within(to, x) or (sink and is_within(x, to)) then return chain, x end
       if #chain < MAX_CHAIN then
         for _, e in ipairs(entered(x)) do
           local up = e
@@ -388,7 +390,10 @@ local function highlight(g, opts)
       local chain, landed = explain(from, to, s.event)
       if chain then
         for _, link in ipairs(chain) do
-          local parts = g.by_t[link.t]
+          local parts, t = g.by_t[link.t], link.t
+          local target = (link.part == "keys" and t.targets[link.key]) or (link.part == "else" and t.else_target)
+                         or t.target
+          mark(target, "visited")
           taken(parts.main)
           if link.part == "keys" then taken(parts.keys[link.key])
           elseif link.part ~= "main" then taken(parts[link.part]) end
