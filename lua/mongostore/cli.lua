@@ -252,11 +252,11 @@ The last line of a page that has more says its --cursor.]],
     local q = list_query(o)
     q.cursor = o.cursor
     local store = connect(o)
-    local items, next_cursor = {}, nil
+    local items, next_cursor = {}, nil -- luacheck: ignore 311
     local progress = o.all and not o.json and term.progress("listing", nil)
     repeat
       local page, err = store:list_executions(q)
-      if not page then fail("list: " .. tostring(err)) end
+      if not page then fail(tostring(err)) end
       for _, s in ipairs(page.items) do items[#items + 1] = s end
       next_cursor = page.next_cursor
       q.cursor = next_cursor
@@ -271,7 +271,8 @@ The last line of a page that has more says its --cursor.]],
     end
     local rows = {}
     for i, s in ipairs(items) do
-      rows[i] = { s.id, s.definition_id, s.status, s.outcome, s.active_path, s.version, s.parent_id, iso(s.finished_at) }
+      rows[i] = { s.id, s.definition_id, s.status, s.outcome, s.active_path, s.version, s.parent_id,
+                  iso(s.finished_at) }
     end
     print_table({ "ID", "CHART", "STATUS", "OUTCOME", "ACTIVE", "VER", "PARENT", "FINISHED" }, rows)
     out(format("%d execution%s", #items, #items == 1 and "" or "s"))
@@ -370,7 +371,7 @@ command("show", {
       for i = first, #trace do
         local s = trace[i]
         rows[#rows + 1] = { s.index, iso(s.at), s.event, s.from, s.to, s.status,
-                            s.actions and concat(s.actions, ",") or nil, s.error }
+                            s.actions and #s.actions > 0 and concat(s.actions, ",") or nil, s.error }
       end
       print_table({ "#", "AT", "EVENT", "FROM", "TO", "STATUS", "ACTIONS", "ERROR" }, rows)
     end
@@ -614,14 +615,17 @@ command("timers", {
       return h
     end
     if o.json then
-      json_out({ now = now, due_count = #due, next_count = #upcoming, due = list(head(due)), next = list(head(upcoming)) })
+      json_out({ now = now, due_count = #due, next_count = #upcoming, due = list(head(due)),
+                 next = list(head(upcoming)) })
       return 0
     end
     local function section(title, l, word, sign)
       out(format("%s: %d%s", title, #l, #l > limit and format(" (the first %d shown)", limit) or ""))
       if #l == 0 then return end
       local rows = {}
-      for i, t in ipairs(head(l)) do rows[i] = { t.execution_id, t.path, iso(t.fire_at), age(sign * (t.fire_at - now)) } end
+      for i, t in ipairs(head(l)) do
+        rows[i] = { t.execution_id, t.path, iso(t.fire_at), age(sign * (t.fire_at - now)) }
+      end
       print_table({ "EXECUTION", "PATH", "FIRE AT", word }, rows)
     end
     section("due", due, "OVERDUE", -1)
@@ -634,11 +638,42 @@ command("timers", {
 ------------------------------------------------------------------------
 -- outbox
 
+-- The emitting execution of each pending entry, and when it last
+-- committed: emitted events carry no created_time, so an entry's age is at
+-- least now minus its source's updated_at (the commit that queued it, or a
+-- later one). Read from the documents' own fields (harel's layout), only for
+-- documents with a backlog.
+local function outbox_sources(o, store)
+  local info = store:info()
+  local db = ms.database(uri_of(o), { db = info.db, wait = wait_of(o) })
+  if not db then return {} end
+  local coll = db:collection(info.executions)
+  local cur = coll and coll:find({ ["outbox.0"] = { ["$exists"] = true } },
+                                 { projection = { ["outbox.seq"] = 1, data = 1 } })
+  local by_seq = {}
+  if cur then
+    for doc in cur:each() do
+      local data = type(doc.data) == "string" and ms.json.decode(doc.data) or nil
+      local at = type(data) == "table" and type(data.updated_at) == "number" and data.updated_at or nil
+      for _, e in ipairs(doc.outbox or {}) do
+        local seq = math.tointeger(e.seq)
+        if seq then by_seq[seq] = { source = doc._id, at = at } end
+      end
+    end
+  end
+  db:close()
+  return by_seq
+end
+
 command("outbox", {
   summary = "the outbox's backlog by target and age, and the pending spawns",
   args = "[--json]",
   json = true,
   options = {},
+  help = [[
+Entries waiting for delivery, grouped by target, the longest waiting first. AGE is at
+least the time since the emitting execution last committed (emitted events carry no time
+of their own).]],
   run = function(o, words)
     if #words > 0 then usage("outbox takes no arguments") end
     local store = connect(o)
@@ -648,12 +683,14 @@ command("outbox", {
     spawns, err = store:pending_spawns()
     if not spawns then fail("outbox: spawns: " .. tostring(err)) end
     local now = ms.now()
+    local sources = #entries > 0 and outbox_sources(o, store) or {}
     local by, targets = {}, {}
     for _, e in ipairs(entries) do
       local key = e.target_id or "\0external"
       local t = by[key]
       if not t then
-        t = { target_id = e.target_id, count = 0, kinds = {}, kind_set = {}, oldest_at = nil }
+        t = { target_id = e.target_id, count = 0, kinds = {}, kind_set = {}, oldest_at = nil, sources = {},
+              source_set = {}, oldest_seq = e.seq }
         by[key] = t
         targets[#targets + 1] = t
       end
@@ -663,8 +700,15 @@ command("outbox", {
         t.kind_set[kind] = true
         t.kinds[#t.kinds + 1] = kind
       end
+      local src = sources[e.seq]
+      if src and not t.source_set[src.source] then
+        t.source_set[src.source] = true
+        t.sources[#t.sources + 1] = src.source
+      end
       local at = e.event and e.event.created_time
+      if type(at) ~= "number" then at = src and src.at end
       if type(at) == "number" and (t.oldest_at == nil or at < t.oldest_at) then t.oldest_at = at end
+      if e.seq < t.oldest_seq then t.oldest_seq = e.seq end
     end
     sort(targets, function(a, b)
       local x, y = a.oldest_at or math.huge, b.oldest_at or math.huge
@@ -675,7 +719,8 @@ command("outbox", {
       local js = {}
       for i, t in ipairs(targets) do
         js[i] = { target_id = t.target_id or ms.null, count = t.count, kinds = list(t.kinds), oldest_at = t.oldest_at,
-                  age = t.oldest_at and (now - t.oldest_at) or nil }
+                  age = t.oldest_at and (now - t.oldest_at) or nil, oldest_seq = t.oldest_seq,
+                  sources = list(t.sources) }
       end
       json_out({ total = #entries, targets = list(js), spawns = #spawns })
       return 0
@@ -685,10 +730,10 @@ command("outbox", {
     if #targets > 0 then
       local rows = {}
       for i, t in ipairs(targets) do
-        rows[i] = { t.target_id or "(external)", t.count, iso(t.oldest_at), age(t.oldest_at and now - t.oldest_at),
-                    concat(t.kinds, ",") }
+        rows[i] = { t.target_id or "(external)", t.count, t.oldest_seq, age(t.oldest_at and now - t.oldest_at),
+                    concat(t.kinds, ","), concat(t.sources, ",") }
       end
-      print_table({ "TARGET", "ENTRIES", "OLDEST", "AGE", "KINDS" }, rows)
+      print_table({ "TARGET", "ENTRIES", "OLDEST SEQ", "AGE", "KINDS", "FROM" }, rows)
     end
     out(format("spawns pending: %d", #spawns))
     return 0
@@ -765,7 +810,9 @@ Exits 1 when an index mongostore needs is missing. It reads and never writes, un
     local have = {}
     if existing[exes_name] then
       local ixs = db:collection(exes_name):list_indexes()
-      for _, ix in ipairs(ixs or {}) do have[#have + 1] = { name = ix.name, key = (tostring(ms.ejson.encode(ix.key)):gsub("%s", "")) } end
+      for _, ix in ipairs(ixs or {}) do
+        have[#have + 1] = { name = ix.name, key = (tostring(ms.ejson.encode(ix.key)):gsub("%s", "")) }
+      end
     end
     local indexes, missing = {}, 0
     for _, need in ipairs(NEEDED) do
@@ -821,18 +868,49 @@ local FORMATS = { mermaid = "to_mermaid", dot = "to_dot", svg = "to_dot" }
 
 command("render", {
   summary = "draw a chart as Mermaid, Graphviz DOT or SVG",
-  args = "CHART --format mermaid|dot|svg [--id CHART-ID] [--output FILE]",
-  options = { format = { value = true }, id = { value = true }, output = { value = true } },
+  args = "[CHART] --format mermaid|dot|svg [--id CHART-ID] [--execution ID] [--direction TB|LR] [--output FILE]",
+  options = { format = { value = true }, id = { value = true }, output = { value = true },
+              execution = { value = true }, direction = { value = true } },
   help = [[
-  CHART          a Lua module or .lua file returning a chart (or a list of charts: pick one with --id)
-  --format F     mermaid, dot, or svg (through Graphviz's `dot -Tsvg`)
-  --output FILE  write there instead of stdout]],
+  CHART           a Lua module or .lua file returning a chart (or a list of charts: pick one with --id);
+                  with --execution and no CHART, the execution's chart from --charts
+  --format F      mermaid, dot, or svg (through Graphviz's `dot -Tsvg`)
+  --execution ID  highlight where this execution and its children are, and the path its trace took
+  --direction D   TB (the default), LR, BT or RL
+  --output FILE   write there instead of stdout]],
   run = function(o, words)
-    if #words ~= 1 then usage("render takes one chart (a module name or a .lua file)") end
+    if #words > 1 or (#words == 0 and not o.execution) then
+      usage("render takes one chart (a module name or a .lua file)")
+    end
     local fmt = o.format or usage("render needs --format mermaid|dot|svg")
     if not FORMATS[fmt] then usage(format("--format must be mermaid, dot or svg, got %q", fmt)) end
+    local dirs = { TB = true, LR = true, BT = true, RL = true }
+    if o.direction and not dirs[o.direction] then usage("--direction must be TB, LR, BT or RL") end
     local chart = require "mongostore.chart"
-    local v = load_lua(words[1], "chart")
+    local dopts = { direction = o.direction }
+    local from_execution
+    if o.execution then
+      local store = connect(o)
+      local exe, err = store:load(o.execution)
+      if exe == nil then fail(format("render %s: %s", o.execution, err or "no such execution")) end
+      local exes = { exe }
+      local cids = {}
+      for cid in pairs(exe.children or {}) do cids[#cids + 1] = cid end
+      sort(cids)
+      for _, cid in ipairs(cids) do
+        local child = store:load(cid)
+        if child then exes[#exes + 1] = child end
+      end
+      local trace
+      trace, err = store:read_trace(o.execution)
+      if not trace then fail(format("render %s: trace: %s", o.execution, err)) end
+      dopts.execution, dopts.trace = exes, trace
+      if #words == 0 then
+        from_execution = chart_for(store, load_charts(o, "render --execution"), o.execution, "render")
+      end
+      store:close()
+    end
+    local v = from_execution or load_lua(words[1], "chart")
     local c
     if chart.is_chart(v) then
       c = v
@@ -856,7 +934,7 @@ command("render", {
       fail(format("render: chart.%s is not available in this mongostore (the diagram module is missing)",
         FORMATS[fmt]))
     end
-    local ok, text, derr = pcall(fn, c)
+    local ok, text, derr = pcall(fn, c, dopts)
     if not ok then fail("render: " .. tostring(text)) end
     if type(text) ~= "string" then fail("render: " .. tostring(derr or "no diagram")) end
     if fmt == "svg" then
