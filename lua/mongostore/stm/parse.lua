@@ -380,7 +380,9 @@ function Parser:atom()
   end
   if t.class == "name" and not self:cmp_op(1) then
     self:advance()
-    return { guard = t.value }
+    local g = { guard = t.value }
+    meta[g] = { pos = pos_of(t) }
+    return g
   end
   if t.class ~= "name" and t.class ~= "string" and t.class ~= "dotted" then
     self:expected("a comparison, a guard name or '('")

@@ -1,0 +1,612 @@
+-- mongostore.stm - harel's .stm charts in Lua: the text read by
+-- mongostore.stm.parse into harel's normal form, then mapped onto what
+-- chart.define takes, with the actions and guards given in Lua, and the events'
+-- typed fields kept beside the chart for check_event. What the engine cannot
+-- run yet is refused by name, with its line and column; nothing is dropped.
+local parse = require "mongostore.stm.parse"
+local chart_mod = require "mongostore.chart"
+
+local type, pairs, ipairs, next, error, tostring, pcall = type, pairs, ipairs, next, error, tostring, pcall
+local format, concat, setmetatable, getmetatable = string.format, table.concat, setmetatable, getmetatable
+
+local M = {}
+
+local meta, fail_at, py_str = parse.meta, parse.fail_at, parse.py_str
+
+-- stm.parse(text) / stm.normalize(text): the program in harel's normal form
+-- (the structure harel.dsl.parse builds, positions as { line, column }).
+M.parse = parse.parse
+function M.normalize(text)
+  if type(text) ~= "string" then error("stm.normalize: text must be a string, got " .. type(text), 2) end
+  return parse.parse(text)
+end
+
+-- Event kinds harel gives a meaning mongostore's engine does not have: an
+-- `on error` transition catches a failed action there (here the execution
+-- fails), Expired comes from a ttl and Returned from an invoke.
+local UNRUNNABLE_EVENTS = {
+  error = "harel routes a failed action to an `on error` transition; mongostore's engine fails the execution",
+  Expired = "Expired comes from a machine's ttl, which mongostore's engine does not run",
+  Returned = "Returned comes from an invoked child machine (invoke), which mongostore's engine does not run",
+}
+
+-- harel's reserved kinds are never checked against declarations.
+local RESERVED_EVENTS = { Timeout = true, Finished = true, Cancel = true, Reset = true, SetState = true,
+                          Start = true, Returned = true, error = true, Expired = true }
+
+------------------------------------------------------------------------
+-- Values, as harel compares them
+
+local is_null do
+  local ok, ms = pcall(require, "mongostore.values")
+  local null = ok and type(ms) == "table" and ms.null or nil
+  is_null = function(v) return v == nil or (null ~= nil and v == null) end
+end
+
+local function is_list(v)
+  if type(v) ~= "table" then return false end
+  local n = 0
+  for _ in pairs(v) do n = n + 1 end
+  return n == #v
+end
+
+local function num(v)
+  if type(v) == "number" then return v end
+  if type(v) == "boolean" then return v and 1 or 0 end -- Python: True == 1
+  return nil
+end
+
+local function py_eq(a, b)
+  local na, nb = num(a), num(b)
+  if na and nb then return na == nb end
+  if type(a) == "table" and type(b) == "table" then
+    for k, v in pairs(a) do if not py_eq(v, b[k]) then return false end end
+    for k in pairs(b) do if a[k] == nil then return false end end
+    return true
+  end
+  return a == b
+end
+
+-- A comparison that cannot be made (3 < "a", x in 5) does not hold, as in harel.
+local function compare(op, a, b)
+  if op == "eq" then return py_eq(a, b) end
+  if op == "ne" then return not py_eq(a, b) end
+  if op == "in" then
+    if type(b) == "string" then return type(a) == "string" and b:find(a, 1, true) ~= nil end
+    if type(b) ~= "table" then return false end
+    if is_list(b) then
+      for _, x in ipairs(b) do if py_eq(a, x) then return true end end
+      return false
+    end
+    return b[a] ~= nil
+  end
+  local na, nb = num(a), num(b)
+  if not (na and nb) then
+    if type(a) == "string" and type(b) == "string" then na, nb = a, b else return false end
+  end
+  if op == "lt" then return na < nb end
+  if op == "le" then return na <= nb end
+  if op == "gt" then return na > nb end
+  return na >= nb
+end
+
+local function deep_copy(v)
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = deep_copy(x) end
+  return setmetatable(out, getmetatable(v))
+end
+
+------------------------------------------------------------------------
+-- Typed events
+
+local function fits(t, v)
+  if t == "any" then return true end
+  if t == "string" then return type(v) == "string" end
+  if t == "bool" then return type(v) == "boolean" end
+  if t == "float" then return type(v) == "number" end
+  if t == "int" then
+    if type(v) ~= "number" then return false end
+    if math.type then return math.type(v) == "integer" end
+    return v % 1 == 0
+  end
+  return false
+end
+
+local function show(v)
+  if type(v) == "string" then return format("%q", v) end
+  return tostring(v)
+end
+
+-- What in data breaks the declared fields: harel's schema_problems (an
+-- undeclared key is allowed; a null only for an optional field).
+local function problems(fields, data)
+  local out, names = {}, {}
+  for name in pairs(fields) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local spec, v = fields[name], data[name]
+    if v == nil then
+      if spec.required then out[#out + 1] = format("missing required field '%s' (%s)", name, spec.type) end
+    elseif not (is_null(v) and not spec.required) and not fits(spec.type, v) then
+      out[#out + 1] = format("field '%s' must be %s, got %s %s", name, spec.type, type(v), show(v))
+    end
+  end
+  return out
+end
+
+local chart_events = setmetatable({}, { __mode = "k" })
+
+-- stm.check_event(c, kind, data) -> true | nil, msg, "invalid": whether data
+-- fits the fields the .stm declared for kind (an undeclared kind, or one of
+-- the reserved ones, is not checked).
+function M.check_event(c, kind, data)
+  if not chart_mod.is_chart(c) then error("stm.check_event: c must be a chart, got " .. type(c), 2) end
+  if type(kind) ~= "string" then error("stm.check_event: kind must be a string, got " .. type(kind), 2) end
+  if data ~= nil and type(data) ~= "table" then
+    error("stm.check_event: data must be a table, got " .. type(data), 2)
+  end
+  local events = chart_events[c]
+  local fields = events and not RESERVED_EVENTS[kind] and events[kind]
+  if not fields then return true end
+  local bad = problems(fields, data or {})
+  if #bad == 0 then return true end
+  return nil, format("event '%s' does not fit its declaration: %s", kind, concat(bad, "; ")), "invalid"
+end
+
+-- stm.events(c): the declared events of a chart from_stm built, as
+-- { Kind = { field = { type = "int", required = true } } } (a copy), or nil.
+function M.events(c)
+  if not chart_mod.is_chart(c) then error("stm.events: c must be a chart, got " .. type(c), 2) end
+  local e = chart_events[c]
+  return e and deep_copy(e) or nil
+end
+
+------------------------------------------------------------------------
+-- Compiling a machine
+
+local Compiler = {}
+Compiler.__index = Compiler
+
+function Compiler:fail(pos, fmt, ...)
+  pos = pos or self.machine_pos
+  fail_at(self.text, pos[1], pos[2], fmt, ...)
+end
+
+function Compiler:refuse(pos, construct, why)
+  self:fail(pos, "`%s` is not supported: %s", construct, why)
+end
+
+-- An action: a handler name (opts.actions, then a `bind`), or a dotted path
+-- (opts.actions by that path, else the field of a module `require` finds).
+function Compiler:resolve_action(spec)
+  local pos = meta[spec] and meta[spec].pos
+  local actions = self.actions
+  if spec.kind == "handler" and actions[spec.ref] then return actions[spec.ref] end
+  local impl = spec.kind == "literal" and spec.ref or self.bindings[spec.ref]
+  if impl == nil then
+    self:fail(pos, "unbound action handler '%s' (add a `bind` or pass actions = { %s = fn })", spec.ref, spec.ref)
+  end
+  if actions[impl] then return actions[impl] end
+  local mod, field = impl:match("^(.*)%.([^.]+)$")
+  if mod then
+    local ok, m = pcall(require, mod)
+    if ok and type(m) == "table" and type(m[field]) == "function" then return m[field] end
+  end
+  self:fail(pos, "action '%s' (%s) is not a function: pass actions = { [\"%s\"] = fn } or make module '%s' "
+    .. "return it", spec.ref, impl, impl, tostring(mod))
+end
+
+function Compiler:inputs(spec)
+  local out = {}
+  for k, v in pairs(spec.inputs) do
+    if type(v) == "table" and v.__param__ then
+      self:fail(meta[spec] and meta[spec].pos, "input '%s' names a fragment parameter ('%s'): only valid inside a "
+        .. "fragment", k, v.__param__)
+    end
+    out[k] = v
+  end
+  return out
+end
+
+-- A hook: fn(context, event, act, inputs).
+function Compiler:hook(spec)
+  local fn, inputs = self:resolve_action(spec), self:inputs(spec)
+  return function(context, event, act) return fn(context, event, act, deep_copy(inputs)) end
+end
+
+-- A predicate tree -> fn(scopes) -> boolean.
+function Compiler:predicate(p, seen)
+  if p.leaf then
+    local l = p.leaf
+    local source, field, op, value, ref = l.source, l.field, l.op, l.value, l.ref
+    return function(s)
+      local v = s[source][field]
+      if v == nil then return false end
+      if ref then
+        local other = s[ref.source][ref.field]
+        if other == nil then return false end
+        return compare(op, v, other)
+      end
+      return compare(op, v, value)
+    end
+  end
+  if p.all or p.any then
+    local parts = {}
+    for i, c in ipairs(p.all or p.any) do parts[i] = self:predicate(c, seen) end
+    if p.all then
+      return function(s)
+        for _, f in ipairs(parts) do if not f(s) then return false end end
+        return true
+      end
+    end
+    return function(s)
+      for _, f in ipairs(parts) do if f(s) then return true end end
+      return false
+    end
+  end
+  if p["not"] then
+    local f = self:predicate(p["not"], seen)
+    return function(s) return not f(s) end
+  end
+  -- a named guard: opts.guards (a Lua function) wins over a `guard` declaration
+  local name = p.guard
+  local lua_guard = self.lua_guards[name]
+  if lua_guard then
+    return function(s) return lua_guard(s.event, s.context, s.ev) and true or false end
+  end
+  local decl = self.guards[name]
+  if decl == nil then
+    self:fail(meta[p] and meta[p].pos, "unbound guard '%s' (add a `guard %s = ...` or pass guards = { %s = fn })",
+      name, name, name)
+  end
+  seen = seen or {}
+  if seen[name] then self:fail(self.guard_pos[name], "guard '%s' refers to itself", name) end
+  seen[name] = true
+  local f = self:predicate(decl, seen)
+  seen[name] = nil
+  return f
+end
+
+local function scopes(data, context, event)
+  return { event = data or {}, context = context or {}, ev = event }
+end
+
+-- `set`: every right-hand side evaluated against the context and event as the
+-- transition starts (as harel does), applied between the exits and the entries.
+local ARITH = {
+  ["+"] = function(a, b) return a + b end, ["-"] = function(a, b) return a - b end,
+  ["*"] = function(a, b) return a * b end, ["/"] = function(a, b) return a / b end,
+}
+
+local function value_of(expr, s)
+  if expr.lit ~= nil then return deep_copy(expr.lit) end
+  if expr.ref then
+    local v = s[expr.ref.source][expr.ref.field]
+    if v == nil then error(format("%s.%s is not set", expr.ref.source, expr.ref.field), 0) end
+    return deep_copy(v)
+  end
+  local a = expr.arith
+  local l, r = value_of(a.left, s), value_of(a.right, s)
+  for _, side in ipairs { l, r } do
+    if type(side) ~= "number" then error(format("`%s` needs numbers, got %s %s", a.op, type(side), show(side)), 0) end
+  end
+  if a.op == "/" and r == 0 then error("division by zero", 0) end
+  return ARITH[a.op](l, r)
+end
+
+local function evaluate(list, s)
+  local values = {}
+  for _, a in ipairs(list) do
+    local ok, v = pcall(value_of, a.expr, s)
+    if not ok then error("set context." .. a.field .. ": " .. tostring(v), 0) end
+    values[#values + 1] = { a.field, v }
+  end
+  return values
+end
+
+local function apply(values, context)
+  for _, fv in ipairs(values) do context[fv[1]] = fv[2] end
+end
+
+local function concat_lists(a, b)
+  local out = {}
+  for _, x in ipairs(a or {}) do out[#out + 1] = x end
+  for _, x in ipairs(b or {}) do out[#out + 1] = x end
+  return out
+end
+
+-- An unused key for a selector's else.
+local function else_key(mapper)
+  local k = "else"
+  while mapper[k] ~= nil do k = k .. "_" end
+  return k
+end
+
+function Compiler:transition(t)
+  local pos = t.__pos__
+  local d = { from = t.from }
+  self.transition_pos[#self.transition_pos + 1] = { from = t.from, pos = pos }
+  local guard
+  if t.on_event then
+    local kinds = {}
+    for k in t.on_event.type:gmatch("[^|]+") do
+      if UNRUNNABLE_EVENTS[k] then self:refuse(pos, "on " .. k, UNRUNNABLE_EVENTS[k]) end
+      kinds[#kinds + 1] = k
+    end
+    d.on = #kinds == 1 and kinds[1] or kinds
+    self.transition_pos[#self.transition_pos].on = t.on_event.type
+    if t.on_event.where then guard = self:predicate(t.on_event.where) end
+  end
+  -- values computed when the transition is enabled (or its branch chosen),
+  -- keyed by the execution's context table, applied by its action
+  local pending = setmetatable({}, { __mode = "k" })
+  local own_set = t.set
+  if t.choice then
+    local branches = {}
+    for i, b in ipairs(t.choice.branches) do
+      branches[i] = { when = self:predicate(b.when), set = concat_lists(own_set, b.set) }
+    end
+    local default, default_set = t.choice.default, concat_lists(own_set, t.choice.default_set)
+    local targets = {}
+    for i, b in ipairs(t.choice.branches) do targets[tostring(i)] = b.to end
+    if default then targets["else"] = default end
+    local function pick(s)
+      for i, b in ipairs(branches) do if b.when(s) then return i end end
+      return nil
+    end
+    d.where = function(data, context, event)
+      local s = scopes(data, context, event)
+      if guard and not guard(s) then return false end
+      return default ~= nil or pick(s) ~= nil
+    end
+    d.select = function(context, event)
+      local s = scopes(event and event.data, context, event)
+      local i = pick(s)
+      pending[context] = evaluate(i and branches[i].set or default_set, s)
+      return i and tostring(i) or "else"
+    end
+    d.to = targets
+    d.action = function(context)
+      local v = pending[context]
+      pending[context] = nil
+      if v then apply(v, context) end
+    end
+    return d
+  end
+  if t.selector then
+    local sel = t.selector
+    local fnspec = sel["function"]
+    if meta[t] and meta[t].join then
+      -- harel's join: once every region has finished, pass when all (or any)
+      -- of them ended with outcome "success", else the else target
+      local mode = meta[t].join
+      d.join = "all"
+      d.to = { pass = sel.mapper.pass, fail = sel.default }
+      d.select = function(context)
+        local results = context.region_results
+        local n, ok = 0, 0
+        if type(results) == "table" then
+          for _, r in pairs(results) do
+            n = n + 1
+            if type(r) == "table" and r.outcome == "success" then ok = ok + 1 end
+          end
+        end
+        local passed = n > 0 and (mode == "all" and ok == n or mode == "any" and ok > 0)
+        return passed and "pass" or "fail"
+      end
+      return d
+    end
+    local fn, inputs = self:resolve_action(fnspec), self:inputs(fnspec)
+    local mapper, default = sel.mapper, sel.default
+    if sel.enum then
+      for _, v in ipairs(sel.enum) do
+        if mapper[v] == nil and default == nil then
+          self:fail(pos, "selector %s returns '%s' (its `returns`) but has no branch for it and no `else`",
+            fnspec.ref, v)
+        end
+      end
+    end
+    local ekey = else_key(mapper)
+    local targets = {}
+    for k, v in pairs(mapper) do targets[k] = v end
+    if default then targets[ekey] = default end
+    local label = fnspec.ref
+    d.select = function(context, event)
+      local r = fn(context, event, deep_copy(inputs))
+      local key = py_str(r)
+      if mapper[key] ~= nil then return key end
+      if default ~= nil then return ekey end
+      error(format("selector %s returned %s, which matches no branch and there is no else", label, show(r)), 0)
+    end
+    d.to = targets
+    if guard then d.where = function(data, context, event) return guard(scopes(data, context, event)) end end
+    return d
+  end
+  d.to = t.to
+  if own_set then
+    d.where = function(data, context, event)
+      local s = scopes(data, context, event)
+      if guard and not guard(s) then return false end
+      pending[context] = evaluate(own_set, s)
+      return true
+    end
+    d.action = function(context, event)
+      local v = pending[context]
+      pending[context] = nil
+      if v == nil then v = evaluate(own_set, scopes(event and event.data, context, event)) end
+      apply(v, context)
+    end
+  elseif guard then
+    d.where = function(data, context, event) return guard(scopes(data, context, event)) end
+  end
+  return d
+end
+
+-- Constructs of a state (or the machine) the engine cannot run, by name.
+function Compiler:refusals(cfg, info, what, is_machine)
+  local at = info.at
+  local function p(key) return at[key] or cfg.__pos__ end
+  if at.invoke or cfg.invoke or cfg.invoke_each or cfg.invoke_inline then
+    self:refuse(at.invoke, "invoke", "a child chart execution (and `invoke ... for` fan-out) needs engine "
+      .. "support mongostore does not have yet")
+  end
+  if cfg.invoke_with then
+    self:refuse(p("invoke_with"), "with", "it passes context to an invoked child (invoke), which mongostore's "
+      .. "engine does not run yet")
+  end
+  if cfg.__uses__ then
+    self:refuse(cfg.__uses__[1].__pos__, "use", "fragments are not expanded by chart.from_stm yet")
+  end
+  if cfg.carry then
+    self:refuse(p("carry"), "carry", "a region's Finished carries its whole context in mongostore (result), "
+      .. "not a chosen set of keys")
+  end
+  if cfg.cancel_on_failure then
+    self:refuse(p("cancel_on_failure"), "cancel_on_failure", "mongostore's joins wait for every region "
+      .. "(join = \"any\" takes the first to finish); none cancels the rest on a failure")
+  end
+  if cfg.ttl then
+    self:refuse(p("ttl"), "ttl", "mongostore's engine does not expire an execution after a time without events")
+  end
+  if cfg.context_schema then
+    self:refuse(p("context_schema"), "context", "a typed context (with defaults) is not checked by "
+      .. "mongostore's engine; pass the context to engine:start")
+  end
+  if type(cfg.timeout) == "table" and cfg.timeout.__param__ then
+    self:fail(p("timeout"), "timeout names a fragment parameter ('%s'): only valid inside a fragment",
+      cfg.timeout.__param__)
+  end
+  if is_machine then
+    for _, key in ipairs { "on_enter", "on_exit", "on_activity", "timeout", "defer", "outcome" } do
+      if cfg[key] ~= nil then
+        self:refuse(p(key), (key:gsub("_", " ")) .. " on the machine", "a chart's root has no hooks, "
+          .. "timer, deferred kinds or outcome in mongostore: put it on a state")
+      end
+    end
+  end
+  if cfg.outcome ~= nil and cfg.states ~= nil and not info.final then
+    self:refuse(p("outcome"), "outcome on a composite state", what .. " has states; mongostore records an "
+      .. "outcome only from a final state (or a leaf without transitions)")
+  end
+end
+
+function Compiler:state(name, cfg, path)
+  local info = meta[cfg] or { order = {}, at = {} }
+  self.state_pos[path] = cfg.__pos__
+  self:refusals(cfg, info, "state " .. path, false)
+  local def = { name }
+  if cfg.type == "OrthogonalState" then def.orthogonal = true end
+  if cfg.start then def.initial = cfg.start end
+  for _, hook in ipairs { "on_enter", "on_exit", "on_activity" } do
+    if cfg[hook] then def[hook] = self:hook(cfg[hook]) end
+  end
+  if cfg.timeout ~= nil then def.timeout = cfg.timeout end
+  if cfg.defer then
+    local list = {}
+    for i, k in ipairs(cfg.defer) do list[i] = k end
+    def.defer = list
+  end
+  if cfg.allow_history == false then def.history = false end
+  if cfg.outcome ~= nil then def.final = cfg.outcome end
+  self:children(def, cfg, info, path)
+  return def
+end
+
+function Compiler:children(def, cfg, info, path)
+  if cfg.states then
+    local list = {}
+    for _, n in ipairs(info.order) do
+      list[#list + 1] = self:state(n, cfg.states[n], path == "" and n or path .. "." .. n)
+    end
+    def.states = list
+  end
+  if cfg.transitions then
+    local list = {}
+    for _, t in ipairs(cfg.transitions) do list[#list + 1] = self:transition(t) end
+    def.transitions = list
+  end
+end
+
+-- chart.define's error names a state path (and a transition's source and
+-- kind): point at that line.
+function Compiler:define(def)
+  local ok, c = pcall(chart_mod.define, def)
+  if ok then return c end
+  local msg = tostring(c)
+  local path = msg:match("^chart [^:]*: state ([^:]*):")
+  local pos = path and path ~= "(root)" and self.state_pos[path] or self.machine_pos
+  local from, on = msg:match(": transition from ([^%s:]+) on ([^%s:]+):")
+  if not from then from = msg:match(": transition from ([^%s:]+):") end
+  if from then
+    for _, tp in ipairs(self.transition_pos) do
+      if tp.from == from and (on == nil or tp.on == on) then pos = tp.pos break end
+    end
+  end
+  fail_at(self.text, pos[1], pos[2], "%s", msg)
+end
+
+local OPTS = { actions = true, guards = true, machine = true, id = true }
+
+-- stm.to_chart(text, { actions = {...}, guards = {...}, machine = "name", id = "chart id" })
+function M.to_chart(text, opts)
+  if type(text) ~= "string" then error("chart.from_stm: text must be a string, got " .. type(text), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("chart.from_stm: opts must be a table, got " .. type(opts), 2) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not OPTS[k] then error("chart.from_stm: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  for _, key in ipairs { "actions", "guards" } do
+    local t = opts[key]
+    if t ~= nil then
+      if type(t) ~= "table" then error(format("chart.from_stm: opts.%s must be a table, got %s", key, type(t)), 2) end
+      for name, fn in pairs(t) do
+        if type(name) ~= "string" or type(fn) ~= "function" then
+          error(format("chart.from_stm: opts.%s must map names to functions (%s)", key, tostring(name)), 2)
+        end
+      end
+    end
+  end
+  for _, key in ipairs { "machine", "id" } do
+    if opts[key] ~= nil and (type(opts[key]) ~= "string" or opts[key] == "") then
+      error(format("chart.from_stm: opts.%s must be a non-empty string", key), 2)
+    end
+  end
+  local prog = parse.parse(text)
+  local order = meta[prog].machines
+  local function top_fail(fmt, ...) fail_at(text, 1, 1, fmt, ...) end
+  if #prog.imports > 0 then
+    local imp = prog.imports[1]
+    fail_at(text, imp.pos[1], imp.pos[2], "`import` is not supported: chart.from_stm reads one text; "
+      .. "imported fragments and machines are not resolved")
+  end
+  local name = opts.machine
+  if name == nil then
+    if #order == 0 then top_fail("no machine declared") end
+    if #order > 1 then top_fail("several machines (%s): pass machine = \"name\"", concat(order, ", ")) end
+    name = order[1]
+  elseif prog.machines[name] == nil then
+    top_fail("no machine named '%s'", name)
+  end
+  local cfg = prog.machines[name]
+  local guard_pos = {}
+  for k, v in pairs(prog.positions) do
+    local g = k:match("^guard (.*)$")
+    if g then guard_pos[g] = v end
+  end
+  local self = setmetatable({
+    text = text, machine_pos = cfg.__pos__, actions = opts.actions or {}, lua_guards = opts.guards or {},
+    bindings = prog.bindings, guards = prog.guards, guard_pos = guard_pos, state_pos = {}, transition_pos = {},
+  }, Compiler)
+  self:refusals(cfg, meta[cfg], "machine " .. name, true)
+  local def = { id = opts.id or name, initial = cfg.start }
+  if cfg.allow_history == false then def.history = false end
+  self:children(def, cfg, meta[cfg], "")
+  if def.states == nil then self:fail(cfg.__pos__, "machine %s has no states", name) end
+  if def.initial == nil then self:fail(cfg.__pos__, "machine %s has no `initial`", name) end
+  local c = self:define(def)
+  if next(prog.events) ~= nil then chart_events[c] = deep_copy(prog.events) end
+  return c
+end
+
+return M

@@ -1,0 +1,179 @@
+-- spec/03-engine/stm_run_spec.lua - a chart read from harel's .stm DSL
+-- (spec/fixtures/stm/shipment.stm, chart.from_stm) with its actions and
+-- selector in Lua runs in the engine against the server: start, send with
+-- guards, `set` and a choice, a selector, a literal timeout and one from the
+-- context, a fork joined on its regions' verdicts, and finals with outcomes.
+local lu = require "luaunit"
+local ms = require "mongostore"
+local chart = require "mongostore.chart"
+local stm = require "mongostore.stm"
+local engine_mod = require "mongostore.engine"
+local helper = require "helpers"
+local C = require "fixtures.charts"
+
+local function read(name)
+  local f = assert(io.open(helper.root() .. "/spec/fixtures/stm/" .. name, "r"))
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- The chart with actions that record what they were called with.
+local function shipment(calls)
+  return chart.from_stm(read("shipment.stm"), {
+    actions = {
+      -- bound in the text (`bind { charge = billing.charge }`): found by its path
+      ["billing.charge"] = function(context, event, act, inputs)
+        calls[#calls + 1] = { "charge", context.customer, inputs.currency, inputs.retries, act.execution_id,
+                              event and event.kind }
+      end,
+      left_cart = function(context) calls[#calls + 1] = { "left_cart", context.items } end,
+      decide = function(_, event, inputs)
+        calls[#calls + 1] = { "decide", type(inputs) }
+        return event.data.by == "bob" and "yes" or "no"
+      end,
+    },
+  })
+end
+
+TestStmRun = {}
+
+function TestStmRun:setUp()
+  self.calls = {}
+  self.chart = shipment(self.calls)
+  self.store = C.store()
+  self.engine = engine_mod.new{ store = self.store, charts = { self.chart }, trace = true,
+                                log = function() end }
+end
+
+function TestStmRun:tearDown()
+  if self.store then self.store:close() end
+end
+
+function TestStmRun:load(id) return C.load(self.store, id) end
+
+-- Starts an execution and takes it to Paying with an Order.
+function TestStmRun:ordered(id, context)
+  local e = self.engine
+  lu.assertEquals(e:start("shipment", { id = id, context = context or { total = 10, review_seconds = 60 } }), id)
+  lu.assertEquals(self:load(id).active_path, "Cart")
+  lu.assertTrue(e:send(id, { kind = "Order", id = id .. "-order", data = { items = 2, customer = "ann" } }))
+  local exe = self:load(id)
+  lu.assertEquals(exe.active_path, "Paying")
+  return exe
+end
+
+function TestStmRun:test_start_send_fork_and_join_to_a_final()
+  local e, id = self.engine, "s1"
+  local exe = self:ordered(id)
+  -- `set` copied the event's fields into the context; the exit and enter hooks ran in order
+  lu.assertEquals(exe.context.items, 2)
+  lu.assertEquals(exe.context.customer, "ann")
+  lu.assertEquals(self.calls, { { "left_cart", nil }, { "charge", "ann", "EUR", 2, id, "Order" } })
+  lu.assertNotNil(C.timers(self.store, id).Paying, "the literal timeout armed a timer on entry")
+
+  -- the guard reads the event and the context: 5 < total 10 does not pay
+  lu.assertTrue(e:send(id, { kind = "Paid", id = "p-low", data = { amount = 5.0 } }))
+  lu.assertEquals(self:load(id).active_path, "Paying")
+  lu.assertTrue(e:send(id, { kind = "Paid", id = "p-ok", data = { amount = 20.0 } }))
+  exe = self:load(id)
+  lu.assertEquals(exe.active_path, "Fulfil")
+  lu.assertEquals(exe.context.paid, 20.0)
+  lu.assertEquals(exe.context.route, "direct", "the choice's else branch applied its own set")
+  lu.assertNil(C.timers(self.store, id).Paying, "leaving Paying cancelled its timer")
+  C.drain(e)
+  lu.assertEquals(#C.children(self:load(id)), 2, "each region runs as a child")
+
+  lu.assertTrue(e:send(id, { kind = "Packed", id = "packed" }))
+  lu.assertTrue(e:send(id, { kind = "Shipped", id = "shipped" }))
+  C.drain(e)
+  exe = self:load(id)
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Done")
+  lu.assertEquals(exe.outcome, "success")
+end
+
+function TestStmRun:test_a_region_that_fails_takes_the_joins_else()
+  local e, id = self.engine, "s2"
+  self:ordered(id)
+  lu.assertTrue(e:send(id, { kind = "Paid", id = "paid", data = { amount = 10 } }))
+  C.drain(e)
+  lu.assertTrue(e:send(id, { kind = "Lose", id = "lose" }))
+  lu.assertTrue(e:send(id, { kind = "Shipped", id = "shipped" }))
+  C.drain(e)
+  local exe = self:load(id)
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Lost")
+  lu.assertEquals(exe.outcome, "failure")
+end
+
+function TestStmRun:test_a_literal_timeout_fires_to_a_final()
+  local e, id = self.engine, "s3"
+  self:ordered(id)
+  local fire_at = C.timers(self.store, id).Paying
+  lu.assertNotNil(fire_at)
+  lu.assertEquals(e:sweep(fire_at - 1), 0, "not due before its time")
+  lu.assertEquals(self:load(id).active_path, "Paying")
+  lu.assertEquals(e:sweep(fire_at + 1), 1)
+  local exe = self:load(id)
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "TimedOut")
+  lu.assertEquals(exe.outcome, "expired")
+end
+
+function TestStmRun:test_a_choice_branch_a_timeout_from_the_context_and_a_selector()
+  local e = self.engine
+  -- a big payment goes to Review (the first `when`, with its own set)
+  self:ordered("s4")
+  local before = ms.now()
+  lu.assertTrue(e:send("s4", { kind = "Paid", id = "big", data = { amount = 5000.0 } }))
+  local exe = self:load("s4")
+  lu.assertEquals(exe.active_path, "Review")
+  lu.assertEquals(exe.context.route, "review")
+  lu.assertEquals(exe.context.paid, 5000.0)
+  local review = C.timers(self.store, "s4").Review
+  lu.assertNotNil(review, "Review's timeout is read from context.review_seconds")
+  lu.assertTrue(review >= before + 60 - 1 and review <= ms.now() + 60 + 1, "fire_at is entry + 60 s")
+  -- the selector's "yes" branch
+  lu.assertTrue(e:send("s4", { kind = "Approve", id = "ok", data = { by = "bob" } }))
+  lu.assertEquals(self:load("s4").active_path, "Fulfil")
+  lu.assertEquals(self.calls[#self.calls], { "decide", "table" })
+
+  -- and its else
+  self:ordered("s5")
+  lu.assertTrue(e:send("s5", { kind = "Paid", id = "big", data = { amount = 2000.0 } }))
+  lu.assertTrue(e:send("s5", { kind = "Approve", id = "no", data = { by = "eve" } }))
+  exe = self:load("s5")
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Lost")
+  lu.assertEquals(exe.outcome, "failure")
+end
+
+function TestStmRun:test_a_guard_that_does_not_hold_leaves_the_state()
+  local e, id = self.engine, "s6"
+  e:start("shipment", { id = id, context = { total = 10 } })
+  lu.assertTrue(e:send(id, { kind = "Order", id = "none", data = { items = 0, customer = "ann" } }))
+  local exe = self:load(id)
+  lu.assertEquals(exe.active_path, "Cart")
+  lu.assertNil(exe.context.items, "a transition not taken sets nothing")
+end
+
+-- The declared fields are checked against what is sent (harel checks them
+-- when an event is processed and refuses the event, the execution unchanged).
+function TestStmRun:test_an_event_that_breaks_its_declaration_is_refused()
+  local ok, msg, code = stm.check_event(self.chart, "Order", { items = "two", customer = "ann" })
+  lu.assertNil(ok)
+  lu.assertStrContains(msg, "field 'items' must be int")
+  lu.assertEquals(code, "invalid")
+  local e, id = self.engine, "s7"
+  e:start("shipment", { id = id, context = { total = 10 } })
+  local before = self:load(id).version
+  local sent, err, ecode = e:send(id, { kind = "Order", id = "bad", data = { items = "two", customer = "ann" } })
+  lu.assertNil(sent, "engine:send refuses an event that does not fit its declaration")
+  lu.assertStrContains(tostring(err), "items")
+  lu.assertEquals(ecode, "invalid")
+  local exe = self:load(id)
+  lu.assertEquals(exe.active_path, "Cart")
+  lu.assertEquals(exe.version, before, "nothing was committed")
+end
+
