@@ -336,7 +336,10 @@ local function highlight(g, opts)
     end
     local node, err = node_at(e.active_path, what)
     if err then return nil, err end
-    if node then mark(node, e.status == "FAILED" and "failed" or "current") end
+    -- a region that finished is a place the execution passed, not where it is
+    local class = e.status == "FAILED" and "failed" or "current"
+    if e.parent_id ~= nil and (e.status == "DONE" or e.status == "CANCELLED") then class = "visited" end
+    if node then mark(node, class) end
   end
 
   -- every step of every trace, ordered by time (then trace, then position)
@@ -508,8 +511,8 @@ function M.to_dot(c, opts)
       local style = class and DOT_CLASS[class]
       if is_container(ch) then
         w(depth, "subgraph cluster_" .. ids[ch] .. " {")
-        local st = node.orthogonal and "dashed" or "rounded"
-        local attrs = { "label=" .. label_of(ch), "style=\"" .. st .. (style and ",bold" or "") .. "\"" }
+        local st = (node.orthogonal and "dashed" or "rounded") .. (style and style.width > 1 and ",bold" or "")
+        local attrs = { "label=" .. label_of(ch), "style=\"" .. st .. "\"" }
         if style then
           attrs[#attrs + 1] = format("color=\"%s\"", style.color)
           attrs[#attrs + 1] = format("penwidth=%d", style.width)

@@ -482,8 +482,9 @@ function TestHighlight:test_fork_with_its_regions()
   -- steps at the same time order by trace: parent's, then A's, then B's
   lu.assertEquals(taken_edges(dot), { "s0_start->s1 (1)", "s1->s2_anchor Begin (4)", "s3_start->s4 (2)",
                                       "s4->s5 GoA (5)", "s7_start->s8 (3)" })
-  -- region A finished (it is where A is), having passed A2; B waits in B1
-  lu.assertStrContains(dot, 'label="A";\n      style="dashed,bold"')
+  -- region A finished: passed, like its A2; B waits in B1, so Fork is active
+  lu.assertStrContains(dot, 'label="A";\n      style="dashed";\n      color="#2e86c1"')
+  lu.assertStrContains(dot, 'label="Fork\\northogonal";\n    style="rounded,bold";\n    color="#d35400"')
   lu.assertStrContains(dot, 's5 [label="A2\\nfinal: success", peripheries=2, style="rounded,filled", fillcolor="#eaf2fb"')
   lu.assertStrContains(dot, 's8 [label="B1\\nentry", style="rounded,filled,bold"')
   svg_of(dot)
