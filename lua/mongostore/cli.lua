@@ -56,8 +56,9 @@ local function int_opt(o, name, lo, hi, default)
   return v
 end
 
-local function print_table(headers, rows)
-  for _, line in ipairs(term.table(headers, rows, term.width())) do out(line) end
+-- opts: term.table's (min cells per column, columns never cut)
+local function print_table(headers, rows, opts)
+  for _, line in ipairs(term.table(headers, rows, term.width(), opts)) do out(line) end
 end
 
 ------------------------------------------------------------------------
@@ -274,7 +275,8 @@ The last line of a page that has more says its --cursor.]],
       rows[i] = { s.id, s.definition_id, s.status, s.outcome, s.active_path, s.version, s.parent_id,
                   iso(s.finished_at) }
     end
-    print_table({ "ID", "CHART", "STATUS", "OUTCOME", "ACTIVE", "VER", "PARENT", "FINISHED" }, rows)
+    print_table({ "ID", "CHART", "STATUS", "OUTCOME", "ACTIVE", "VER", "PARENT", "FINISHED" }, rows,
+      { min = { 16, 8, nil, nil, 8 }, whole = { [3] = true, [6] = true } })
     out(format("%d execution%s", #items, #items == 1 and "" or "s"))
     if next_cursor then out("more: --cursor " .. next_cursor) end
     return 0

@@ -116,37 +116,55 @@ local function pad(s, cells)
 end
 
 -- Lines of a table: headers, then rows of cells (any value; nil shows as
--- "-"). Columns are two spaces apart; when the widest layout is wider than
--- `width`, the widest columns give up cells first (never below their
--- header or 4 cells) and their cells end with an ellipsis.
-function M.table(headers, rows, width)
-  local ncol = #headers
-  local cells, need = {}, {}
-  for c = 1, ncol do need[c] = M.display_width(headers[c]) end
+-- "-"). Columns are two spaces apart. When the widest layout is wider than
+-- `width`, the columns with nothing in them are left out first, then the
+-- widest columns give up cells (never below their header, 4 cells, or
+-- opts.min[c]; never at all for opts.whole[c]) and their cells end with an
+-- ellipsis.
+function M.table(headers, rows, width, opts)
+  opts = opts or {}
+  local min, whole = opts.min or {}, opts.whole or {}
+  local all = #headers
+  local cells, need, empty = {}, {}, {}
+  for c = 1, all do
+    need[c] = M.display_width(headers[c])
+    empty[c] = #rows > 0
+  end
   for r, row in ipairs(rows) do
     cells[r] = {}
-    for c = 1, ncol do
+    for c = 1, all do
       local v = row[c]
+      if v ~= nil then empty[c] = false end
       local s = M.clean(v == nil and "-" or v)
       cells[r][c] = s
       local w = M.display_width(s)
       if w > need[c] then need[c] = w end
     end
   end
-  local widths = {}
-  for c = 1, ncol do widths[c] = need[c] end
-  if width then
-    local function total()
-      local t = 2 * (ncol - 1)
-      for c = 1, ncol do t = t + widths[c] end
-      return t
+  local function total(cols, widths)
+    local t = 2 * (#cols - 1)
+    for _, c in ipairs(cols) do t = t + widths[c] end
+    return t
+  end
+  local cols, widths = {}, {}
+  for c = 1, all do
+    cols[c] = c
+    widths[c] = need[c]
+  end
+  if width and total(cols, widths) > width then
+    local kept = {}
+    for c = 1, all do
+      if not empty[c] then kept[#kept + 1] = c end
     end
+    cols = kept
     local floor = {}
-    for c = 1, ncol do floor[c] = math.min(need[c], math.max(4, M.display_width(headers[c]))) end
-    while total() > width do
-      local widest, wc = 0, nil
-      for c = 1, ncol do
-        if widths[c] > floor[c] and widths[c] > widest then widest, wc = widths[c], c end
+    for _, c in ipairs(cols) do
+      floor[c] = whole[c] and need[c] or math.min(need[c], math.max(4, M.display_width(headers[c]), min[c] or 0))
+    end
+    while total(cols, widths) > width do
+      local excess, wc = 0, nil
+      for _, c in ipairs(cols) do
+        if widths[c] - floor[c] > excess then excess, wc = widths[c] - floor[c], c end
       end
       if not wc then break end -- nothing left to give: the terminal wraps
       widths[wc] = widths[wc] - 1
@@ -155,9 +173,9 @@ function M.table(headers, rows, width)
   local lines = {}
   local function line(values)
     local parts = {}
-    for c = 1, ncol do
+    for i, c in ipairs(cols) do
       local s = M.truncate(values[c], widths[c])
-      parts[c] = c < ncol and pad(s, widths[c]) or s
+      parts[i] = i < #cols and pad(s, widths[c]) or s
     end
     lines[#lines + 1] = (concat(parts, "  "):gsub("%s+$", ""))
   end
