@@ -86,7 +86,10 @@ local function lex(text)
     toks[#toks + 1] = { class = class, value = value, line = line, col = col, start = start, stop = after }
     pos = after
   end
-  local line, col = locate(text, #text + 1)
+  -- the end of input is where harel puts it: after the last line's text
+  local last = #text
+  while last > 0 and (sub(text, last, last) == "\n" or sub(text, last, last) == "\r") do last = last - 1 end
+  local line, col = locate(text, last + 1)
   toks[#toks + 1] = { class = "eof", value = "end of input", line = line, col = col, start = #text + 1,
                       stop = #text + 1 }
   return toks
@@ -593,7 +596,7 @@ end
 local MACHINE_ONLY = { ttl = "ttl", context_schema = "context" }
 
 function Parser:field_spec(with_default)
-  local name = self:ref("a field name")
+  local name, nt = self:ref("a field name")
   self:op(":")
   local tt = self:peek()
   if not (tt.class == "name" and FIELD_TYPES[tt.value]) then
@@ -608,7 +611,7 @@ function Parser:field_spec(with_default)
   if with_default and self:is_op("=") then
     self:advance()
     if not spec.required then
-      self:fail(tt, "context field '%s' has a default, so it can't also be optional (`?`): "
+      self:fail(nt, "context field '%s' has a default, so it can't also be optional (`?`): "
         .. "an execution always starts with it", name)
     end
     spec.default = self:value()
