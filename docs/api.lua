@@ -3016,6 +3016,75 @@ local order = chart.define{
           } },
       },
     },
+    {
+      title = "Diagrams",
+      intro = [[
+`chart.to_dot` (Graphviz) and `chart.to_mermaid` (a Mermaid `stateDiagram-v2`)
+draw a chart: composites as clusters (Mermaid composites), the regions of an
+orthogonal state dashed (split by `--`), an initial dot in each composite,
+finals with a double border and their outcome, timeouts (seconds or the
+context key), deferred kinds and hooks under the state's name; transitions
+labelled `Event | Other [guard] / action`, a selector as a choice node with one
+edge per key, a join as a bar with its `success` and dashed `else` edges.
+Given executions or traces, they highlight where each execution is (its state
+filled, the states around it bold; a `FAILED` one in red), the states passed
+(pale) and every transition taken, numbered in the order taken: a trace step
+is matched to the transition its event enables from the state it left
+(innermost first, as the engine picks), then any automatic ones, ending where
+the step ended. The regions' child executions and their traces go in the same
+lists as the parent's. The text is the same for the same chart and options in
+every process (keys, kinds and lists sorted), and every label is escaped for
+its format (quotes, brackets, braces, newlines, non-ASCII, invalid UTF-8), so
+no state name, event kind or outcome can end a label or add a statement.
+`tools/render-order-chart` draws the README's chart into `docs/order_chart.svg`.]],
+      entries = {
+        { fn = "to_dot", module = "mongostore.chart",
+          params = {
+            { "c", "mongostore.Chart", "a chart" },
+            { "opts", "mongostore.DiagramOptions?", "what to highlight and how to lay it out" },
+          },
+          returns = { { "text", "string", "a Graphviz `digraph` (render with `dot -Tsvg`); taken edges and "
+            .. "highlighted states carry an SVG `class` (`taken`, `current`, `failed`, `visited`)" } },
+          fails = { "invalid" },
+          raises = "a `c` that is not a chart, an `opts` that is not a table, an unknown option or a wrong type "
+            .. "for one",
+          desc = "Fails `invalid` when an execution runs another chart, or an execution or a trace step names a "
+            .. "state the chart does not have (a trace of an older version of the chart).",
+          example = [[
+local svg = io.popen("dot -Tsvg -o order.svg", "w")
+svg:write(assert(chart.to_dot(order, { execution = exe, trace = assert(store:read_trace(exe.id)) })))
+svg:close()]] },
+        { fn = "to_mermaid", module = "mongostore.chart",
+          params = {
+            { "c", "mongostore.Chart", "a chart" },
+            { "opts", "mongostore.DiagramOptions?", "what to highlight and how to lay it out" },
+          },
+          returns = { { "text", "string", "a Mermaid `stateDiagram-v2`, pure ASCII: every character but letters, "
+            .. "digits, space and `_` in a label is a `#NNN;` entity; highlighted states get the classes "
+            .. "`current`, `failed`, `active` and `visited`, taken transitions their order numbers in their label" } },
+          fails = { "invalid" },
+          raises = "a `c` that is not a chart, an `opts` that is not a table, an unknown option or a wrong type "
+            .. "for one",
+          desc = "Mermaid's own parser (mermaid 11) takes every diagram it writes: `tools/mermaid/check FILE...`." },
+        { class = "mongostore.DiagramOptions",
+          desc = "What `chart.to_dot` and `chart.to_mermaid` take; an unknown key raises.",
+          fields = {
+            { "execution", "mongostore.Execution|mongostore.Execution[]?", "where it is: an execution of the "
+              .. "chart (as `store:load` gives it), or a list (the parent and its regions' children)" },
+            { "executions", "mongostore.Execution[]?", "more executions, highlighted the same way" },
+            { "trace", "mongostore.TraceStep[]|mongostore.TraceStep[][]?", "the path: a trace as "
+              .. "`store:read_trace` gives it, or a list of traces; steps of several traces are numbered by "
+              .. "their `at`, then in the order the traces are given. With no execution, each trace's last step "
+              .. "says where it is" },
+            { "traces", "mongostore.TraceStep[][]?", "more traces" },
+            { "names", "table<function, string>?", "names for the chart's functions: guards, selectors, "
+              .. "actions and hooks (`[guard]`, `entry` otherwise)" },
+            { "direction", "\"TB\"|\"LR\"|\"BT\"|\"RL\"?", "the layout's direction", default = "\"TB\"" },
+            { "title", "string|false?", "a title above the diagram (DOT: the chart's id unless false; Mermaid: "
+              .. "none unless given, in the front matter)" },
+          } },
+      },
+    },
   },
 }
 

@@ -50,6 +50,16 @@
 ---@field parent_id? string
 ---@field now number epoch seconds of this step
 
+--- What `chart.to_dot` and `chart.to_mermaid` take; an unknown key raises.
+---@class mongostore.DiagramOptions
+---@field execution? mongostore.Execution|mongostore.Execution[] where it is: an execution of the chart (as `store:load` gives it), or a list (the parent and its regions' children)
+---@field executions? mongostore.Execution[] more executions, highlighted the same way
+---@field trace? mongostore.TraceStep[]|mongostore.TraceStep[][] the path: a trace as `store:read_trace` gives it, or a list of traces; steps of several traces are numbered by their `at`, then in the order the traces are given. With no execution, each trace's last step says where it is
+---@field traces? mongostore.TraceStep[][] more traces
+---@field names? table<function, string> names for the chart's functions: guards, selectors, actions and hooks (`[guard]`, `entry` otherwise)
+---@field direction? "TB"|"LR"|"BT"|"RL" the layout's direction
+---@field title? string|false a title above the diagram (DOT: the chart's id unless false; Mermaid: none unless given, in the front matter)
+
 ---@class mongostore.chart
 local chart = {}
 
@@ -78,5 +88,29 @@ function chart.is_external(c, kind) end
 ---@param c mongostore.Chart a chart
 ---@return string[]? kinds # the declared external kinds, sorted (a fresh list); nil when the chart declares none
 function chart.external_kinds(c) end
+
+--- Fails `invalid` when an execution runs another chart, or an execution or a trace step names a state the chart does not have (a trace of an older version of the chart).
+---
+--- Raises on a `c` that is not a chart, an `opts` that is not a table, an unknown option or a wrong type for one.
+---
+--- Fails with `nil, message, code`.
+---@param c mongostore.Chart a chart
+---@param opts? mongostore.DiagramOptions what to highlight and how to lay it out
+---@return string? text # a Graphviz `digraph` (render with `dot -Tsvg`); taken edges and highlighted states carry an SVG `class` (`taken`, `current`, `failed`, `visited`)
+---@return string? message
+---@return "invalid"? code
+function chart.to_dot(c, opts) end
+
+--- Mermaid's own parser (mermaid 11) takes every diagram it writes: `tools/mermaid/check FILE...`.
+---
+--- Raises on a `c` that is not a chart, an `opts` that is not a table, an unknown option or a wrong type for one.
+---
+--- Fails with `nil, message, code`.
+---@param c mongostore.Chart a chart
+---@param opts? mongostore.DiagramOptions what to highlight and how to lay it out
+---@return string? text # a Mermaid `stateDiagram-v2`, pure ASCII: every character but letters, digits, space and `_` in a label is a `#NNN;` entity; highlighted states get the classes `current`, `failed`, `active` and `visited`, taken transitions their order numbers in their label
+---@return string? message
+---@return "invalid"? code
+function chart.to_mermaid(c, opts) end
 
 return chart
