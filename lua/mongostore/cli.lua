@@ -102,8 +102,8 @@ function M.usage()
 end
 
 local function command_help(def)
-  return concat({ usage_line(def), "", def.summary .. ".", def.help and ("\n" .. def.help) or "", "",
-                  GLOBAL_USAGE }, "\n")
+  local summary = def.summary:sub(1, 1):upper() .. def.summary:sub(2) .. "."
+  return concat({ usage_line(def), "", summary, def.help and ("\n" .. def.help) or "", "", GLOBAL_USAGE }, "\n")
 end
 
 ------------------------------------------------------------------------
@@ -485,9 +485,11 @@ local function control_command(name, summary, detail)
     options = { definition = { value = true }, status = { value = true, multi = true }, ["no-trace"] = {} },
     help = detail .. [[
 
+
   ID...            the executions (their children get it from the outbox, through a worker)
   --definition ID  instead of ids: every root execution of this chart (with --status, only those)
   --status S       with --definition: only these statuses
+  --no-trace       write no trace step
 With more than one execution a progress bar runs on a terminal; the exit code is 1 when any failed.]],
     run = function(o, words)
       if #words > 0 and (o.definition or o.status) then usage(name .. " takes ids or a selection, not both") end
@@ -561,6 +563,7 @@ command("recover", {
   options = { ["max-passes"] = { value = true }, ["no-trace"] = {} },
   help = [[
   --max-passes N   at most N passes (default 100); each pass relays spawns, the outbox, then due timers
+  --no-trace       write no trace step
 The charts must include every chart the pending work belongs to.]],
   run = function(o, words)
     if #words > 0 then usage("recover takes no arguments") end
