@@ -498,6 +498,18 @@ function TestCli:test_doctor_reports_the_server_and_the_indexes()
   assert_ok(r)
   lu.assertNotStrContains(r.out, "missing")
 
+  -- another prefix: its own collections, listed and checked apart
+  local other = helper.connect({ db = self.db, prefix = "hx" })
+  local eng = engine_mod.new{ store = other, charts = charts, log = function() end }
+  assert(eng:start("cli_flow", { id = "in-hx" }))
+  v = json(self:run({ "list", "--json", "--prefix", "hx" }))
+  lu.assertEquals(ids_of(v.items), { "in-hx" })
+  v = json(self:run({ "doctor", "--json", "--prefix", "hx" }))
+  lu.assertEquals(v.collections[1].name, "hx_executions")
+  lu.assertEquals(v.collections[1].documents, 1)
+  lu.assertEquals(v.missing_indexes, 0)
+  other:close()
+
   -- another prefix: nothing there yet
   v = ms.json.decode(self:run({ "doctor", "--json", "--prefix", "other" }).out)
   lu.assertEquals(v.collections[1].name, "other_executions")
