@@ -6,7 +6,7 @@
 local lpeg = require "lpeg"
 
 local P, R, S, C, Cp, Cc = lpeg.P, lpeg.R, lpeg.S, lpeg.C, lpeg.Cp, lpeg.Cc
-local type, pairs, ipairs, tonumber, tostring, error = type, pairs, ipairs, tonumber, tostring, error
+local type, pairs, tonumber, tostring, error = type, pairs, tonumber, tostring, error
 local format, concat, byte, sub = string.format, table.concat, string.byte, string.sub
 local setmetatable = setmetatable
 
@@ -636,7 +636,8 @@ function Parser:items(cfg)
     elseif w == "on" then
       self:advance()
       local which = self:peek()
-      if not (which.class == "name" and (which.value == "enter" or which.value == "exit" or which.value == "activity")) then
+      local v = which.class == "name" and which.value
+      if not (v == "enter" or v == "exit" or v == "activity") then
         self:expected("'enter', 'exit' or 'activity'")
       end
       self:advance()
