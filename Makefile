@@ -68,6 +68,7 @@ lint:
 # docs/api.lua; spec/01-unit/docs_spec.lua fails when they are stale.
 docs:
 	@$(LUA) tools/docgen.lua
+	@LUA=$(LUA) tools/render-order-chart
 
 docs-check:
 	@$(LUA) tools/docgen.lua --check

@@ -67,6 +67,7 @@ build = {
       ["mongostore.schema"] = "lua/mongostore/schema.lua",
       ["mongostore.query"] = "lua/mongostore/query.lua",
       ["mongostore.track"] = "lua/mongostore/track.lua",
+      ["mongostore.diagram"] = "lua/mongostore/diagram.lua",
       ["mongostore.records"] = "lua/mongostore/records.lua",
       ["mongostore.records.canon"] = "lua/mongostore/records/canon.lua",
       ["mongostore.records.fingerprint"] = "lua/mongostore/records/fingerprint.lua",
