@@ -30,6 +30,7 @@ api.modules = {
   { name = "mongostore.ngx_thread", as = "ngx_thread" },
   { name = "mongostore.model", as = "model" },
   { name = "mongostore.records", as = "records" },
+  { name = "mongostore.stm", as = "stm" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
@@ -3083,6 +3084,103 @@ svg:close()]] },
             { "title", "string|false?", "a title above the diagram (DOT: the chart's id unless false; Mermaid: "
               .. "none unless given, in the front matter)" },
           } },
+      },
+    },
+    {
+      title = "harel's .stm charts",
+      intro = [[
+`chart.from_stm` reads a machine of harel's `.stm` DSL (harel 0.9.0,
+`harel/dsl/grammar.lark`) into a chart, through `mongostore.stm` (LPeg). Each
+construct becomes what `chart.define` takes: `state`, `orthogonal` (its
+regions), `final NAME VERDICT` (`final = "VERDICT"`; `outcome` on a leaf is the
+same), `initial`, `on enter|exit|activity ACTION(key: value, ...)` (hooks
+called as `fn(context, event, act, inputs)`), `timeout N` and `timeout context
+KEY`, `defer`, `no history`, `from A to B on K | L where PREDICATE set
+context.x = EXPR, ...` (the guard reads the event's fields bare or as
+`event.x`, and `context.x`; `set` is evaluated as the transition starts and
+applied between the exits and the entries), `choose { when P to X set ...
+else to Y }` (the first branch that holds; with no branch holding and no
+`else` the transition is not enabled), `select FN returns {...} { VALUE to X
+else to Y }` (the result keyed as Python's `str` prints it: `true` is
+`True`, `1.0` is `1.0`; a result no branch takes and no `else` fails the
+execution), `join all|any to X else to Y` (once every region has finished: X
+when all, or any, ended with outcome `success`, as harel's `join_success`
+decides; an outcome of nil is not a success there), `guard NAME = PREDICATE`,
+`bind { handler = module.fn }` and `event KIND { field: int|float|string|bool|any[?] }`.
+An action is found in `opts.actions` by its handler name, then by the path a
+`bind` gives it (or the literal dotted path), then as the field of the module
+`require` finds; `opts.guards` overrides a `guard` declaration.
+
+Every error raises `stm: line L, column C: message` followed by the line and a
+caret; harel's parser fails the same texts at the same place
+(`spec/02-store/stm_harel_spec.lua`). What mongostore's engine cannot run is
+refused by name, never dropped: `invoke` (and `invoke ... for`, `with`), `use`,
+`fragment` uses and `import` (not expanded yet), `carry`, `cancel_on_failure`,
+`ttl`, a typed `context` block, `on error`, `on Expired` and `on Returned`,
+`outcome` on a composite state, and hooks, a timeout, `defer` or `outcome` on
+the machine itself. A declared event's fields are checked by
+`stm.check_event`.]],
+      entries = {
+        { fn = "from_stm", module = "mongostore.chart",
+          params = {
+            { "text", "string", "the `.stm` text" },
+            { "opts", "mongostore.StmOptions?", "the actions and guards in Lua, which machine, the chart's id" },
+          },
+          returns = { { "c", "mongostore.Chart", "the chart, as `chart.define` makes it" } },
+          raises = "a text harel's grammar does not take, an unbound action or guard, a construct the engine cannot "
+            .. "run (by name), or what `chart.define` refuses, each as `stm: line L, column C: ...`; wrong argument "
+            .. "types, naming the argument",
+          example = [[
+local c = chart.from_stm([=[
+event Paid { amount: float }
+machine order {
+  initial Cart
+  state Cart { on enter greet(channel: "email") }
+  final Done success
+  from Cart to Done on Paid where amount > 0
+}]=], { actions = { greet = function(context, event, act, inputs) context.greeted = inputs.channel end } })]] },
+        { class = "mongostore.StmOptions",
+          desc = "What `chart.from_stm` takes; an unknown key raises.",
+          fields = {
+            { "actions", "table<string, function>?", "hooks and selectors by handler name or dotted path: "
+              .. "hooks as `fn(context, event, act, inputs)`, selectors as `fn(context, event, inputs)`" },
+            { "guards", "table<string, fun(data: table, context: table, event: mongostore.Event?): boolean>?",
+              "named guards in Lua, over the text's `guard` declarations" },
+            { "machine", "string?", "the machine to read, when the text declares several" },
+            { "id", "string?", "the chart's id", default = "the machine's name" },
+          } },
+        { fn = "check_event", module = "mongostore.stm",
+          params = {
+            { "c", "mongostore.Chart", "a chart from `chart.from_stm`" },
+            { "kind", "string", "an event kind" },
+            { "data", "table?", "its data" },
+          },
+          returns = { { "ok", "true", "the data fits the fields the text declared for the kind (an undeclared kind, "
+            .. "or a reserved one, is not checked; undeclared fields are allowed)" } },
+          fails = { "invalid" },
+          raises = "a `c` that is not a chart, a `kind` that is not a string, a `data` that is not a table" },
+        { fn = "events", module = "mongostore.stm",
+          params = { { "c", "mongostore.Chart", "a chart" } },
+          returns = { { "events", "table<string, table<string, { type: string, required: boolean }>>?",
+            "the declared events and their fields (a copy); nil when the text declared none" } },
+          raises = "a `c` that is not a chart" },
+        { fn = "to_chart", module = "mongostore.stm",
+          params = {
+            { "text", "string", "the `.stm` text" },
+            { "opts", "mongostore.StmOptions?", "as `chart.from_stm`" },
+          },
+          returns = { { "c", "mongostore.Chart", "what `chart.from_stm` returns" } },
+          raises = "as `chart.from_stm`" },
+        { fn = "normalize", module = "mongostore.stm",
+          params = { { "text", "string", "the `.stm` text" } },
+          returns = { { "program", "table", "the program in harel's normal form: `machines`, `fragments`, "
+            .. "`events`, `bindings`, `guards`, `imports` and `positions`, each machine the config table harel's "
+            .. "parser builds (positions as `{ line, column }`, predicates as trees)" } },
+          raises = "a text harel's grammar does not take, as `stm: line L, column C: ...`" },
+        { fn = "parse", module = "mongostore.stm",
+          params = { { "text", "string", "the `.stm` text" } },
+          returns = { { "program", "table", "as `stm.normalize`" } },
+          raises = "as `stm.normalize`" },
       },
     },
   },

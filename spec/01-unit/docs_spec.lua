@@ -547,6 +547,7 @@ function TestEverythingDocumented:test_every_public_module_name_is_documented()
   undocumented_in("mongostore.ngx_thread", ngx_thread, fns, missing)
   undocumented_in("mongostore.model", model_mod, fns, missing)
   undocumented_in("mongostore.records", records_mod, fns, missing)
+  undocumented_in("mongostore.stm", require "mongostore.stm", fns, missing)
   lu.assertEquals(missing, {}, "describe them in docs/api.lua (or list them in api.internal, saying why): "
     .. concat(missing, ", "))
 end

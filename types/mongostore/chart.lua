@@ -60,6 +60,13 @@
 ---@field direction? "TB"|"LR"|"BT"|"RL" the layout's direction
 ---@field title? string|false a title above the diagram (DOT: the chart's id unless false; Mermaid: none unless given, in the front matter)
 
+--- What `chart.from_stm` takes; an unknown key raises.
+---@class mongostore.StmOptions
+---@field actions? table<string, function> hooks and selectors by handler name or dotted path: hooks as `fn(context, event, act, inputs)`, selectors as `fn(context, event, inputs)`
+---@field guards? table<string, fun(data: table, context: table, event: mongostore.Event?): boolean> named guards in Lua, over the text's `guard` declarations
+---@field machine? string the machine to read, when the text declares several
+---@field id? string the chart's id
+
 ---@class mongostore.chart
 local chart = {}
 
@@ -112,5 +119,11 @@ function chart.to_dot(c, opts) end
 ---@return string? message
 ---@return "invalid"? code
 function chart.to_mermaid(c, opts) end
+
+--- Raises on a text harel's grammar does not take, an unbound action or guard, a construct the engine cannot run (by name), or what `chart.define` refuses, each as `stm: line L, column C: ...`; wrong argument types, naming the argument.
+---@param text string the `.stm` text
+---@param opts? mongostore.StmOptions the actions and guards in Lua, which machine, the chart's id
+---@return mongostore.Chart c # the chart, as `chart.define` makes it
+function chart.from_stm(text, opts) end
 
 return chart
