@@ -510,12 +510,22 @@ With more than one execution a progress bar runs on a terminal; the exit code is
           q.cursor = page.next_cursor
         until not q.cursor
       end
+      local selected = #words == 0
+      if selected and not charts.by_id[o.definition] then
+        fail(format("%s: --charts %s has no chart '%s' (it has: %s)", name, charts.name, o.definition,
+          concat(charts.ids, ", ")))
+      end
       local engine = new_engine(store, charts, o)
       local progress = #ids > 1 and not o.json and term.progress(name, #ids)
+      -- the status after each is one more load: only where it is printed
+      local want_status = o.json or #ids == 1
       local results, failed, counts = {}, 0, {}
       for i, id in ipairs(ids) do
         local ok, how
-        local cok, cerr = pcall(chart_for, store, charts, id, name)
+        -- a selection's chart is checked once above; named ids each here,
+        -- so a missing chart is named before anything is sent
+        local cok, cerr = true, nil
+        if not selected then cok, cerr = pcall(chart_for, store, charts, id, name) end
         if not cok then
           if getmetatable(cerr) ~= Failure then error(cerr, 0) end
           how = cerr.msg
@@ -523,7 +533,7 @@ With more than one execution a progress bar runs on a terminal; the exit code is
           ok, how = engine[name](engine, id)
           if not ok then how = format("%s %s: %s", name, id, tostring(how)) end
         end
-        local status = ok and status_after(store, id) or nil
+        local status = ok and want_status and status_after(store, id) or nil
         results[i] = { id = id, ok = ok == true, result = ok and how or nil, error = (not ok) and how or nil,
                        status = status }
         if ok then counts[how] = (counts[how] or 0) + 1 else failed = failed + 1 end

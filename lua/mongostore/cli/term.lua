@@ -66,6 +66,7 @@ end
 -- are not UTF-8 are shown as \xNN, newlines and tabs as \n and \t.
 function M.clean(s)
   s = tostring(s)
+  if not s:find("[^\32-\126]") then return s end -- printable ASCII, the common case
   local out, i, n = {}, 1, #s
   while i <= n do
     local b = s:byte(i)
@@ -92,6 +93,7 @@ end
 
 -- Display cells of clean text (M.clean's output is always valid UTF-8).
 function M.display_width(s)
+  if not s:find("[\128-\255]") then return #s end
   local w = 0
   for _, cp in utf8.codes(s) do w = w + cp_width(cp) end
   return w
