@@ -508,7 +508,10 @@ function Compiler:state(name, cfg, path)
     def.defer = list
   end
   if cfg.allow_history == false then def.history = false end
-  if cfg.outcome ~= nil then def.final = cfg.outcome end
+  if cfg.outcome ~= nil then
+    def.final = cfg.outcome
+    if not info.final then self.outcome_at[path] = info.at.outcome end
+  end
   self:children(def, cfg, info, path)
   return def
 end
@@ -536,6 +539,11 @@ function Compiler:define(def)
   local msg = tostring(c)
   local path = msg:match("^chart [^:]*: state ([^:]*):")
   local pos = path and path ~= "(root)" and self.state_pos[path] or self.machine_pos
+  if path and self.outcome_at[path] and msg:find("a final state has no way out", 1, true) then
+    -- harel records a state's outcome when it ends there; here only a final state has one
+    self:refuse(self.outcome_at[path], "outcome on a state with a way out", "mongostore records an outcome only "
+      .. "from a final state, which no transition leaves; use `final NAME VERDICT`")
+  end
   local from, on = msg:match(": transition from ([^%s:]+) on ([^%s:]+):")
   if not from then from = msg:match(": transition from ([^%s:]+):") end
   if from then
@@ -596,7 +604,8 @@ function M.to_chart(text, opts)
   end
   local self = setmetatable({
     text = text, machine_pos = cfg.__pos__, actions = opts.actions or {}, lua_guards = opts.guards or {},
-    bindings = prog.bindings, guards = prog.guards, guard_pos = guard_pos, state_pos = {}, transition_pos = {},
+    bindings = prog.bindings, guards = prog.guards, guard_pos = guard_pos,
+    state_pos = {}, transition_pos = {}, outcome_at = {},
   }, Compiler)
   self:refusals(cfg, meta[cfg], "machine " .. name, true)
   local def = { id = opts.id or name, initial = cfg.start }

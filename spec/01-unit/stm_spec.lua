@@ -232,6 +232,8 @@ local REFUSED = {
   { "  from A to B on Returned", 5, 3, "`on Returned` is not supported" },
   { "  state C { outcome partial initial D state D {} }\n  from A to C on Go", 5, 13,
     "`outcome on a composite state` is not supported" },
+  { "  state C { outcome partial }\n  from A to C on Go\n  from C to B on Go", 5, 13,
+    "`outcome on a state with a way out` is not supported" },
 }
 
 function TestStmRefusals:test_each_construct_is_refused_by_name_at_its_place()
