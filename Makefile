@@ -62,7 +62,7 @@ test: deps lint
 # luacheck (Debian lua-check) over every Lua file, with .luacheckrc.
 LUA_DIRS = lua spec tools bench examples fuzz docs
 lint:
-	@luacheck -q --no-color $(wildcard $(LUA_DIRS))
+	@luacheck -q --no-color $(wildcard $(LUA_DIRS)) bin/mongostore
 
 # The reference pages (docs/*.md) and LuaLS definitions (types/) from
 # docs/api.lua; spec/01-unit/docs_spec.lua fails when they are stale.

@@ -68,6 +68,11 @@ build = {
       ["mongostore.query"] = "lua/mongostore/query.lua",
       ["mongostore.track"] = "lua/mongostore/track.lua",
       ["mongostore.diagram"] = "lua/mongostore/diagram.lua",
+      ["mongostore.cli"] = "lua/mongostore/cli.lua",
+      ["mongostore.cli.args"] = "lua/mongostore/cli/args.lua",
+      ["mongostore.cli.term"] = "lua/mongostore/cli/term.lua",
+      ["mongostore.stm"] = "lua/mongostore/stm.lua",
+      ["mongostore.stm.parse"] = "lua/mongostore/stm/parse.lua",
       ["mongostore.records"] = "lua/mongostore/records.lua",
       ["mongostore.records.canon"] = "lua/mongostore/records/canon.lua",
       ["mongostore.records.fingerprint"] = "lua/mongostore/records/fingerprint.lua",
@@ -77,6 +82,7 @@ build = {
       ["mongostore.records.save"] = "lua/mongostore/records/save.lua",
       ["mongostore.records.wire"] = "lua/mongostore/records/wire.lua",
    },
+   install = { bin = { mongostore = "bin/mongostore" } },
 }
 test = {
    type = "command",

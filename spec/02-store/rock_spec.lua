@@ -21,8 +21,8 @@ local function source_copy()
   local dir = os.tmpname()
   os.remove(dir)
   local root = helper.root()
-  local ok, out = run(string.format("mkdir -p %s && cp -r %s %s %s %s/", helper.shell_quote(dir),
-    helper.shell_quote(root .. "/csrc"), helper.shell_quote(root .. "/lua"),
+  local ok, out = run(string.format("mkdir -p %s && cp -r %s %s %s %s %s/", helper.shell_quote(dir),
+    helper.shell_quote(root .. "/csrc"), helper.shell_quote(root .. "/lua"), helper.shell_quote(root .. "/bin"),
     helper.shell_quote(rockspec.path()), helper.shell_quote(dir)))
   assert(ok, out)
   return dir
@@ -57,8 +57,9 @@ function TestRock:test_luarocks_make_installs_a_working_rock()
     store:close()
     print("rock ok " .. exe.id)
   ]]
+  local db = helper.fresh_db("rock")
   code = code:gsub("TREE", string.format("%q", tree)):gsub("URI", string.format("%q", helper.uri()))
-             :gsub("DB", string.format("%q", helper.fresh_db("rock")))
+             :gsub("DB", string.format("%q", db))
   local cmd = string.format(
     "LUA_PATH_5_4=%s LUA_CPATH_5_4=%s LD_PRELOAD= lua5.4 -e %s",
     helper.shell_quote(tree .. "/share/lua/5.4/?.lua;" .. tree .. "/share/lua/5.4/?/init.lua"),
@@ -67,6 +68,14 @@ function TestRock:test_luarocks_make_installs_a_working_rock()
   ok, out = run(cmd)
   lu.assertTrue(ok, out)
   lu.assertStrMatches(out, "rock ok %x+\n")
+  local id = out:match("rock ok (%x+)")
+
+  -- the installed command finds the tree's modules by itself
+  ok, out = run(string.format("env -u LUA_PATH -u LUA_CPATH LD_PRELOAD= %s --uri %s --db %s list --all --json",
+    helper.shell_quote(tree .. "/bin/mongostore"), helper.shell_quote(helper.uri()),
+    helper.shell_quote(db)))
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, id)
   run("rm -rf " .. helper.shell_quote(tree) .. " " .. helper.shell_quote(root))
 end
 
