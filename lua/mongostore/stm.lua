@@ -4,6 +4,7 @@
 -- typed fields kept beside the chart for check_event. What the engine cannot
 -- run yet is refused by name, with its line and column; nothing is dropped.
 local parse = require "mongostore.stm.parse"
+local expand = require "mongostore.stm.expand"
 local chart_mod = require "mongostore.chart"
 
 local type, pairs, ipairs, next, error, tostring, pcall = type, pairs, ipairs, next, error, tostring, pcall
@@ -19,6 +20,31 @@ M.parse = parse.parse
 function M.normalize(text)
   if type(text) ~= "string" then error("stm.normalize: text must be a string, got " .. type(text), 2) end
   return parse.parse(text)
+end
+
+-- stm.expand(text, { machine = "name", actions = {...}, guards = {...} }): the
+-- machine as harel's loader resolves it (actions through `bind` and actions,
+-- named guards inlined, fragments' uses expanded), the program's events beside.
+local function refuse_imports(prog, text)
+  local imp = prog.imports[1]
+  if imp then
+    fail_at(text, imp.pos[1], imp.pos[2], "`import` is not supported: chart.from_stm reads one text; "
+      .. "imported fragments and machines are not resolved")
+  end
+end
+
+function M.expand(text, opts)
+  if type(text) ~= "string" then error("stm.expand: text must be a string, got " .. type(text), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("stm.expand: opts must be a table, got " .. type(opts), 2) end
+  opts = opts or {}
+  local prog = parse.parse(text)
+  refuse_imports(prog, text)
+  local order = meta[prog].machines
+  local name = opts.machine or order[1]
+  if name == nil or prog.machines[name] == nil then
+    fail_at(text, 1, 1, "no machine named '%s'", tostring(name))
+  end
+  return expand.machine(prog, text, name, opts)
 end
 
 -- Event kinds harel gives a meaning mongostore's engine does not have: an
@@ -177,46 +203,31 @@ function Compiler:refuse(pos, construct, why)
   self:fail(pos, "`%s` is not supported: %s", construct, why)
 end
 
--- An action: a handler name (opts.actions, then a `bind`), or a dotted path
--- (opts.actions by that path, else the field of a module `require` finds).
+-- An action, as the expansion resolved it: a Lua function (opts.actions by
+-- handler name), or a path (a `bind`'s, or a literal dotted one), found in
+-- opts.actions by that path, else as the field of the module `require` finds.
 function Compiler:resolve_action(spec)
-  local pos = meta[spec] and meta[spec].pos
-  local actions = self.actions
-  if spec.kind == "handler" and actions[spec.ref] then return actions[spec.ref] end
-  local impl = spec.kind == "literal" and spec.ref or self.bindings[spec.ref]
-  if impl == nil then
-    self:fail(pos, "unbound action handler '%s' (add a `bind` or pass actions = { %s = fn })", spec.ref, spec.ref)
-  end
-  if actions[impl] then return actions[impl] end
+  local info = meta[spec] or {}
+  local impl = spec["function"]
+  if type(impl) == "function" then return impl end
+  if self.actions[impl] then return self.actions[impl] end
   local mod, field = impl:match("^(.*)%.([^.]+)$")
   if mod then
     local ok, m = pcall(require, mod)
     if ok and type(m) == "table" and type(m[field]) == "function" then return m[field] end
   end
-  self:fail(pos, "action '%s' (%s) is not a function: pass actions = { [\"%s\"] = fn } or make module '%s' "
-    .. "return it", spec.ref, impl, impl, tostring(mod))
-end
-
-function Compiler:inputs(spec)
-  local out = {}
-  for k, v in pairs(spec.inputs) do
-    if type(v) == "table" and v.__param__ then
-      self:fail(meta[spec] and meta[spec].pos, "input '%s' names a fragment parameter ('%s'): only valid inside a "
-        .. "fragment", k, v.__param__)
-    end
-    out[k] = v
-  end
-  return out
+  self:fail(info.pos, "action '%s' (%s) is not a function: pass actions = { [\"%s\"] = fn } or make module '%s' "
+    .. "return it", tostring(info.ref), impl, impl, tostring(mod))
 end
 
 -- A hook: fn(context, event, act, inputs).
 function Compiler:hook(spec)
-  local fn, inputs = self:resolve_action(spec), self:inputs(spec)
+  local fn, inputs = self:resolve_action(spec), spec.inputs
   return function(context, event, act) return fn(context, event, act, deep_copy(inputs)) end
 end
 
 -- A predicate tree -> fn(scopes) -> boolean.
-function Compiler:predicate(p, seen)
+function Compiler:predicate(p)
   if p.leaf then
     local l = p.leaf
     local source, field, op, value, ref = l.source, l.field, l.op, l.value, l.ref
@@ -233,7 +244,7 @@ function Compiler:predicate(p, seen)
   end
   if p.all or p.any then
     local parts = {}
-    for i, c in ipairs(p.all or p.any) do parts[i] = self:predicate(c, seen) end
+    for i, c in ipairs(p.all or p.any) do parts[i] = self:predicate(c) end
     if p.all then
       return function(s)
         for _, f in ipairs(parts) do if not f(s) then return false end end
@@ -246,26 +257,12 @@ function Compiler:predicate(p, seen)
     end
   end
   if p["not"] then
-    local f = self:predicate(p["not"], seen)
+    local f = self:predicate(p["not"])
     return function(s) return not f(s) end
   end
-  -- a named guard: opts.guards (a Lua function) wins over a `guard` declaration
-  local name = p.guard
-  local lua_guard = self.lua_guards[name]
-  if lua_guard then
-    return function(s) return lua_guard(s.event, s.context, s.ev) and true or false end
-  end
-  local decl = self.guards[name]
-  if decl == nil then
-    self:fail(meta[p] and meta[p].pos, "unbound guard '%s' (add a `guard %s = ...` or pass guards = { %s = fn })",
-      name, name, name)
-  end
-  seen = seen or {}
-  if seen[name] then self:fail(self.guard_pos[name], "guard '%s' refers to itself", name) end
-  seen[name] = true
-  local f = self:predicate(decl, seen)
-  seen[name] = nil
-  return f
+  -- a guard in Lua (opts.guards), called as a `where` is
+  local lua_guard = p.lua
+  return function(s) return lua_guard(s.event, s.context, s.ev) and true or false end
 end
 
 local function scopes(data, context, event)
@@ -397,13 +394,13 @@ function Compiler:transition(t)
       end
       return d
     end
-    local fn, inputs = self:resolve_action(fnspec), self:inputs(fnspec)
+    local fn, inputs = self:resolve_action(fnspec), fnspec.inputs
     local mapper, default = sel.mapper, sel.default
     if sel.enum then
       for _, v in ipairs(sel.enum) do
         if mapper[v] == nil and default == nil then
           self:fail(pos, "selector %s returns '%s' (its `returns`) but has no branch for it and no `else`",
-            fnspec.ref, v)
+            tostring(meta[fnspec] and meta[fnspec].ref), v)
         end
       end
     end
@@ -411,7 +408,7 @@ function Compiler:transition(t)
     local targets = {}
     for k, v in pairs(mapper) do targets[k] = v end
     if default then targets[ekey] = default end
-    local label = fnspec.ref
+    local label = tostring(meta[fnspec] and meta[fnspec].ref or fnspec["function"])
     d.select = function(context, event)
       local r = fn(context, event, deep_copy(inputs))
       local key = py_str(r)
@@ -455,9 +452,6 @@ function Compiler:refusals(cfg, info, what, is_machine)
     self:refuse(p("invoke_with"), "with", "it passes context to an invoked child (invoke), which mongostore's "
       .. "engine does not run yet")
   end
-  if cfg.__uses__ then
-    self:refuse(cfg.__uses__[1].__pos__, "use", "fragments are not expanded by chart.from_stm yet")
-  end
   if cfg.carry then
     self:refuse(p("carry"), "carry", "a region's Finished carries its whole context in mongostore (result), "
       .. "not a chosen set of keys")
@@ -472,10 +466,6 @@ function Compiler:refusals(cfg, info, what, is_machine)
   if cfg.context_schema then
     self:refuse(p("context_schema"), "context", "a typed context (with defaults) is not checked by "
       .. "mongostore's engine; pass the context to engine:start")
-  end
-  if type(cfg.timeout) == "table" and cfg.timeout.__param__ then
-    self:fail(p("timeout"), "timeout names a fragment parameter ('%s'): only valid inside a fragment",
-      cfg.timeout.__param__)
   end
   if is_machine then
     for _, key in ipairs { "on_enter", "on_exit", "on_activity", "timeout", "defer", "outcome" } do
@@ -583,11 +573,7 @@ function M.to_chart(text, opts)
   local prog = parse.parse(text)
   local order = meta[prog].machines
   local function top_fail(fmt, ...) fail_at(text, 1, 1, fmt, ...) end
-  if #prog.imports > 0 then
-    local imp = prog.imports[1]
-    fail_at(text, imp.pos[1], imp.pos[2], "`import` is not supported: chart.from_stm reads one text; "
-      .. "imported fragments and machines are not resolved")
-  end
+  refuse_imports(prog, text)
   local name = opts.machine
   if name == nil then
     if #order == 0 then top_fail("no machine declared") end
@@ -596,15 +582,9 @@ function M.to_chart(text, opts)
   elseif prog.machines[name] == nil then
     top_fail("no machine named '%s'", name)
   end
-  local cfg = prog.machines[name]
-  local guard_pos = {}
-  for k, v in pairs(prog.positions) do
-    local g = k:match("^guard (.*)$")
-    if g then guard_pos[g] = v end
-  end
+  local cfg = expand.machine(prog, text, name, opts)
   local self = setmetatable({
-    text = text, machine_pos = cfg.__pos__, actions = opts.actions or {}, lua_guards = opts.guards or {},
-    bindings = prog.bindings, guards = prog.guards, guard_pos = guard_pos,
+    text = text, machine_pos = cfg.__pos__, actions = opts.actions or {},
     state_pos = {}, transition_pos = {}, outcome_at = {},
   }, Compiler)
   self:refusals(cfg, meta[cfg], "machine " .. name, true)

@@ -188,7 +188,7 @@ end
 function TestStmErrors:test_building_errors_point_at_their_construct()
   build_fails(5, 22, machine("  state C { on enter nobody }"), nil, "unbound action handler 'nobody'")
   build_fails(5, 26, machine("  from A to B on X where nope"), nil, "unbound guard 'nope'")
-  build_fails(1, 1, "guard a = b\nguard b = a\n" .. machine("  from A to B on X where a"), nil, "refers to itself")
+  build_fails(2, 11, "guard a = b\nguard b = a\n" .. machine("  from A to B on X where a"), nil, "refers to itself")
   build_fails(5, 3, machine("  from A select pick returns { \"x\", \"y\" } { \"x\" to B }"),
     { actions = { pick = function() end } }, "returns 'y'", "no branch for it and no `else`")
   -- what chart.define finds, at the state or transition it names
@@ -217,13 +217,14 @@ end
 
 TestStmRefusals = {}
 
+local noop = function() end
+
 local REFUSED = {
   { "  state C { invoke child.machine }\n  from A to C on Go", 5, 13, "`invoke` is not supported" },
   { "  state C { invoke for x in xs { initial W state W {} } }\n  from A to C on Go", 5, 13,
     "`invoke` is not supported", "for" },
   { "  state C { invoke }\n  from A to C on Go", 5, 13, "`invoke` is not supported" },
   { "  state C { with { n: m } }\n  from A to C on Go", 5, 13, "`with` is not supported" },
-  { "  state C { initial D use F() as D }\n  from A to C on Go", 5, 23, "`use` is not supported" },
   { "  state C { initial D state D { carry n } }\n  from A to C on Go", 5, 33, "`carry` is not supported" },
   { "  orthogonal C { cancel_on_failure state R { initial R1 final R1 success } }\n  from A to C on Go", 5, 18,
     "`cancel_on_failure` is not supported" },
@@ -253,20 +254,20 @@ function TestStmRefusals:test_machine_level_constructs()
     "`timeout on the machine` is not supported")
   build_fails(2, 3, "machine m {\n  defer X\n  initial A\n  state A {}\n}", nil, "`defer on the machine`")
   build_fails(1, 1, "import \"lib.stm\"\nmachine m { initial A state A {} }", nil, "`import` is not supported")
-  build_fails(2, 13, "machine m {\n  state A { timeout budget }\n  initial A\n}", nil, "fragment parameter ('budget')")
+  build_fails(2, 13, "machine m {\n  state A { timeout budget }\n  initial A\n}", nil,
+    "unbound value parameter 'budget'")
 end
 
 function TestStmRefusals:test_the_corpus_files_with_refused_constructs_are_refused()
   build_fails(3, 1, read("refused.stm"), nil, "`import` is not supported")
-  build_fails(19, 5, read("fragments.stm"), nil, "`use` is not supported")
+  build_fails(19, 5, read("fragments.stm"), nil, "use 'Retry': unbound action handler 'do_it' for 'work'")
+  build_fails(20, 5, read("fragments.stm"), { actions = { do_it = noop } }, "use of unknown fragment 'lib.Other'")
 end
 
 ------------------------------------------------------------------------
 -- The chart
 
 TestStmChart = {}
-
-local noop = function() end
 
 function TestStmChart:test_the_order_chart_maps_onto_chart_define()
   local c = chart.from_stm(read("order.stm"), { actions = {
@@ -481,4 +482,76 @@ function TestStmEvents:test_declared_fields_are_checked()
   lu.assertEquals(stm.events(c).Declined, { reason = { type = "string", required = true } })
   lu.assertNil(stm.events(chart.from_stm(machine("  from A to B on Go"))))
   lu.assertErrorMsgContains("c must be a chart", stm.check_event, {}, "X", {})
+end
+
+------------------------------------------------------------------------
+-- Fragments
+
+TestStmFragments = {}
+
+local FRAG = [[
+fragment F(work: action, out: state, ok: guard, n: value, go: event) {
+  initial W
+  state W { on enter work(n: n)  timeout n }
+  from W to out on go where ok
+}
+]]
+
+function TestStmFragments:test_use_errors_point_at_the_use()
+  local function use(args) return FRAG .. machine("  use F(" .. args .. ") as C\n  from A to C on Go") end
+  build_fails(10, 3, FRAG .. machine("  use G() as C\n  from A to C on Go"), nil, "use of unknown fragment 'G'")
+  build_fails(10, 3, use("work = w, out = B, ok = (x == 1), n = 1, go = Go, extra = 2"), { actions = { w = noop } },
+    "use 'F': unknown args: extra")
+  build_fails(10, 3, use("work = w, out = B"), { actions = { w = noop } }, "use 'F': missing args: go, n, ok")
+  build_fails(10, 3, use("work = 5, out = B, ok = (x == 1), n = 1, go = Go"), nil,
+    "arg 'work' must be an action handler or path")
+  build_fails(10, 3, use("work = w, out = (x == 1), ok = (x == 1), n = 1, go = Go"), { actions = { w = noop } },
+    "arg 'out' must be a state name")
+  build_fails(10, 3, use("work = w, out = B, ok = 3, n = 1, go = Go"), { actions = { w = noop } },
+    "arg 'ok' must be a guard predicate or name")
+  build_fails(10, 3, use("work = w, out = B, ok = nope, n = 1, go = Go"), { actions = { w = noop } },
+    "unbound guard 'nope' for 'ok'")
+  build_fails(10, 3, use("work = w, out = B, ok = (x == 1), n = k, go = Go"), { actions = { w = noop } },
+    "unbound value parameter 'k' for 'n'")
+  build_fails(10, 3, use("work = w, out = B, ok = (x == 1), n = 1, go = Go"), nil,
+    "unbound action handler 'w' for 'work'")
+  build_fails(10, 3, FRAG .. machine("  use F(work = w, out = B, ok = (x == 1), n = 1, go = Go) as A"),
+    { actions = { w = noop } }, "collides with an existing state")
+end
+
+function TestStmFragments:test_a_chart_of_fragments_maps_and_steps()
+  local calls = {}
+  local function rec(name)
+    return function(_, _, _, inputs) calls[#calls + 1] = { name, inputs.limit or inputs.level } end
+  end
+  local c = chart.from_stm(read("reuse.stm"), { actions = {
+    ["jobs.fetch"] = rec("fetch"), ["jobs.save"] = rec("save"), ["ops.alert"] = rec("alert") } })
+  -- each use is a composite named by its alias, its value parameters filled in
+  lu.assertEquals(c:node("Fetch").kind, "composite")
+  lu.assertEquals(c:node("Fetch.Trying").timeout, 30)
+  lu.assertEquals(c:node("Save.Inner.Trying").timeout, 5, "forwarded through Guarded's `wait`")
+  lu.assertEquals(c:node("Ping.P").outcome, "success")
+  -- the state parameter is the target, the event parameter the trigger
+  local give_up = c:node("Fetch.Trying").outgoing[2]
+  lu.assertTrue(give_up.events.Timeout)
+  lu.assertEquals(give_up.target.path, "Failed")
+  lu.assertTrue(c:node("Fetch.Trying").outgoing[1].events.Poke)
+  lu.assertTrue(c:node("Save.Inner.Trying").outgoing[1].events.Nudge)
+
+  local exe = started(c, { tries = 1 })
+  lu.assertEquals(exe.active_path, "Fetch.Trying")
+  step(c, exe, "Poke", { status = "late" })
+  lu.assertEquals(exe.active_path, "Fetch.Trying", "the guard argument: status must be ok")
+  step(c, exe, "Poke", { status = "ok" })
+  lu.assertEquals(exe.active_path, "Save.Inner.Trying", "Fetch finished and its completion transition ran")
+  step(c, exe, "Poke", { status = "ok" })
+  lu.assertEquals(exe.active_path, "Save.Inner.Trying", "this use's trigger is Nudge")
+  step(c, exe, "Nudge", { status = "ok" })
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Done")
+  lu.assertEquals(calls, { { "fetch", 30 }, { "save", 5 } })
+
+  exe = started(c, { tries = 5 })
+  step(c, exe, "Poke", { status = "ok" })
+  lu.assertEquals(exe.active_path, "Fetch.Trying", "context.tries < 3 does not hold")
 end

@@ -4,6 +4,9 @@ the same shape mongostore.stm.normalize builds from the same text.
 
 Usage: python stm_harel.py FILE.stm   (exit 0 and JSON on stdout; on a DSL
 error, exit 3 and {"error": message, "line": L, "column": C} on stdout)
+       python stm_harel.py --expand FILE.stm   (the machine as harel's loader
+resolves it: actions through `bind`, named guards inlined, fragments' uses
+expanded; the same output on an error)
 
 The normal form keeps harel's parse result (the config dict its builder
 takes) and changes only what JSON or a second parser cannot share:
@@ -17,6 +20,7 @@ import json
 import sys
 
 from harel.dsl import DslError, parse
+from harel.dsl.loader import _resolve_cfg
 from harel.dsl.parser import ActionSpec
 
 
@@ -85,9 +89,10 @@ def program(p):
 
 
 def main():
-    text = open(sys.argv[1], encoding="utf-8").read()
+    expand = sys.argv[1] == "--expand"
+    text = open(sys.argv[-1], encoding="utf-8").read()
     try:
-        out = program(parse(text))
+        out = conv(_resolve_cfg(text, None, None, None, None)[0]) if expand else program(parse(text))
     except DslError as e:
         print(json.dumps({"error": e.message, "line": e.line, "column": e.column}))
         sys.exit(3)
