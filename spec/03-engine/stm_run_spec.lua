@@ -2,7 +2,9 @@
 -- (spec/fixtures/stm/shipment.stm, chart.from_stm) with its actions and
 -- selector in Lua runs in the engine against the server: start, send with
 -- guards, `set` and a choice, a selector, a literal timeout and one from the
--- context, a fork joined on its regions' verdicts, and finals with outcomes.
+-- context, a fork joined on its regions' verdicts, and finals with outcomes;
+-- and a chart of fragments (reuse.stm) whose instance times out to the state
+-- its use named.
 local lu = require "luaunit"
 local ms = require "mongostore"
 local chart = require "mongostore.chart"
@@ -177,3 +179,26 @@ function TestStmRun:test_an_event_that_breaks_its_declaration_is_refused()
   lu.assertEquals(exe.version, before, "nothing was committed")
 end
 
+
+function TestStmRun:test_a_chart_of_fragments_times_out_to_the_state_its_use_named()
+  local alerts = {}
+  local c = chart.from_stm(read("reuse.stm"), { actions = {
+    ["jobs.fetch"] = function() end, ["jobs.save"] = function() end,
+    ["ops.alert"] = function(_, event, _, inputs) alerts[#alerts + 1] = { event and event.kind, inputs.level } end,
+  } })
+  local e = engine_mod.new{ store = self.store, charts = { c }, trace = true, log = function() end }
+  lu.assertEquals(e:start("pipeline", { id = "r1", context = { tries = 0 } }), "r1")
+  lu.assertTrue(e:send("r1", { kind = "Poke", id = "poke", data = { status = "ok" } }))
+  lu.assertEquals(self:load("r1").active_path, "Save.Inner.Trying")
+  local fire_at = C.timers(self.store, "r1")["Save.Inner.Trying"]
+  lu.assertNotNil(fire_at, "the instance's timeout (its `wait`, forwarded as `budget`) is armed")
+  lu.assertEquals(e:sweep(fire_at + 1), 1)
+  local exe = self:load("r1")
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Failed")
+  -- the first terminal with an outcome that the execution passed sets it, here and in harel
+  -- (core.py: "the innermost terminal that declares an outcome sets the Execution's result"):
+  -- Fetch.Worked's success, kept through Failed
+  lu.assertEquals(exe.outcome, "success")
+  lu.assertEquals(alerts, { { "Timeout", "high" } })
+end
