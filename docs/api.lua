@@ -3106,16 +3106,19 @@ else to Y }` (the result keyed as Python's `str` prints it: `true` is
 execution), `join all|any to X else to Y` (once every region has finished: X
 when all, or any, ended with outcome `success`, as harel's `join_success`
 decides; an outcome of nil is not a success there), `guard NAME = PREDICATE`,
-`bind { handler = module.fn }` and `event KIND { field: int|float|string|bool|any[?] }`.
-An action is found in `opts.actions` by its handler name, then by the path a
-`bind` gives it (or the literal dotted path), then as the field of the module
-`require` finds; `opts.guards` overrides a `guard` declaration.
+`bind { handler = module.fn }`, `event KIND { field: int|float|string|bool|any[?] }`,
+and `fragment F(p: action|state|guard|value|event, ...) { ... }` with `use
+F(p = ...) as Name` (expanded as harel's loader does: a child state named by
+the alias, its parameters filled in, nested uses forwarding them). An action is
+found in `opts.actions` by its handler name, then by the path a `bind` gives it
+(or the literal dotted path), then as the field of the module `require` finds;
+`opts.guards` overrides a `guard` declaration.
 
 Every error raises `stm: line L, column C: message` followed by the line and a
 caret; harel's parser fails the same texts at the same place
 (`spec/02-store/stm_harel_spec.lua`). What mongostore's engine cannot run is
-refused by name, never dropped: `invoke` (and `invoke ... for`, `with`), `use`,
-`fragment` uses and `import` (not expanded yet), `carry`, `cancel_on_failure`,
+refused by name, never dropped: `invoke` (and `invoke ... for`, `with`),
+`import` (one text is read), `carry`, `cancel_on_failure`,
 `ttl`, a typed `context` block, `on error`, `on Expired` and `on Returned`,
 `outcome` on a composite state, and hooks, a timeout, `defer` or `outcome` on
 the machine itself. A declared event's fields are checked by
@@ -3171,6 +3174,15 @@ machine order {
           },
           returns = { { "c", "mongostore.Chart", "what `chart.from_stm` returns" } },
           raises = "as `chart.from_stm`" },
+        { fn = "expand", module = "mongostore.stm",
+          params = {
+            { "text", "string", "the `.stm` text" },
+            { "opts", "mongostore.StmOptions?", "which machine, the actions and guards (as `chart.from_stm`)" },
+          },
+          returns = { { "machine", "table", "the machine's config as harel's loader resolves it: actions as "
+            .. "`{ function = path or Lua function, inputs = {...} }`, named guards inlined, each `use` expanded "
+            .. "into a child state; the program's `events` beside" } },
+          raises = "as `chart.from_stm`, for an unbound action, guard or parameter and a wrong `use`" },
         { fn = "normalize", module = "mongostore.stm",
           params = { { "text", "string", "the `.stm` text" } },
           returns = { { "program", "table", "the program in harel's normal form: `machines`, `fragments`, "

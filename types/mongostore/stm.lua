@@ -28,6 +28,12 @@ function stm.events(c) end
 ---@return mongostore.Chart c # what `chart.from_stm` returns
 function stm.to_chart(text, opts) end
 
+--- Raises on as `chart.from_stm`, for an unbound action, guard or parameter and a wrong `use`.
+---@param text string the `.stm` text
+---@param opts? mongostore.StmOptions which machine, the actions and guards (as `chart.from_stm`)
+---@return table machine # the machine's config as harel's loader resolves it: actions as `{ function = path or Lua function, inputs = {...} }`, named guards inlined, each `use` expanded into a child state; the program's `events` beside
+function stm.expand(text, opts) end
+
 --- Raises on a text harel's grammar does not take, as `stm: line L, column C: ...`.
 ---@param text string the `.stm` text
 ---@return table program # the program in harel's normal form: `machines`, `fragments`, `events`, `bindings`, `guards`, `imports` and `positions`, each machine the config table harel's parser builds (positions as `{ line, column }`, predicates as trees)
