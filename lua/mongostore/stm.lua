@@ -12,7 +12,7 @@ local format, concat, setmetatable, getmetatable = string.format, table.concat, 
 
 local M = {}
 
-local meta, fail_at, py_str = parse.meta, parse.fail_at, parse.py_str
+local meta, fail_at, fail_in, py_str = parse.meta, parse.fail_at, parse.fail_in, parse.py_str
 
 -- stm.parse(text) / stm.normalize(text): the program in harel's normal form
 -- (the structure harel.dsl.parse builds, positions as { line, column }).
@@ -25,20 +25,26 @@ end
 -- stm.expand(text, { machine = "name", actions = {...}, guards = {...} }): the
 -- machine as harel's loader resolves it (actions through `bind` and actions,
 -- named guards inlined, fragments' uses expanded), the program's events beside.
-local function refuse_imports(prog, text)
-  local imp = prog.imports[1]
-  if imp then
-    fail_at(text, imp.pos[1], imp.pos[2], "`import` is not supported: chart.from_stm reads one text; "
-      .. "imported fragments and machines are not resolved")
+-- The program with its imports merged, read relative to opts.base_dir;
+-- without one, an import is refused by name.
+local function load(text, opts)
+  if opts.base_dir == nil then
+    local prog = parse.parse(text)
+    local imp = prog.imports[1]
+    if imp then
+      fail_at(text, imp.pos[1], imp.pos[2], "`import` is not supported without base_dir: pass "
+        .. "{ base_dir = \"the directory imports are read from\" }")
+    end
+    return prog
   end
+  return expand.load(text, opts.base_dir)
 end
 
 function M.expand(text, opts)
   if type(text) ~= "string" then error("stm.expand: text must be a string, got " .. type(text), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("stm.expand: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
-  local prog = parse.parse(text)
-  refuse_imports(prog, text)
+  local prog = load(text, opts)
   local order = meta[prog].machines
   local name = opts.machine or order[1]
   if name == nil or prog.machines[name] == nil then
@@ -196,7 +202,7 @@ Compiler.__index = Compiler
 
 function Compiler:fail(pos, fmt, ...)
   pos = pos or self.machine_pos
-  fail_at(self.text, pos[1], pos[2], fmt, ...)
+  fail_in(self.src, pos[1], pos[2], fmt, ...)
 end
 
 function Compiler:refuse(pos, construct, why)
@@ -323,7 +329,7 @@ end
 function Compiler:transition(t)
   local pos = t.__pos__
   local d = { from = t.from }
-  self.transition_pos[#self.transition_pos + 1] = { from = t.from, pos = pos }
+  self.transition_pos[#self.transition_pos + 1] = { from = t.from, pos = pos, src = self.src }
   local guard
   if t.on_event then
     local kinds = {}
@@ -483,7 +489,10 @@ end
 
 function Compiler:state(name, cfg, path)
   local info = meta[cfg] or { order = {}, at = {} }
-  self.state_pos[path] = cfg.__pos__
+  -- a state from an imported fragment: its errors point into that file
+  local saved = self.src
+  self.src = info.src or saved
+  self.state_pos[path] = { cfg.__pos__, self.src }
   self:refusals(cfg, info, "state " .. path, false)
   local def = { name }
   if cfg.type == "OrthogonalState" then def.orthogonal = true end
@@ -503,6 +512,7 @@ function Compiler:state(name, cfg, path)
     if not info.final then self.outcome_at[path] = info.at.outcome end
   end
   self:children(def, cfg, info, path)
+  self.src = saved
   return def
 end
 
@@ -528,8 +538,10 @@ function Compiler:define(def)
   if ok then return c end
   local msg = tostring(c)
   local path = msg:match("^chart [^:]*: state ([^:]*):")
-  local pos = path and path ~= "(root)" and self.state_pos[path] or self.machine_pos
+  local at = path and path ~= "(root)" and self.state_pos[path] or { self.machine_pos, self.main }
+  local pos, src = at[1], at[2]
   if path and self.outcome_at[path] and msg:find("a final state has no way out", 1, true) then
+    self.src = src
     -- harel records a state's outcome when it ends there; here only a final state has one
     self:refuse(self.outcome_at[path], "outcome on a state with a way out", "mongostore records an outcome only "
       .. "from a final state, which no transition leaves; use `final NAME VERDICT`")
@@ -538,13 +550,13 @@ function Compiler:define(def)
   if not from then from = msg:match(": transition from ([^%s:]+):") end
   if from then
     for _, tp in ipairs(self.transition_pos) do
-      if tp.from == from and (on == nil or tp.on == on) then pos = tp.pos break end
+      if tp.from == from and (on == nil or tp.on == on) then pos, src = tp.pos, tp.src break end
     end
   end
-  fail_at(self.text, pos[1], pos[2], "%s", msg)
+  fail_in(src, pos[1], pos[2], "%s", msg)
 end
 
-local OPTS = { actions = true, guards = true, machine = true, id = true }
+local OPTS = { actions = true, guards = true, machine = true, id = true, base_dir = true }
 
 -- stm.to_chart(text, { actions = {...}, guards = {...}, machine = "name", id = "chart id" })
 function M.to_chart(text, opts)
@@ -565,15 +577,14 @@ function M.to_chart(text, opts)
       end
     end
   end
-  for _, key in ipairs { "machine", "id" } do
+  for _, key in ipairs { "machine", "id", "base_dir" } do
     if opts[key] ~= nil and (type(opts[key]) ~= "string" or opts[key] == "") then
       error(format("chart.from_stm: opts.%s must be a non-empty string", key), 2)
     end
   end
-  local prog = parse.parse(text)
+  local prog = load(text, opts)
   local order = meta[prog].machines
   local function top_fail(fmt, ...) fail_at(text, 1, 1, fmt, ...) end
-  refuse_imports(prog, text)
   local name = opts.machine
   if name == nil then
     if #order == 0 then top_fail("no machine declared") end
@@ -583,8 +594,9 @@ function M.to_chart(text, opts)
     top_fail("no machine named '%s'", name)
   end
   local cfg = expand.machine(prog, text, name, opts)
+  local main = { text = text }
   local self = setmetatable({
-    text = text, machine_pos = cfg.__pos__, actions = opts.actions or {},
+    main = main, src = main, machine_pos = cfg.__pos__, actions = opts.actions or {},
     state_pos = {}, transition_pos = {}, outcome_at = {},
   }, Compiler)
   self:refusals(cfg, meta[cfg], "machine " .. name, true)

@@ -555,3 +555,53 @@ function TestStmFragments:test_a_chart_of_fragments_maps_and_steps()
   step(c, exe, "Poke", { status = "ok" })
   lu.assertEquals(exe.active_path, "Fetch.Trying", "context.tries < 3 does not hold")
 end
+
+local STM_DIR = helper.root() .. "/spec/fixtures/stm"
+
+function TestStmFragments:test_imports_are_read_relative_to_base_dir()
+  local asked = {}
+  local c = chart.from_stm(read("imports.stm"), { base_dir = STM_DIR, actions = {
+    ["people.ask"] = function(_, _, _, inputs) asked[#asked + 1] = inputs.channel end,
+    ["ops.notify"] = noop } })
+  lu.assertEquals(c:node("Review.Pause.Waiting").timeout, 60, "lib/steps.stm used lib/more.stm's Wait")
+  lu.assertEquals(c:node("Cool.Waiting").timeout, 5)
+  lu.assertEquals(c:node("Ping.P").outcome, "success", "x.Ping, imported under an alias")
+  lu.assertEquals(stm.events(c), { Verdict = { verdict = { type = "string", required = true } } })
+  local exe = started(c)
+  lu.assertEquals(exe.active_path, "Review.Asking")
+  lu.assertEquals(asked, { "mail" })
+  step(c, exe, "Verdict", { verdict = "no" })
+  lu.assertEquals(exe.active_path, "Rejected", "the imported guard `accepted` does not hold: the state argument")
+  lu.assertEquals(exe.outcome, "failure")
+end
+
+-- A directory of .stm files for one test.
+local function files(t)
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p " .. helper.shell_quote(dir)))
+  for name, text in pairs(t) do
+    local f = assert(io.open(dir .. "/" .. name, "w"))
+    f:write(text)
+    f:close()
+  end
+  return dir
+end
+
+function TestStmFragments:test_errors_in_an_imported_file_name_it()
+  local dir = files {
+    ["bad.stm"] = "fragment F {\n  initial A\n  state A { @ }\n}\n",
+    ["refused.stm"] = "fragment G {\n  initial A\n  state A { carry n }\n  final B success\n  from A to B on Go\n}\n",
+  }
+  local main = "import \"bad.stm\"\n" .. machine("  use F as C\n  from A to C on Go")
+  local ok, err = pcall(chart.from_stm, main, { base_dir = dir })
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "stm: " .. dir .. "/bad.stm: line 3, column 13: unexpected character '@'")
+  main = "import \"refused.stm\"\n" .. machine("  use G as C\n  from A to C on Go")
+  ok, err = pcall(chart.from_stm, main, { base_dir = dir })
+  lu.assertFalse(ok)
+  lu.assertStrContains(tostring(err), "stm: " .. dir .. "/refused.stm: line 3, column 13: `carry` is not supported")
+  build_fails(1, 1, "import \"none.stm\"\n" .. machine(""), { base_dir = dir }, "import not found: none.stm")
+  lu.assertErrorMsgContains("opts.base_dir must be a non-empty string", chart.from_stm, "x", { base_dir = 1 })
+  os.execute("rm -rf " .. helper.shell_quote(dir))
+end

@@ -18,6 +18,7 @@ of distinct event fields into one dict) become trees of
 
 import json
 import sys
+from pathlib import Path
 
 from harel.dsl import DslError, parse
 from harel.dsl.loader import _resolve_cfg
@@ -92,7 +93,10 @@ def main():
     expand = sys.argv[1] == "--expand"
     text = open(sys.argv[-1], encoding="utf-8").read()
     try:
-        out = conv(_resolve_cfg(text, None, None, None, None)[0]) if expand else program(parse(text))
+        if expand:  # imports are read relative to the file, as definition_from_dsl_file does
+            out = conv(_resolve_cfg(text, None, Path(sys.argv[-1]).parent, None, None)[0])
+        else:
+            out = program(parse(text))
     except DslError as e:
         print(json.dumps({"error": e.message, "line": e.line, "column": e.column}))
         sys.exit(3)

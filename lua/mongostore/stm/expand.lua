@@ -54,7 +54,7 @@ Expander.__index = Expander
 
 function Expander:fail(pos, fmt, ...)
   pos = pos or self.machine_pos
-  parse.fail_at(self.text, pos[1], pos[2], fmt, ...)
+  parse.fail_in(self.src, pos[1], pos[2], fmt, ...)
 end
 
 local function child_ctx(bindings, guards, values, states, events)
@@ -253,7 +253,12 @@ function Expander:instantiate(use, ctx)
   clone.__params__ = nil
   substitute(clone, states, events)
   local local_name = use.alias or name:match("([^.]+)$")
-  return local_name, self:expand(clone, child_ctx(bindings, guards, values, states, events))
+  -- an imported fragment's errors point into its own file
+  local saved = self.src
+  self.src = meta[frag] and meta[frag].src or saved
+  local out = self:expand(clone, child_ctx(bindings, guards, values, states, events))
+  self.src = saved
+  return local_name, out
 end
 
 -- One container, expanded (a fresh table; the parsed program is unchanged).
@@ -292,8 +297,65 @@ function Expander:expand(cfg, ctx)
   local ni = {}
   for k, v in pairs(info) do ni[k] = v end
   ni.order = order
+  ni.src = self.src
   meta[cfg] = ni
   return cfg
+end
+
+------------------------------------------------------------------------
+-- Imports
+
+local function dirname(path) return path:match("^(.*)/[^/]*$") or "." end
+
+local function normpath(path)
+  local parts = {}
+  for seg in path:gmatch("[^/]+") do
+    if seg == ".." and #parts > 0 and parts[#parts] ~= ".." then
+      parts[#parts] = nil
+    elseif seg ~= "." then
+      parts[#parts + 1] = seg
+    end
+  end
+  return (path:sub(1, 1) == "/" and "/" or "") .. concat(parts, "/")
+end
+
+-- load(text, base_dir) -> the program with what its imports declare merged
+-- in, as harel's loader merges them: their events, bindings, guards and
+-- fragments (named `alias.Fragment` under an alias), the text's own
+-- declarations winning; each file read once, relative to the one importing it.
+function M.load(text, base_dir)
+  local seen = {}
+  local function load(src, base)
+    local prog = parse.parse(src.text, src.file)
+    local events, fragments, bindings, guards = {}, {}, {}, {}
+    for _, imp in ipairs(prog.imports) do
+      local path = imp.path:sub(1, 1) == "/" and imp.path or (base .. "/" .. imp.path)
+      local resolved = normpath(path)
+      if not seen[resolved] then
+        seen[resolved] = true
+        local f = io.open(resolved, "r")
+        if not f then parse.fail_in(src, imp.pos[1], imp.pos[2], "import not found: %s", imp.path) end
+        local itext = f:read("*a")
+        f:close()
+        local iprog = load({ text = itext, file = resolved }, dirname(resolved))
+        for k, v in pairs(iprog.events) do events[k] = v end
+        for k, v in pairs(iprog.bindings) do bindings[k] = v end
+        for k, v in pairs(iprog.guards) do guards[k] = v end
+        for k, v in pairs(iprog.fragments) do fragments[imp.alias and (imp.alias .. "." .. k) or k] = v end
+      end
+    end
+    for k, v in pairs(prog.events) do events[k] = v end
+    for k, v in pairs(prog.bindings) do bindings[k] = v end
+    for k, v in pairs(prog.guards) do guards[k] = v end
+    for k, v in pairs(prog.fragments) do
+      if meta[v] then meta[v].src = meta[v].src or src end
+      fragments[k] = v
+    end
+    prog.events, prog.bindings, prog.guards, prog.fragments = events, bindings, guards, fragments
+    meta[prog].src = src
+    return prog
+  end
+  return load({ text = text }, base_dir)
 end
 
 -- expand(prog, text, name, opts) -> the machine's config, expanded; the
@@ -303,7 +365,8 @@ function M.machine(prog, text, name, opts)
   local bindings, guards = merged(prog.bindings), merged(prog.guards)
   for k, fn in pairs(opts.actions or {}) do bindings[k] = fn end
   for k, fn in pairs(opts.guards or {}) do guards[k] = fn end
-  local self = setmetatable({ text = text, fragments = prog.fragments, machine_pos = cfg.__pos__ }, Expander)
+  local self = setmetatable({ src = meta[prog].src or { text = text }, fragments = prog.fragments,
+                              machine_pos = cfg.__pos__ }, Expander)
   local out = self:expand(cfg, child_ctx(bindings, guards, {}))
   if next(prog.events) ~= nil then out.events = prog.events end
   return out

@@ -70,7 +70,16 @@ local function fail_at(text, line, col, fmt, ...)
 end
 M.fail_at = fail_at
 
-local function lex(text)
+-- The same for a source { text, file }: an imported file's errors name it
+-- ("stm: lib/steps.stm: line L, column C: ...").
+local function fail_in(src, line, col, fmt, ...)
+  if not src.file then fail_at(src.text, line, col, fmt, ...) end
+  error(format("stm: %s: line %d, column %d: " .. fmt, src.file, line, col, ...) .. caret(src.text, line, col), 0)
+end
+M.fail_in = fail_in
+
+local function lex(text, file)
+  local src = { text = text, file = file }
   local toks, pos = {}, 1
   while true do
     if lpeg.match(tail, text, pos) then break end
@@ -79,8 +88,8 @@ local function lex(text)
       local at = lpeg.match(skip * Cp(), text, pos)
       local line, col = locate(text, at)
       local ch = sub(text, at, at)
-      if ch == '"' then fail_at(text, line, col, "unterminated string (a string ends on its line)") end
-      fail_at(text, line, col, "unexpected character '%s'", ch)
+      if ch == '"' then fail_in(src, line, col, "unterminated string (a string ends on its line)") end
+      fail_in(src, line, col, "unexpected character '%s'", ch)
     end
     local line, col = locate(text, start)
     toks[#toks + 1] = { class = class, value = value, line = line, col = col, start = start, stop = after }
@@ -220,7 +229,7 @@ local function describe(t)
 end
 
 function Parser:fail(t, fmt, ...)
-  fail_at(self.text, t.line, t.col, fmt, ...)
+  fail_in(self.src, t.line, t.col, fmt, ...)
 end
 
 function Parser:expected(what, t)
@@ -906,9 +915,10 @@ function Parser:program()
 end
 
 -- parse(text) -> program (the normal form); raises "stm: line L, column C: ..."
-function M.parse(text)
+-- parse(text, file): file names the text in errors (an imported file).
+function M.parse(text, file)
   if type(text) ~= "string" then error("stm.parse: text must be a string, got " .. type(text), 2) end
-  local p = setmetatable({ text = text, toks = lex(text), i = 1 }, Parser)
+  local p = setmetatable({ text = text, src = { text = text, file = file }, toks = lex(text, file), i = 1 }, Parser)
   return p:program()
 end
 
