@@ -3109,16 +3109,19 @@ decides; an outcome of nil is not a success there), `guard NAME = PREDICATE`,
 `bind { handler = module.fn }`, `event KIND { field: int|float|string|bool|any[?] }`,
 and `fragment F(p: action|state|guard|value|event, ...) { ... }` with `use
 F(p = ...) as Name` (expanded as harel's loader does: a child state named by
-the alias, its parameters filled in, nested uses forwarding them). An action is
+the alias, its parameters filled in, nested uses forwarding them), and `import
+"file.stm" [as alias]` with `opts.base_dir` (each file read once, relative to
+the one importing it; its events, bindings, guards and fragments merged in,
+the fragments named `alias.F` under an alias, all in one space as in harel). An action is
 found in `opts.actions` by its handler name, then by the path a `bind` gives it
 (or the literal dotted path), then as the field of the module `require` finds;
 `opts.guards` overrides a `guard` declaration.
 
-Every error raises `stm: line L, column C: message` followed by the line and a
-caret; harel's parser fails the same texts at the same place
+Every error raises `stm: line L, column C: message` (`stm: FILE: line L, ...`
+in an imported file) followed by the line and a caret; harel's parser fails the same texts at the same place
 (`spec/02-store/stm_harel_spec.lua`). What mongostore's engine cannot run is
 refused by name, never dropped: `invoke` (and `invoke ... for`, `with`),
-`import` (one text is read), `carry`, `cancel_on_failure`,
+`import` without `base_dir`, `carry`, `cancel_on_failure`,
 `ttl`, a typed `context` block, `on error`, `on Expired` and `on Returned`,
 `outcome` on a composite state, and hooks, a timeout, `defer` or `outcome` on
 the machine itself. A declared event's fields are checked by
@@ -3151,6 +3154,7 @@ machine order {
               "named guards in Lua, over the text's `guard` declarations" },
             { "machine", "string?", "the machine to read, when the text declares several" },
             { "id", "string?", "the chart's id", default = "the machine's name" },
+            { "base_dir", "string?", "the directory `import`s are read from (without it, an import is refused)" },
           } },
         { fn = "check_event", module = "mongostore.stm",
           params = {
