@@ -16,7 +16,10 @@ local meta, fail_at, fail_in, py_str = parse.meta, parse.fail_at, parse.fail_in,
 
 -- stm.parse(text) / stm.normalize(text): the program in harel's normal form
 -- (the structure harel.dsl.parse builds, positions as { line, column }).
-M.parse = parse.parse
+function M.parse(text)
+  if type(text) ~= "string" then error("stm.parse: text must be a string, got " .. type(text), 2) end
+  return parse.parse(text)
+end
 function M.normalize(text)
   if type(text) ~= "string" then error("stm.normalize: text must be a string, got " .. type(text), 2) end
   return parse.parse(text)

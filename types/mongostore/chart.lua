@@ -66,6 +66,7 @@
 ---@field guards? table<string, fun(data: table, context: table, event: mongostore.Event?): boolean> named guards in Lua, over the text's `guard` declarations
 ---@field machine? string the machine to read, when the text declares several
 ---@field id? string the chart's id
+---@field base_dir? string the directory `import`s are read from (without it, an import is refused)
 
 ---@class mongostore.chart
 local chart = {}
