@@ -73,6 +73,7 @@ build = {
       ["mongostore.cli.term"] = "lua/mongostore/cli/term.lua",
       ["mongostore.stm"] = "lua/mongostore/stm.lua",
       ["mongostore.stm.parse"] = "lua/mongostore/stm/parse.lua",
+      ["mongostore.stm.expand"] = "lua/mongostore/stm/expand.lua",
       ["mongostore.records"] = "lua/mongostore/records.lua",
       ["mongostore.records.canon"] = "lua/mongostore/records/canon.lua",
       ["mongostore.records.fingerprint"] = "lua/mongostore/records/fingerprint.lua",

@@ -206,7 +206,19 @@ end
 -- when it is: the dedupe check costs no round trip of its own, and a second
 -- application is impossible. Returns true, "applied" | "duplicate", or
 -- nil, msg, code ("not_found" when there is no such execution).
-function Engine:deliver(id, event, timer_path)
+-- A chart read from .stm declares its events' fields (mongostore.stm): an
+-- event sent from outside that does not fit them is refused before anything
+-- is committed, as harel checks it when sent. Relayed and timer events were
+-- made by the charts themselves and are not checked again.
+local function fits_declared(c, event, id)
+  local stm = package.loaded["mongostore.stm"]
+  if not stm then return true end
+  local fits, why = stm.check_event(c, event.kind, event.data or {})
+  if fits then return true end
+  return nil, format("deliver %s to %s: %s", event.kind, id, tostring(why)), "invalid"
+end
+
+function Engine:deliver(id, event, timer_path, from_outside)
   local store = self.store
   for _ = 1, self.max_conflicts do
     local exe, armed, code = store:load(id, timer_path)
@@ -217,6 +229,10 @@ function Engine:deliver(id, event, timer_path)
     local c = self.charts[exe.definition_id]
     if not c then
       return nil, format("deliver %s to %s: no chart '%s' is registered", event.kind, id, exe.definition_id), "invalid"
+    end
+    if from_outside then
+      local fits, ferr, fcode = fits_declared(c, event, id)
+      if not fits then return nil, ferr, fcode end
     end
     local now = self.now()
     local fx = runtime.apply(c, exe, event, now, { armed = armed, timer_checked = timer_path ~= nil })
@@ -282,7 +298,7 @@ local function send_checked(self, id, event, fn)
   if not ev then return nil, err, code end
   event.id = ev.id
   local ok
-  ok, err, code = self:deliver(id, ev)
+  ok, err, code = self:deliver(id, ev, nil, true)
   if not ok then return nil, err, code end
   return true, err
 end
