@@ -6,33 +6,17 @@
 -- the rest in err.failed, stale ones included (Mongoose #14763, #15800);
 -- bulk_write takes model.update_one and the other constructors.
 local lu = require "luaunit"
-local ms = require "mongostore"
 local model = require "mongostore.model"
-local helper = require "helpers"
 
 local Q, ops = model.Q, model.ops
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local articles = require "fixtures.articles"
+local ok = articles.ok
 
 TestModelBulk = {}
 
 function TestModelBulk:setUp()
-  self.name = helper.fresh_db("mbulk")
-  self.db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
-  self.Article = model.define {
-    name = "Article", collection = "articles",
-    fields = {
-      title = { "string", default = "" }, views = { "integer", default = 0 },
-      tags = { "array", of = "string", default = {} },
-      created_at = "created_at", updated_at = "updated_at", deleted_at = "deleted_at",
-      rev = "revision",
-    },
-    indexes = { { keys = { { "title", 1 } }, unique = true } },
-  }
-  self.registry = ok(model.registry(self.db, { self.Article }))
+  articles.open(self, "mbulk", { indexes = { { keys = { { "title", 1 } }, unique = true } } })
 end
 
 function TestModelBulk:tearDown()

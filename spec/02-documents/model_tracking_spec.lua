@@ -13,23 +13,14 @@ local rawdb = require "helpers.rawdb"
 
 local Q, ops = model.Q, model.ops
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local articles = require "fixtures.articles"
+local ok = articles.ok
 
 local function define()
-  return model.define {
-    name = "Article", collection = "articles",
-    fields = {
-      title = { "string", default = "" }, views = { "integer", default = 0 },
-      tags = { "array", of = "string", default = {} },
-      author = { "document", fields = { name = "string", address = { "document", fields = { city = "string" } } } },
-      meta = "document",
-      created_at = "created_at", updated_at = "updated_at", deleted_at = "deleted_at",
-      rev = "revision",
-    },
-  }
+  return articles.define { fields = {
+    author = { "document", fields = { name = "string", address = { "document", fields = { city = "string" } } } },
+    meta = "document",
+  } }
 end
 
 TestModelTracking = {}

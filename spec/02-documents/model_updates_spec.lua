@@ -6,31 +6,16 @@
 local lu = require "luaunit"
 local ms = require "mongostore"
 local model = require "mongostore.model"
-local helper = require "helpers"
 
 local Q, ops = model.Q, model.ops
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local articles = require "fixtures.articles"
+local ok = articles.ok
 
 TestModelUpdates = {}
 
 function TestModelUpdates:setUp()
-  self.name = helper.fresh_db("mupd")
-  self.db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
-  self.Article = model.define {
-    name = "Article", collection = "articles",
-    fields = {
-      title = { "string", default = "" }, views = { "integer", default = 0 },
-      score = "number", tags = { "array", of = "string", default = {} },
-      author = { "document", fields = { name = "string" } },
-      created_at = "created_at", updated_at = "updated_at", deleted_at = "deleted_at",
-      rev = "revision",
-    },
-  }
-  self.registry = ok(model.registry(self.db, { self.Article }))
+  articles.open(self, "mupd", { fields = { score = "number", author = { "document", fields = { name = "string" } } } })
 end
 
 function TestModelUpdates:tearDown()

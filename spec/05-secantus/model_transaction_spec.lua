@@ -13,22 +13,10 @@ local helper = require "helpers"
 local Q, ops = model.Q, model.ops
 local SERVER = os.getenv("MONGOSTORE_TEST_SERVER") or "other"
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local articles = require "fixtures.articles"
+local ok = articles.ok
 
-local function define()
-  return model.define {
-    name = "Article", collection = "articles",
-    fields = {
-      title = { "string", default = "" }, views = { "integer", default = 0 },
-      tags = { "array", of = "string", default = {} },
-      created_at = "created_at", updated_at = "updated_at", deleted_at = "deleted_at",
-      rev = "revision",
-    },
-  }
-end
+local function define() return articles.define() end
 
 TestModelTransactions = {}
 
