@@ -2574,8 +2574,9 @@ and reader, the tables through the document API's codec, so the value rules
 and the boxes are the ones everywhere else. The relaxed form writes numbers
 as JSON numbers (an integer reads back as an int32 when it fits) and dates as
 ISO-8601 text; the canonical form keeps every type (`{"$numberInt": "7"}`).
-libbson 1.23's reader cannot read JavaScript code (`$code`) as an array's
-element, nor a code scope that holds an array: such text is refused.]],
+JavaScript code is written (`{"$code": ...}`) but not read: libbson 1.23's
+reader mishandles it (it reads uninitialised memory on code in an array), so
+text naming a `$code` key is refused before libbson sees it.]],
       entries = {
         { fn = "ejson.encode", module = "mongostore",
           params = {

@@ -41,7 +41,8 @@ function M.encode(doc, opts)
 end
 
 -- decode(text) -> the document (a table), or nil, msg, "invalid" for text
--- that is not one JSON object or breaks the value rules.
+-- that is not one JSON object, breaks the value rules or holds JavaScript
+-- code (a "$code" key: libbson 1.23's reader mishandles it).
 function M.decode(text)
   if type(text) ~= "string" then error("mongostore.ejson.decode: text must be a string, got " .. type(text), 2) end
   local bytes, err, code = core.ejson_to_bson(text)

@@ -21,10 +21,8 @@ local function every_box()
     ms.regex("^a.*b$", "imx"), ms.regex("x"), ms.minkey, ms.maxkey,
     1.5, -0.0, 2.0, 42, "h\u{e9}llo \u{2603}", "", true, false, ms.null, ms.array{}, {},
     { nested = { deep = ms.array{ { x = 1 }, { x = 2.5 } } } },
-  -- JavaScript code as fields: libbson 1.23's reader garbles the array after
-  -- one that is an array's element (refused, see below), and fails on a scope
-  -- holding an array
-  }, code = ms.code("function () { return 1; }"), scoped = ms.code("function () { return a; }", { a = 1, b = "x" }) }
+  -- (JavaScript code is written but not read: see below)
+  } }
 end
 
 TestEjson = {}
@@ -54,8 +52,6 @@ function TestEjson:test_every_value_survives_the_relaxed_form()
       lu.assertEquals(type(got), type(want), "item " .. i)
     end
   end
-  lu.assertEquals(back.code, sent.code)
-  lu.assertEquals(ms.ejson.encode({ x = back.scoped }), ms.ejson.encode({ x = sent.scoped }))
 end
 
 function TestEjson:test_the_forms_have_the_shapes_other_tools_read()
@@ -101,7 +97,8 @@ function TestEjson:test_bad_text_is_refused_clearly()
     { '{"a": {"$date": "yesterday"}}', "date" }, { '{"a": 1e400}', "out of range" },
     { '{"a\\u0000b": 1}', "ejson.decode: " }, { '{"a": "\\ud800"}', "ejson.decode: " },
     { '{"a": "\255"}', "ejson.decode: " },
-    { '{"v": [{"$code": "f"}, 1]}', "JavaScript code in an array" },
+    { '{"v": [{"$code": "f"}, 1]}', 'JavaScript code ("$code") is not read' },
+    { '{"c": {"\\u0024code": "f", "$scope": {}}}', 'JavaScript code ("$code") is not read' },
     { '{"v": [true, {"$code": "f"}]}', "ejson.decode: " },
     { string.rep('{"a":', 300) .. "1" .. string.rep("}", 300), "ejson.decode: " },
   }
@@ -112,6 +109,22 @@ function TestEjson:test_bad_text_is_refused_clearly()
     lu.assertStrContains(msg, c[2], false, c[1])
     lu.assertStrContains(msg, "ejson.decode", false, c[1])
   end
+end
+
+-- libbson 1.23's reader reads uninitialised memory on JavaScript code in an
+-- array or with a scope holding one (valgrind shows it): code is written, and
+-- refused when read, before libbson sees the text.
+function TestEjson:test_javascript_code_is_written_but_not_read()
+  local text = assert(ms.ejson.encode({ c = ms.code("f()"), s = ms.code("g()", { a = 1 }) }))
+  lu.assertStrContains(text, '"$code" : "f()"')
+  lu.assertStrContains(text, '"$scope"')
+  local doc, msg, code = ms.ejson.decode(text)
+  lu.assertNil(doc)
+  lu.assertEquals(code, "invalid")
+  lu.assertStrContains(msg, 'ejson.decode: JavaScript code ("$code") is not read')
+  -- the same letters as a value, or inside a string, are only text
+  doc = assert(ms.ejson.decode('{"a": "$code", "b": "x\\"$code\\": 1"}'))
+  lu.assertEquals(doc.a, "$code")
 end
 
 function TestEjson:test_what_bson_cannot_hold_is_refused_clearly()

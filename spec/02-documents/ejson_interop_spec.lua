@@ -3,14 +3,14 @@
 -- pymongo's canonical Extended JSON read here encodes to pymongo's own bytes,
 -- and ours read by pymongo encodes to the same bytes. No server is used; the
 -- legacy types pymongo no longer reads as themselves (undefined, symbol,
--- DBPointer) and a code with scope holding an array (libbson 1.23's reader
--- fails on it, see spec/01-unit/ejson_spec.lua) are left out.
+-- DBPointer) and JavaScript code (mongostore.ejson does not read it: libbson
+-- 1.23's reader mishandles it, see spec/01-unit/ejson_spec.lua) are left out.
 local lu = require "luaunit"
 local ms = require "mongostore"
 local core = require "mongostore.core"
 local helper = require "helpers"
 
-local SKIP = "undefined,symbol,dbpointer,code_with_scope"
+local SKIP = "undefined,symbol,dbpointer,code,code_with_scope"
 
 local function python()
   local py = os.getenv("MONGOSTORE_PYTHON") or ""
