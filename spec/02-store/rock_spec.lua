@@ -71,7 +71,8 @@ function TestRock:test_luarocks_make_installs_a_working_rock()
   local id = out:match("rock ok (%x+)")
 
   -- the installed command finds the tree's modules by itself
-  ok, out = run(string.format("env -u LUA_PATH -u LUA_CPATH LD_PRELOAD= %s --uri %s --db %s list --all --json",
+  ok, out = run(string.format("env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 LD_PRELOAD= "
+    .. "%s --uri %s --db %s list --all --json",
     helper.shell_quote(tree .. "/bin/mongostore"), helper.shell_quote(helper.uri()),
     helper.shell_quote(db)))
   lu.assertTrue(ok, out)
