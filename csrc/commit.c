@@ -432,29 +432,33 @@ static int64_t reply_count(const bson_t *reply, const char *field) {
  * marks an event processed, on that event not being marked yet. For a
  * version-0 commit the filter also takes a document with no version, which
  * is a stub that append_trace created before the first commit. */
-static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update, int64_t *matched,
-                      bson_error_t *be) {
-  bson_t filter = BSON_INITIALIZER, reply;
-  int ok;
-  bson_append_utf8(&filter, "_id", 3, c->id, (int)c->id_len);
+static void build_cas_filter(const commit_in_t *c, bson_t *filter) {
+  bson_append_utf8(filter, "_id", 3, c->id, (int)c->id_len);
   if (c->old == 0) {
     bson_t in, arr;
-    bson_append_document_begin(&filter, "version", 7, &in);
+    bson_append_document_begin(filter, "version", 7, &in);
     bson_append_array_begin(&in, "$in", 3, &arr);
     bson_append_int64(&arr, "0", 1, 0);
     bson_append_null(&arr, "1", 1);
     bson_append_array_end(&in, &arr);
-    bson_append_document_end(&filter, &in);
+    bson_append_document_end(filter, &in);
   } else {
-    bson_append_int64(&filter, "version", 7, c->old);
+    bson_append_int64(filter, "version", 7, c->old);
   }
   if (c->processed) {
     /* the dedupe guard: an event is marked once, whatever the caller loaded */
     bson_t ne;
-    bson_append_document_begin(&filter, "processed", 9, &ne);
+    bson_append_document_begin(filter, "processed", 9, &ne);
     bson_append_utf8(&ne, "$ne", 3, c->processed, (int)c->processed_len);
-    bson_append_document_end(&filter, &ne);
+    bson_append_document_end(filter, &ne);
   }
+}
+
+static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update, int64_t *matched,
+                      bson_error_t *be) {
+  bson_t filter = BSON_INITIALIZER, reply;
+  int ok;
+  build_cas_filter(c, &filter);
   ok = mongoc_collection_update_one(s->exes, &filter, update, NULL, &reply, be);
   if (ok) *matched = reply_count(&reply, "matchedCount");
   bson_destroy(&reply);
@@ -498,12 +502,13 @@ static int push_committed(lua_State *L, commit_in_t *c) {
 
 /* The positional arguments and the scalar opts: a wrong type raises, a bad
  * id or a negative version is invalid. */
-static int read_commit_args(lua_State *L, commit_in_t *c, ms_err_t *e) {
-  if (!(c->id = ms_check_id(L, 2, "commit: execution id", &c->id_len, e))) return -1;
-  if (!(c->definition_id = ms_check_id(L, 3, "commit: definition_id", &c->def_len, e))) return -1;
-  c->old = ms_arg_integer(L, 4, "commit: version");
-  c->data = ms_arg_string(L, 5, "commit: data", &c->data_len);
-  ms_arg_table(L, 6, "commit: opts");
+static int read_commit_args(lua_State *L, int base, commit_in_t *c, ms_err_t *e) {
+  int ops = base + 4;
+  if (!(c->id = ms_check_id(L, base, "commit: execution id", &c->id_len, e))) return -1;
+  if (!(c->definition_id = ms_check_id(L, base + 1, "commit: definition_id", &c->def_len, e))) return -1;
+  c->old = ms_arg_integer(L, base + 2, "commit: version");
+  c->data = ms_arg_string(L, base + 3, "commit: data", &c->data_len);
+  ms_arg_table(L, ops, "commit: opts");
   snprintf(c->doing, sizeof c->doing, "commit %.100s", c->id);
   if (c->old < 0) {
     ms_err_set(e, "invalid", "%s: version %lld is negative", c->doing, (long long)c->old);
@@ -512,17 +517,17 @@ static int read_commit_args(lua_State *L, commit_in_t *c, ms_err_t *e) {
   c->min_fire = MS_NO_TIMER;
   c->status = "PENDING";
   c->status_len = 7;
-  if (lua_getfield(L, 6, "status") == LUA_TSTRING) c->status = lua_tolstring(L, -1, &c->status_len);
+  if (lua_getfield(L, ops, "status") == LUA_TSTRING) c->status = lua_tolstring(L, -1, &c->status_len);
   lua_pop(L, 1);
-  if (lua_getfield(L, 6, "parent_id") == LUA_TSTRING) c->parent_id = lua_tolstring(L, -1, &c->parent_len);
+  if (lua_getfield(L, ops, "parent_id") == LUA_TSTRING) c->parent_id = lua_tolstring(L, -1, &c->parent_len);
   lua_pop(L, 1);
-  if (lua_getfield(L, 6, "processed_event_id") != LUA_TNIL) {
+  if (lua_getfield(L, ops, "processed_event_id") != LUA_TNIL) {
     if (!(c->processed = ms_check_id(L, -1, "commit: processed_event_id", &c->processed_len, e))) return -1;
   }
   lua_pop(L, 1);
   /* the digests loaded with the execution (a string kept by the Lua layer;
    * the Lua strings stay referenced by the caller's table while we run) */
-  if (lua_getfield(L, 6, "dedupe") == LUA_TSTRING) c->dd_in = lua_tolstring(L, -1, &c->dd_in_len);
+  if (lua_getfield(L, ops, "dedupe") == LUA_TSTRING) c->dd_in = lua_tolstring(L, -1, &c->dd_in_len);
   lua_pop(L, 1);
   return 0;
 }
@@ -531,14 +536,14 @@ static int read_commit_args(lua_State *L, commit_in_t *c, ms_err_t *e) {
  * that the update they make fits the server's limit: what the update ships
  * is known now, so it is refused before any write. On failure c is
  * destroyed and e says why. */
-static int read_commit_ops(lua_State *L, const ms_store_t *s, commit_in_t *c, ms_err_t *e) {
+static int read_commit_ops(lua_State *L, const ms_store_t *s, commit_in_t *c, int ops, ms_err_t *e) {
   bson_init(&c->emits);
   bson_init(&c->spawns);
   bson_init(&c->set_timers);
   bson_init(&c->unset_timers);
   bson_init(&c->trace);
-  if (read_emits(L, 6, c, e) || read_spawns(L, 6, c, e) || read_timers(L, 6, c, e) ||
-      read_trace_step(L, 6, c, e)) {
+  if (read_emits(L, ops, c, e) || read_spawns(L, ops, c, e) || read_timers(L, ops, c, e) ||
+      read_trace_step(L, ops, c, e)) {
     commit_in_destroy(c);
     ms_err_prefix(e, c->doing);
     return -1;
@@ -616,14 +621,14 @@ static int l_commit(lua_State *L) {
   bson_error_t be;
   seqs_t q = {0, 0, 0};
   memset(&c, 0, sizeof c);
-  if (read_commit_args(L, &c, &e)) return ms_push_error(L, &e);
+  if (read_commit_args(L, 2, &c, &e)) return ms_push_error(L, &e);
   if (c.processed) {
     /* marked already among the loaded digests: no round trip at all */
     ms_ev_digest(c.processed, c.processed_len, c.digest);
     if (ms_digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_duplicate(L, &c);
     c.dd_out = ms_digests_add(s, c.dd_in, c.dd_in_len, c.digest, &c.dd_out_len);
   }
-  if (read_commit_ops(L, s, &c, &e)) return ms_push_error(L, &e);
+  if (read_commit_ops(L, s, &c, 6, &e)) return ms_push_error(L, &e);
   if (!reserve_seqs(s, &c, &q, &be)) {
     commit_in_destroy(&c);
     return ms_store_push_bson_err(L, s, &be, c.doing);
@@ -631,8 +636,360 @@ static int l_commit(lua_State *L) {
   return write_commit(L, s, &c, &q);
 }
 
+/* ---- many commits in one bulk write ---- */
+
+/* One commit of a batch: its input, and what it came to. */
+typedef enum { ITEM_PENDING, ITEM_DONE, ITEM_SENT } item_state_t;
+
+typedef struct batch_item {
+  commit_in_t c;
+  seqs_t q;
+  item_state_t state;
+  int bulk_index;          /* its position among the bulk's operations */
+} batch_item_t;
+
+/* results[i] = { ok = true, digests = "..." } */
+static void result_committed(lua_State *L, int results, int i, const commit_in_t *c) {
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "ok");
+  if (c->processed) {
+    lua_pushlstring(L, (const char *)c->dd_out, c->dd_out_len);
+    lua_setfield(L, -2, "digests");
+  }
+  lua_rawseti(L, results, i);
+}
+
+/* results[i] = { err = msg, code = code[, found = version] } from the
+ * nil, msg, code[, found] that a push_ function left on the stack. */
+static void result_from_stack(lua_State *L, int results, int i, int nret) {
+  int top = lua_gettop(L), base = top - nret + 1;
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, base + 1);
+  lua_setfield(L, -2, "err");
+  lua_pushvalue(L, base + 2);
+  lua_setfield(L, -2, "code");
+  if (nret > 3) {
+    lua_pushvalue(L, base + 3);
+    lua_setfield(L, -2, "found");
+  }
+  lua_rawseti(L, results, i);
+  lua_settop(L, base - 1);
+}
+
+static void result_error(lua_State *L, int results, int i, ms_err_t *e) {
+  result_from_stack(L, results, i, ms_push_error(L, e));
+}
+
+static void result_bson_error(lua_State *L, ms_store_t *s, int results, int i, const bson_error_t *be,
+                              const char *doing) {
+  result_from_stack(L, results, i, ms_store_push_bson_err(L, s, be, doing));
+}
+
+/* Reads items[i] = { id, definition_id, version, data, opts } into it; a
+ * version-0 commit is an insert, which the one-commit path makes. */
+static int read_item(lua_State *L, const ms_store_t *s, int items, lua_Integer i, batch_item_t *it, ms_err_t *e) {
+  int base, rc;
+  static const char *const fields[] = {"id", "definition_id", "version", "data", "opts"};
+  size_t f;
+  lua_rawgeti(L, items, i);
+  if (!lua_istable(L, -1)) luaL_error(L, "commit_many: items[%d] must be a table", (int)i);
+  base = lua_gettop(L) + 1;
+  for (f = 0; f < 5; f++) lua_getfield(L, base - 1, fields[f]);
+  /* the strings stay referenced by items[i] once these copies are popped */
+  rc = read_commit_args(L, base, &it->c, e);
+  if (rc == 0 && it->c.old == 0) {
+    ms_err_set(e, "invalid", "%s: a new execution (version 0) is committed alone", it->c.doing);
+    rc = -1;
+  }
+  if (rc == 0 && it->c.processed) {
+    ms_ev_digest(it->c.processed, it->c.processed_len, it->c.digest);
+    if (ms_digests_hold((const uint8_t *)it->c.dd_in, it->c.dd_in_len, it->c.digest)) {
+      rc = 1;  /* marked already among the loaded digests */
+    } else {
+      it->c.dd_out = ms_digests_add(s, it->c.dd_in, it->c.dd_in_len, it->c.digest, &it->c.dd_out_len);
+    }
+  }
+  if (rc == 0 && read_commit_ops(L, s, &it->c, base + 4, e)) rc = -2;  /* c destroyed */
+  lua_settop(L, base - 2);
+  return rc;
+}
+
+/* The outbox and spawn seqs of every commit of the batch: one reservation
+ * per counter for the whole batch, then a block of it for each commit in
+ * turn; trace indexes (when the steps give none) per execution. */
+static int reserve_batch_seqs(ms_store_t *s, batch_item_t *items, size_t n, bson_error_t *be) {
+  int64_t emits = 0, spawns = 0, next_outbox = 0, next_spawn = 0;
+  size_t i;
+  for (i = 0; i < n; i++) {
+    if (items[i].state != ITEM_PENDING) continue;
+    emits += items[i].c.n_emits;
+    spawns += items[i].c.n_spawns;
+  }
+  if ((emits && !ms_next_seq(s, "outbox", 6, emits, &next_outbox, be)) ||
+      (spawns && !ms_next_seq(s, "spawn", 5, spawns, &next_spawn, be)))
+    return 0;
+  for (i = 0; i < n; i++) {
+    commit_in_t *c = &items[i].c;
+    if (items[i].state != ITEM_PENDING) continue;
+    items[i].q.outbox = next_outbox;
+    items[i].q.spawn = next_spawn;
+    next_outbox += c->n_emits;
+    next_spawn += c->n_spawns;
+    if (c->has_trace) {
+      int64_t given = ms_step_index(&c->trace, -1);
+      if (given >= 0) items[i].q.trace = given;
+      else if (!ms_next_trace_index(s, c->id, c->id_len, &items[i].q.trace, be)) return 0;
+    }
+  }
+  return 1;
+}
+
+/* Marks the bulk's operations that failed on their own (writeErrors by
+ * index); returns how many. */
+static int64_t mark_write_errors(lua_State *L, ms_store_t *s, batch_item_t *items, size_t n, const bson_t *reply,
+                                 int results) {
+  bson_iter_t it, arr, op;
+  int64_t count = 0;
+  if (!(bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr)))
+    return 0;
+  while (bson_iter_next(&arr)) {
+    int64_t index = -1;
+    uint32_t code = 0;
+    const char *msg = "write error";
+    size_t i;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &op)) continue;
+    while (bson_iter_next(&op)) {
+      if (strcmp(bson_iter_key(&op), "index") == 0 && BSON_ITER_HOLDS_NUMBER(&op)) index = bson_iter_as_int64(&op);
+      else if (strcmp(bson_iter_key(&op), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&op))
+        code = (uint32_t)bson_iter_as_int64(&op);
+      else if (strcmp(bson_iter_key(&op), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&op))
+        msg = bson_iter_utf8(&op, NULL);
+    }
+    for (i = 0; i < n; i++) {
+      if (items[i].state == ITEM_SENT && items[i].bulk_index == index) {
+        bson_error_t be;
+        bson_set_error(&be, MONGOC_ERROR_SERVER, code, "%s", msg);
+        result_bson_error(L, s, results, (int)i + 1, &be, items[i].c.doing);
+        items[i].state = ITEM_DONE;
+        commit_in_destroy(&items[i].c);
+        count++;
+        break;
+      }
+    }
+  }
+  return count;
+}
+
+/* Whether a fetched document holds event ev's mark (digests or harel's
+ * `processed` array). */
+static int doc_marked(const bson_t *doc, const char *ev, size_t evlen) {
+  bson_iter_t it, arr;
+  if (ms_doc_marks(doc, ev, evlen)) return 1;
+  if (bson_iter_init_find(&it, doc, "processed") && BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)) {
+    while (bson_iter_next(&arr)) {
+      uint32_t l;
+      const char *v;
+      if (!BSON_ITER_HOLDS_UTF8(&arr)) continue;
+      v = bson_iter_utf8(&arr, &l);
+      if (l == evlen && memcmp(v, ev, evlen) == 0) return 1;
+    }
+  }
+  return 0;
+}
+
+/* The bulk matched fewer documents than it held commits: one find of the
+ * sent commits' documents tells them apart. A document that does not hold
+ * the commit's event mark lost (a conflict: the one-event path reloads). One
+ * that holds it applied the event, ours or a concurrent writer's of the same
+ * event at the same version; when the count of matches says every marked one
+ * is ours they are committed, otherwise they are reported as duplicates (the
+ * event is applied once either way; the caller reloads before going on). */
+static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, size_t n, int64_t matched,
+                             int results) {
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, ids, proj;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  size_t i, k = 0;
+  int64_t sent = 0, lost = 0;
+  char *marked = bson_malloc0(n ? n : 1);
+  int64_t *found = bson_malloc0(sizeof(int64_t) * (n ? n : 1));
+  char *have = bson_malloc0(n ? n : 1);
+  bson_append_document_begin(&filter, "_id", 3, &in);
+  bson_append_array_begin(&in, "$in", 3, &ids);
+  for (i = 0; i < n; i++) {
+    char ik[24];
+    const char *ikey;
+    size_t iklen;
+    if (items[i].state != ITEM_SENT) continue;
+    iklen = bson_uint32_to_string((uint32_t)k++, &ikey, ik, sizeof ik);
+    bson_append_utf8(&ids, ikey, (int)iklen, items[i].c.id, (int)items[i].c.id_len);
+    sent++;
+  }
+  bson_append_array_end(&in, &ids);
+  bson_append_document_end(&filter, &in);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "version", 7, 1);
+  bson_append_int32(&proj, "dedupe", 6, 1);
+  bson_append_int32(&proj, "processed", 9, 1);
+  bson_append_document_end(&opts, &proj);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it;
+    uint32_t idl;
+    const char *idv;
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
+    idv = bson_iter_utf8(&it, &idl);
+    for (i = 0; i < n; i++) {
+      commit_in_t *c = &items[i].c;
+      if (items[i].state != ITEM_SENT || c->id_len != idl || memcmp(c->id, idv, idl) != 0) continue;
+      have[i] = 1;
+      found[i] = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it)
+                                                                                            : 0;
+      marked[i] = c->processed && doc_marked(doc, c->processed, c->processed_len);
+    }
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    for (i = 0; i < n; i++) {
+      if (items[i].state != ITEM_SENT) continue;
+      result_bson_error(L, s, results, (int)i + 1, &be, items[i].c.doing);
+      items[i].state = ITEM_DONE;
+      commit_in_destroy(&items[i].c);
+    }
+  } else {
+    for (i = 0; i < n; i++)
+      if (items[i].state == ITEM_SENT && !marked[i]) lost++;
+    for (i = 0; i < n; i++) {
+      commit_in_t *c = &items[i].c;
+      if (items[i].state != ITEM_SENT) continue;
+      if (marked[i] && matched == sent - lost) {
+        result_committed(L, results, (int)i + 1, c);
+      } else if (marked[i]) {
+        result_from_stack(L, results, (int)i + 1, push_duplicate(L, c));
+      } else {
+        result_from_stack(L, results, (int)i + 1, push_conflict(L, c, have[i], found[i]));
+      }
+      items[i].state = ITEM_DONE;
+      commit_in_destroy(c);
+    }
+  }
+  mongoc_cursor_destroy(cur);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  bson_free(marked);
+  bson_free(found);
+  bson_free(have);
+}
+
+/* The batch's pending commits as one unordered bulk write of CAS updates;
+ * each is the one-commit update and filter, atomic on its own. */
+static void write_batch(lua_State *L, ms_store_t *s, batch_item_t *items, size_t n, int results) {
+  bson_t opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  mongoc_bulk_operation_t *bulk;
+  size_t i;
+  int sent = 0, ok;
+  int64_t matched, failed;
+  bson_append_bool(&opts, "ordered", 7, false);
+  bulk = mongoc_collection_create_bulk_operation_with_opts(s->exes, &opts);
+  bson_destroy(&opts);
+  for (i = 0; i < n; i++) {
+    bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER;
+    if (items[i].state != ITEM_PENDING) continue;
+    build_cas_filter(&items[i].c, &filter);
+    build_update(s, &items[i].c, &items[i].q, &update);
+    ok = mongoc_bulk_operation_update_one_with_opts(bulk, &filter, &update, NULL, &be);
+    bson_destroy(&filter);
+    bson_destroy(&update);
+    if (!ok) {
+      result_bson_error(L, s, results, (int)i + 1, &be, items[i].c.doing);
+      items[i].state = ITEM_DONE;
+      commit_in_destroy(&items[i].c);
+      continue;
+    }
+    items[i].state = ITEM_SENT;
+    items[i].bulk_index = sent++;
+  }
+  if (sent == 0) {
+    mongoc_bulk_operation_destroy(bulk);
+    return;
+  }
+  ok = (int)mongoc_bulk_operation_execute(bulk, &reply, &be);
+  mongoc_bulk_operation_destroy(bulk);
+  failed = ok ? 0 : mark_write_errors(L, s, items, n, &reply, results);
+  if (!ok && failed == 0) {
+    /* the whole write failed (network, timeout, write concern): any of it
+     * may or may not have been applied */
+    for (i = 0; i < n; i++) {
+      if (items[i].state != ITEM_SENT) continue;
+      result_bson_error(L, s, results, (int)i + 1, &be, items[i].c.doing);
+      items[i].state = ITEM_DONE;
+      commit_in_destroy(&items[i].c);
+    }
+    bson_destroy(&reply);
+    return;
+  }
+  matched = reply_count(&reply, "nMatched");
+  bson_destroy(&reply);
+  if (matched == sent - failed) {
+    for (i = 0; i < n; i++) {
+      if (items[i].state != ITEM_SENT) continue;
+      result_committed(L, results, (int)i + 1, &items[i].c);
+      items[i].state = ITEM_DONE;
+      commit_in_destroy(&items[i].c);
+    }
+    return;
+  }
+  settle_unmatched(L, s, items, n, matched, results);
+}
+
+/* store:_commit_many({ { id, definition_id, version, data, opts }, ... })
+ * -> { [i] = { ok = true[, digests] } | { err, code[, found] } }
+ * Every commit is read and checked first (a bad one is refused on its own),
+ * the seqs of all of them are reserved together, and they travel in one
+ * unordered bulk write. */
+static int l_commit_many(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "commit_many");
+  batch_item_t *items;
+  size_t n, i;
+  int results;
+  bson_error_t be;
+  ms_arg_table(L, 2, "commit_many: items");
+  n = (size_t)luaL_len(L, 2);
+  lua_createtable(L, (int)n, 0);
+  results = lua_gettop(L);
+  if (n == 0) return 1;
+  items = bson_malloc0(sizeof *items * n);
+  for (i = 0; i < n; i++) {
+    ms_err_t e;
+    int rc = read_item(L, s, 2, (lua_Integer)i + 1, &items[i], &e);
+    if (rc == 0) continue;
+    items[i].state = ITEM_DONE;
+    if (rc == 1) result_from_stack(L, results, (int)i + 1, push_duplicate(L, &items[i].c));
+    else result_error(L, results, (int)i + 1, &e);
+    /* nothing of c is allocated before read_commit_ops, which destroys it
+     * when it fails */
+  }
+  if (!reserve_batch_seqs(s, items, n, &be)) {
+    for (i = 0; i < n; i++) {
+      if (items[i].state != ITEM_PENDING) continue;
+      result_bson_error(L, s, results, (int)i + 1, &be, items[i].c.doing);
+      items[i].state = ITEM_DONE;
+      commit_in_destroy(&items[i].c);
+    }
+  } else {
+    write_batch(L, s, items, n, results);
+  }
+  bson_free(items);
+  lua_settop(L, results);
+  return 1;
+}
+
 static const luaL_Reg commit_methods[] = {
   {"_commit", l_commit},
+  {"_commit_many", l_commit_many},
   {NULL, NULL}
 };
 

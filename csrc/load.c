@@ -230,8 +230,76 @@ static int l_is_processed(lua_State *L) {
   return 1;
 }
 
+/* store:_load_many({ id, ... }) -> { [id] = { data = json, digests = s } } | nil, msg, code
+ * One find of {_id: {$in: ids}} (a filter on _id alone, which every server
+ * answers from the _id index); an id with no execution is absent. */
+static int l_load_many(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "load_many");
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, proj;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  lua_Integer i, n;
+  ms_arg_table(L, 2, "load_many: ids");
+  n = (lua_Integer)luaL_len(L, 2);
+  for (i = 1; i <= n; i++) {
+    ms_err_t e;
+    lua_rawgeti(L, 2, i);
+    if (!ms_check_id(L, -1, "load_many: ids[i]", NULL, &e)) {
+      bson_destroy(&filter);
+      bson_destroy(&opts);
+      return ms_push_error(L, &e);
+    }
+    lua_pop(L, 1);
+  }
+  bson_append_document_begin(&filter, "_id", 3, &in);
+  bson_append_array_begin(&in, "$in", 3, &arr);
+  for (i = 1; i <= n; i++) {
+    char ik[24];
+    const char *ikey, *id;
+    size_t iklen = bson_uint32_to_string((uint32_t)(i - 1), &ikey, ik, sizeof ik), idlen;
+    lua_rawgeti(L, 2, i);
+    id = lua_tolstring(L, -1, &idlen);
+    bson_append_utf8(&arr, ikey, (int)iklen, id, (int)idlen);
+    lua_pop(L, 1);
+  }
+  bson_append_array_end(&in, &arr);
+  bson_append_document_end(&filter, &in);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, "data", 4, 1);
+  bson_append_int32(&proj, "dedupe", 6, 1);
+  bson_append_document_end(&opts, &proj);
+  bson_append_int64(&opts, "batchSize", 9, n > 0 ? (int64_t)n : 1);
+  cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  lua_createtable(L, 0, (int)n);
+  while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it;
+    uint32_t idl;
+    const char *idv;
+    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
+    idv = bson_iter_utf8(&it, &idl);
+    lua_createtable(L, 0, 2);
+    ms_push_data(L, doc);
+    lua_setfield(L, -2, "data");
+    ms_push_digests(L, doc);
+    lua_setfield(L, -2, "digests");
+    lua_pushlstring(L, idv, idl);
+    lua_insert(L, -2);
+    lua_rawset(L, -3);
+  }
+  if (mongoc_cursor_error(cur, &be)) {
+    mongoc_cursor_destroy(cur);
+    return ms_store_push_bson_err(L, s, &be, "load_many");
+  }
+  mongoc_cursor_destroy(cur);
+  return 1;
+}
+
 static const luaL_Reg load_methods[] = {
   {"_load", l_load},
+  {"_load_many", l_load_many},
   {"_load_for_event", l_load_for_event},
   {"is_processed", l_is_processed},
   {NULL, NULL}

@@ -117,21 +117,26 @@ end
 -- The options each call takes: a misspelt one raises.
 local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
                    max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
-                   log = true, cache_size = true }
+                   log = true, cache_size = true, batch_delivery = true }
 local START_OPTS = { id = true, context = true, priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
 --             now = mongostore.now, max_conflicts = 50, max_attempts = 100, max_event_bytes = 1048576,
---             batch = 100, lease = 10, cache_size = 10000,
+--             batch = 100, lease = 10, cache_size = 10000, batch_delivery = true,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
 -- cache_size: the entries each per-process cache holds (see Bounded caches).
+-- batch_delivery: a relay pass delivers its entries together (Batched
+-- delivery); false delivers them one at a time, as send does.
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
   local smt = type(opts.store) == "userdata" and getmetatable(opts.store)
   if not (smt and smt.__index == ms.Store) then
     error("engine.new: store must be a store from mongostore.connect, got " .. type(opts.store), 2)
+  end
+  if opts.batch_delivery ~= nil and type(opts.batch_delivery) ~= "boolean" then
+    error("engine.new: batch_delivery must be a boolean, got " .. type(opts.batch_delivery), 2)
   end
   if opts.trace ~= nil and type(opts.trace) ~= "boolean" then
     error("engine.new: trace must be a boolean, got " .. type(opts.trace), 2)
@@ -163,6 +168,7 @@ function M.new(opts)
     store = opts.store,
     charts = charts,
     trace = opts.trace == true,
+    batch_delivery = opts.batch_delivery ~= false,
     now = opts.now or ms.now,
     max_conflicts = opts.max_conflicts or 50,
     max_attempts = opts.max_attempts or 100,
@@ -251,6 +257,107 @@ function Engine:deliver(id, event, timer_path, from_outside)
     "conflict"
 end
 
+------------------------------------------------------------------------
+-- Batched delivery
+
+-- Applies a list of events { { id = target, event = ev }, ... } together:
+-- one find loads every distinct target, the interpreter applies each event,
+-- and one bulk write carries the commits, each the one-event commit (one
+-- version, one dedupe mark, one trace step), atomic on its own. Several
+-- events for one target are applied in list order, each in a commit of its
+-- own: the r-th event of every target goes in the r-th bulk write, applied to
+-- the execution as the (r-1)-th commit left it, with no reload. A commit that
+-- loses (a conflict, a server-side duplicate) or fails alone falls back to
+-- deliver, the one-event path, for that event only, and the target's later
+-- events follow it on that path. After an event that could not be applied,
+-- the target's later events are not attempted (results[i].blocked), so an
+-- event never overtakes one sent before it. Returns a result per item:
+-- { ok = true, how = "applied" | "duplicate" } or { err = msg, code = code }.
+function Engine:deliver_many(items)
+  local store, results = self.store, {}
+  local order, queue = {}, {} -- distinct targets in first-seen order; target -> item indexes
+  for i, it in ipairs(items) do
+    local q = queue[it.id]
+    if not q then
+      q = {}
+      queue[it.id] = q
+      order[#order + 1] = it.id
+    end
+    q[#q + 1] = i
+  end
+  if #order == 0 then return results end
+  local exes, err, code = store:load_many(order)
+  if not exes then
+    for i in ipairs(items) do results[i] = { err = err, code = code } end
+    return results
+  end
+  local alone = {} -- target -> true: its events go through deliver from now on
+  local failed = {} -- target -> the result that stops its later events
+  local function settle(i, ok, derr, dcode)
+    local id = items[i].id
+    if ok then
+      results[i] = { ok = true, how = derr }
+    else
+      results[i] = { err = derr, code = dcode }
+      failed[id] = results[i]
+    end
+  end
+  local function one(i)
+    local it = items[i]
+    if failed[it.id] then
+      local f = failed[it.id]
+      results[i] = { err = f.err, code = f.code, blocked = true }
+      return
+    end
+    settle(i, self:deliver(it.id, it.event))
+  end
+  local round = 1
+  while true do
+    local commits, which = {}, {}
+    local any = false
+    for _, id in ipairs(order) do
+      local i = queue[id][round]
+      if i then
+        any = true
+        local exe = exes[id]
+        local c = exe and self.charts[exe.definition_id]
+        if alone[id] or failed[id] or not c then
+          -- absent or unknown here: deliver says so in its own words
+          alone[id] = true
+          one(i)
+        else
+          local ev, now = items[i].event, self.now()
+          local fx = runtime.apply(c, exe, ev, now, {})
+          commits[#commits + 1] = { exe, commit_opts(self, exe, ev, fx, now) }
+          which[#commits] = { i = i, fx = fx }
+        end
+      end
+    end
+    if not any then break end
+    if #commits > 0 then
+      local got = store:commit_many(commits)
+      for k, r in ipairs(got) do
+        local i, fx = which[k].i, which[k].fx
+        local id = items[i].id
+        if r.ok then
+          if fx.failed then
+            self.log(format("execution %s failed on %s in %s: %s", id, items[i].event.kind, tostring(fx.failed_in),
+              fx.failed))
+          end
+          settle(i, true, "applied")
+        else
+          -- the execution in hand went through the interpreter without its
+          -- commit landing, or may be behind the stored one: reload from now on
+          alone[id] = true
+          if r.code == "duplicate" then settle(i, true, "duplicate") else one(i) end
+        end
+      end
+    end
+    round = round + 1
+  end
+  return results
+end
+
 -- The one check of a caller's event, whole, before anything is sent: a
 -- wrong Lua type raises (a programming error); a kind or id that is empty or
 -- not UTF-8, data that cannot be stored, or an encoded event larger than
@@ -307,6 +414,39 @@ end
 -- Delivered once per event id: sending the same id again changes nothing.
 function Engine:send(id, event)
   return send_checked(self, id, event, "send")
+end
+
+-- engine:send_many({ { id, event }, ... }) -> { [i] = { ok = true, how = "applied" | "duplicate" }
+--                                               | { err = msg, code = code } }
+-- send for many events at once (Batched delivery): a few round trips for
+-- the whole list, each event still applied once per event id, in list order
+-- for one execution. A bad item is refused on its own (its result says why);
+-- an item after a failed one for the same execution is not attempted.
+function Engine:send_many(list)
+  if type(list) ~= "table" then error("send_many: list must be a list of { id, event }, got " .. type(list), 2) end
+  local results, items, where = {}, {}, {}
+  local bad = {} -- target -> result: the later items of a target whose item was refused wait behind it
+  for i, pair in ipairs(list) do
+    if type(pair) ~= "table" then error(format("send_many: list[%d] must be a table { id, event }", i), 2) end
+    local id, event = pair[1], pair[2]
+    local fn = format("send_many: list[%d]", i)
+    local _, iderr = checked_id(id, fn)
+    local ev, err, code = checked_event(self, event, fn)
+    if iderr then
+      results[i] = { err = iderr, code = "invalid" }
+    elseif not ev then
+      results[i] = { err = err, code = code }
+      bad[id] = results[i]
+    elseif bad[id] then
+      results[i] = { err = bad[id].err, code = bad[id].code, blocked = true }
+    else
+      event.id = ev.id
+      items[#items + 1] = { id = id, event = ev }
+      where[#items] = i
+    end
+  end
+  for k, r in ipairs(self:deliver_many(items)) do results[where[k]] = r end
+  return results
 end
 
 -- Creates an execution from its spec and applies Start in the same first
@@ -443,10 +583,40 @@ function Engine:dead_letter(entry, err)
   self.store:ack_outbox(entry.seq, entry.token)
 end
 
+-- What a pass does with one entry's outcome (ok, or derr and code): the
+-- attempts count, a dead letter, the blocked targets. Returns whether the
+-- entry is done (delivered or given up) and whether it was acked already.
+local function entry_outcome(self, e, ok, derr, code, blocked)
+  if ok then
+    self.attempts:set(e.seq, nil)
+    return true, false
+  elseif code == "not_found" or code == "invalid" or code == "external" then
+    if e.target_id ~= nil then blocked[e.target_id] = true end
+    local a = (self.attempts:get(e.seq) or 0) + 1
+    self.attempts:set(e.seq, a)
+    if a >= self.max_attempts then
+      self:dead_letter(e, derr)
+      return true, true
+    end
+  elseif code ~= "blocked" then -- a blocked entry is left for the next pass, behind the one that blocks it
+    if e.target_id ~= nil then blocked[e.target_id] = true end
+    self.log(format("outbox %d: %s", e.seq, tostring(derr)))
+  end
+  return false, false
+end
+
+local function external(self, e)
+  if not self.on_external then return true end
+  local ok, derr = pcall(self.on_external, e)
+  if not ok then return false, tostring(derr), "external" end
+  return true
+end
+
 -- Delivers each pending outbox entry (oldest first) and acks it. A target
 -- that does not exist yet (a child whose spawn is still pending) is retried
 -- on later passes, and given up after max_attempts.
 function Engine:relay_outbox()
+  if self.batch_delivery then return self:relay_outbox_batch() end
   local entries, err = self.store:pending_outbox(self.batch, self.lease)
   if not entries then
     self.log("pending_outbox: " .. tostring(err))
@@ -460,33 +630,85 @@ function Engine:relay_outbox()
     if e.target_id ~= nil and blocked[e.target_id] then
       ok, code = false, "blocked"
     elseif e.target_id == nil then
-      if self.on_external then
-        ok, derr = pcall(self.on_external, e)
-        if not ok then derr, code = tostring(derr), "external" end
-      else
-        ok = true
-      end
+      ok, derr, code = external(self, e)
     else
       ok, derr, code = self:deliver(e.target_id, e.event)
     end
-    if ok then
-      self.attempts:set(e.seq, nil)
-      self.store:ack_outbox(e.seq, e.token)
+    local done, acked = entry_outcome(self, e, ok, derr, code, blocked)
+    if done then
+      if not acked then self.store:ack_outbox(e.seq, e.token) end
       n = n + 1
-    elseif code == "not_found" or code == "invalid" or code == "external" then
-      if e.target_id ~= nil then blocked[e.target_id] = true end
-      local a = (self.attempts:get(e.seq) or 0) + 1
-      self.attempts:set(e.seq, a)
-      if a >= self.max_attempts then
-        self:dead_letter(e, derr)
-        n = n + 1
-      end
-    elseif code ~= "blocked" then -- a blocked entry is left for the next pass, behind the one that blocks it
-      if e.target_id ~= nil then blocked[e.target_id] = true end
-      self.log(format("outbox %d: %s", e.seq, tostring(derr)))
     end
   end
   release_claims(entries, function(id, token) self.store:release_outbox(id, token) end)
+  return n
+end
+
+-- The batched pass: every entry with a target goes to deliver_many at
+-- once (one load of the targets, one bulk write of the commits), and the
+-- acks go in one bulk write, an update per source document that also gives
+-- back the claim of a source whose entries are all done.
+function Engine:relay_outbox_batch()
+  local store = self.store
+  local entries, err = store:pending_outbox(self.batch, self.lease)
+  if not entries then
+    self.log("pending_outbox: " .. tostring(err))
+    return 0
+  end
+  self.attempts:new_round()
+  local items, item_of = {}, {}
+  for k, e in ipairs(entries) do
+    if e.target_id ~= nil then
+      items[#items + 1] = { id = e.target_id, event = e.event }
+      item_of[k] = #items
+    end
+  end
+  local got = self:deliver_many(items)
+  local n, blocked = 0, {}
+  local acks, ack_of, open = {}, {}, {} -- source -> its ack; source -> an entry of it not done
+  for k, e in ipairs(entries) do
+    local ok, derr, code
+    if e.target_id ~= nil and blocked[e.target_id] then
+      ok, code = false, "blocked"
+    elseif e.target_id == nil then
+      ok, derr, code = external(self, e)
+    else
+      local r = got[item_of[k]]
+      if r.ok then ok = true
+      elseif r.blocked then ok, code = false, "blocked"
+      else ok, derr, code = false, r.err, r.code end
+    end
+    local done, acked = entry_outcome(self, e, ok, derr, code, blocked)
+    if done then
+      n = n + 1
+      if not acked then
+        if e.source_id and e.token then
+          local a = ack_of[e.source_id]
+          if not a then
+            a = { source_id = e.source_id, token = e.token, seqs = {} }
+            ack_of[e.source_id] = a
+            acks[#acks + 1] = a
+          end
+          a.seqs[#a.seqs + 1] = e.seq
+        else
+          store:ack_outbox(e.seq, e.token)
+        end
+      end
+    elseif e.source_id then
+      open[e.source_id] = true
+    end
+  end
+  for _, a in ipairs(acks) do a.release = not open[a.source_id] end
+  if #acks > 0 then
+    local ok, aerr = store:ack_outbox_many(acks)
+    -- unacked entries stay pending and come again; their targets refuse the copy
+    if not ok then self.log("ack_outbox_many: " .. tostring(aerr)) end
+  end
+  local rest = {}
+  for _, e in ipairs(entries) do
+    if not (ack_of[e.source_id] and ack_of[e.source_id].release) then rest[#rest + 1] = e end
+  end
+  release_claims(rest, function(id, token) store:release_outbox(id, token) end)
   return n
 end
 

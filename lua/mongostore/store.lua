@@ -19,7 +19,9 @@ local Store = core.Store
 --                Execution in a result comes back as its fields)
 --   "execution"  forwarded; the first argument is an Execution, which crosses
 --                as its fields (execution.fields / execution.from_fields)
---   "local"      not forwarded: close would end the store a thread's VM keeps
+--   "local"      not forwarded: close would end the store a thread's VM keeps;
+--                load_many and commit_many carry lists of Executions, which
+--                the crossing does not convert (the engine's batches use them)
 -- A method missing here fails spec/01-unit/store_calls_spec.lua; names that
 -- start with "_" are the C core's, for this file only.
 M.CALLS = {
@@ -28,7 +30,8 @@ M.CALLS = {
   pending_outbox = "plain", pending_spawns = "plain", ack_outbox = "plain", ack_spawn = "plain",
   release_outbox = "plain", release_spawn = "plain", due_timers = "plain", delete_timer = "plain",
   append_trace = "plain", read_trace = "plain", info = "plain", stats = "plain",
-  close = "local",
+  ack_outbox_many = "plain",
+  close = "local", load_many = "local", commit_many = "local",
 }
 
 -- An option table's keys, checked against the names a function takes: a
@@ -117,6 +120,102 @@ function Store:commit(exe, opts)
     return true
   end
   return nil, msg, code, found
+end
+
+-- The arguments of one commit for the core (shared by commit and
+-- commit_many): (id, definition_id, version, data, ops), or nil, msg.
+local function commit_args(self, exe, opts)
+  local doing = "commit " .. exe.id
+  local emits, err = prepare_emits(opts.emits, doing)
+  if err then return nil, err end
+  local old = exe.version
+  local data
+  data, err = execution.to_json(exe, old + 1)
+  if not data then return nil, doing .. ": " .. err end
+  local dd = digests_of(exe)
+  if dd == nil and old > 0 and opts.processed_event_id ~= nil then
+    local got, _, fetched = self:_load(exe.id)
+    if got ~= nil then dd = fetched end
+  end
+  return exe.id, exe.definition_id, old, data, {
+    status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
+    dedupe = dd, timers = opts.timers, spawns = opts.spawns, trace = opts.trace,
+  }
+end
+
+-- store:commit_many({ { exe, opts }, ... }) -> { [i] = { ok = true } | { err = msg, code = code, found = n } }
+-- Each item is a commit as store:commit takes it, of an execution loaded
+-- before (version >= 1); they travel in one bulk write, the seqs of all
+-- their emits and spawns reserved in one round trip per counter. Each is
+-- atomic on its own and guarded as commit guards it; a committed one's
+-- version is one higher, a failed one's is unchanged. A version-0 item
+-- (a new execution) is committed alone, as store:commit does.
+function Store:commit_many(items)
+  if type(items) ~= "table" then error("commit_many: items must be a list, got " .. type(items), 2) end
+  local results, batch, where = {}, {}, {}
+  for i, item in ipairs(items) do
+    if type(item) ~= "table" then error(format("commit_many: items[%d] must be a table", i), 2) end
+    local exe, opts = item[1], item[2]
+    if not is_execution(exe) then
+      error(format("commit_many: items[%d][1] must be an Execution, got %s", i, type(exe)), 2)
+    end
+    if opts ~= nil and type(opts) ~= "table" then
+      error(format("commit_many: items[%d][2] must be a table or nil, got %s", i, type(opts)), 2)
+    end
+    opts = opts or {}
+    check_keys(opts, COMMIT_OPTS, "commit_many", "option")
+    if exe.version == 0 then
+      local ok, err, code, found = self:commit(exe, opts)
+      results[i] = ok and { ok = true } or { err = err, code = code, found = found }
+    else
+      local id, def, old, data, ops = commit_args(self, exe, opts)
+      if not id then
+        results[i] = { err = def, code = "invalid" }
+      else
+        batch[#batch + 1] = { id = id, definition_id = def, version = old, data = data, opts = ops }
+        where[#batch] = i
+      end
+    end
+  end
+  if #batch > 0 then
+    local got, err, code = self:_commit_many(batch)
+    if not got then
+      for k = 1, #batch do results[where[k]] = { err = err, code = code } end
+    else
+      for k, r in ipairs(got) do
+        local i = where[k]
+        if r.ok then
+          local exe = items[i][1]
+          set_version(exe, batch[k].version + 1)
+          if r.digests ~= nil then set_digests(exe, r.digests) end
+          results[i] = { ok = true }
+        else
+          results[i] = r
+        end
+      end
+    end
+  end
+  return results
+end
+
+-- store:load_many({ id, ... }) -> { [id] = Execution } | nil, msg, code
+-- One find for every id; an id with no execution has no entry.
+function Store:load_many(ids)
+  if type(ids) ~= "table" then error("load_many: ids must be a list of strings, got " .. type(ids), 2) end
+  for i, id in ipairs(ids) do
+    if type(id) ~= "string" then error(format("load_many: ids[%d] must be a string, got %s", i, type(id)), 2) end
+  end
+  local rows, err, code = self:_load_many(ids)
+  if not rows then return nil, err, code end
+  local out = {}
+  for id, row in pairs(rows) do
+    if row.data ~= nil then
+      local exe, xerr = execution.from_json(row.data, row.digests)
+      if not exe then return nil, "load_many " .. id .. ": stored data is not readable: " .. xerr, "server" end
+      out[id] = exe
+    end
+  end
+  return out
 end
 
 -- store:save(exe): a commit with nothing else.
