@@ -48,7 +48,7 @@ local function new_engine(store, opts)
   local logs = {}
   local e = engine_mod.new{ store = store, charts = charts, trace = true, lease = 1,
                             log = function(msg) logs[#logs + 1] = msg end,
-                            batch = opts.batch or 1000 }
+                            batch = opts.batch or 1000, batch_delivery = true }
   e.spec_logs = logs
   return e
 end
@@ -306,7 +306,7 @@ function TestBatchFaults:test_kill_9_during_the_bulk_write()
     local charts = assert(load(%q))({})
     local store = assert(ms.connect(%q, { db = %q, wait = 10 }))
     local e = engine_mod.new{ store = store, charts = charts, trace = true, lease = 1, batch = 1000,
-                              log = function() end }
+                              batch_delivery = true, log = function() end }
     io.stdout:write("RELAYING\n"); io.stdout:flush()
     e:relay_outbox()
     io.stdout:write("RELAYED\n"); io.stdout:flush()
