@@ -1,6 +1,6 @@
 /*
  * relay.c - what the relays read and write of the outbox and spawns arrays:
- * claims by lease and token, a document at a time, their releases, the
+ * claims by lease and token, many documents per update, their releases, the
  * pending lists, and the ack that pulls one delivered entry.
  */
 #include "store.h"
@@ -79,8 +79,9 @@ typedef struct claim {
 } claim_t;
 
 /* The pass's find is the seq index alone (a server may plan any other
- * condition as a scan); it projects each claim's `until`, so a document
- * still claimed by someone else is skipped without a round trip of its own. */
+ * condition as a scan); it projects each claim's `until` and the entries'
+ * seqs, so a document still claimed by someone else is skipped without a
+ * round trip of its own and the entries a claim would bring are known. */
 static mongoc_cursor_t *claim_find(ms_store_t *s, const claim_t *k, lua_Integer limit) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj;
   mongoc_cursor_t *cur;
@@ -92,6 +93,7 @@ static mongoc_cursor_t *claim_find(ms_store_t *s, const claim_t *k, lua_Integer 
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "_id", 3, 1);
   bson_append_int32(&proj, k->untilkey, -1, 1);
+  bson_append_int32(&proj, seqkey, -1, 1);
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -107,14 +109,46 @@ static int claimed_elsewhere(const bson_t *doc, const claim_t *k) {
          BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) > k->now;
 }
 
-/* Stamps document _id with the claim by an update that matches only while
- * it is unclaimed; *reply (always initialised) holds its `field` as it is
- * then. */
-static int claim_one(ms_store_t *s, const claim_t *k, bson_iter_t *id_it, bson_t *reply, bson_error_t *be) {
+/* How many entries the find saw in a document's array. */
+static lua_Integer entries_seen(const bson_t *doc, const claim_t *k) {
+  bson_iter_t it, arr;
+  lua_Integer n = 0;
+  if (!bson_iter_init_find(&it, doc, k->field) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
+    return 0;
+  while (bson_iter_next(&arr)) n++;
+  return n;
+}
+
+/* Stamps every document of `ids` (an array under "$in") that is still
+ * unclaimed with the claim, in one update. */
+static int claim_all(ms_store_t *s, const claim_t *k, const bson_t *ids, bson_error_t *be) {
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, in, set, stamp;
+  int ok;
+  bson_append_document_begin(&q, "_id", 3, &in);
+  bson_append_array(&in, "$in", 3, ids);
+  bson_append_document_end(&q, &in);
+  append_unclaimed(&q, k->claim, k->now);
+  bson_append_document_begin(&u, "$set", 4, &set);
+  bson_append_document_begin(&set, k->claim, -1, &stamp);
+  bson_append_double(&stamp, "until", 5, k->until);
+  bson_append_utf8(&stamp, "token", 5, k->token, (int)k->toklen);
+  bson_append_document_end(&set, &stamp);
+  bson_append_document_end(&u, &set);
+  ok = mongoc_collection_update_many(s->exes, &q, &u, NULL, NULL, be);
+  bson_destroy(&q);
+  bson_destroy(&u);
+  return ok;
+}
+
+/* The same for a single candidate, in one round trip: an update that
+ * matches only while it is unclaimed and returns the document with its
+ * entries (*reply, always initialised: its "value" is null when another
+ * relay claimed it first). */
+static int claim_one(ms_store_t *s, const claim_t *k, const bson_value_t *id, bson_t *reply, bson_error_t *be) {
   bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, stamp, fields = BSON_INITIALIZER;
   mongoc_find_and_modify_opts_t *fam;
   int ok;
-  bson_append_value(&q, "_id", 3, bson_iter_value(id_it));
+  bson_append_value(&q, "_id", 3, id);
   append_unclaimed(&q, k->claim, k->now);
   bson_append_document_begin(&u, "$set", 4, &set);
   bson_append_document_begin(&set, k->claim, -1, &stamp);
@@ -135,16 +169,12 @@ static int claim_one(ms_store_t *s, const claim_t *k, bson_iter_t *id_it, bson_t
   return ok;
 }
 
-/* Appends the entries of a claimed document (the reply's value; null when
- * another relay claimed it first) to the list on top of the stack, each with
- * token, lease_until and source_id. */
-static int push_claimed(lua_State *L, const claim_t *k, const bson_t *reply, bson_iter_t *id_it, lua_Integer *n,
-                        ms_err_t *e) {
-  bson_iter_t it, arr, entries;
-  if (!(bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "value", &it) &&
-        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &arr) && bson_iter_find(&arr, k->field) &&
-        BSON_ITER_HOLDS_ARRAY(&arr)))
-    return 0;
+/* Appends the entries of one claimed document to the list on top of the
+ * stack, each with token, lease_until and source_id. */
+static int push_claimed(lua_State *L, const claim_t *k, const bson_t *doc, lua_Integer *n, ms_err_t *e) {
+  bson_iter_t id_it, arr, entries;
+  if (!bson_iter_init_find(&id_it, doc, "_id")) return 0;
+  if (!(bson_iter_init_find(&arr, doc, k->field) && BSON_ITER_HOLDS_ARRAY(&arr))) return 0;
   bson_iter_recurse(&arr, &entries);
   while (bson_iter_next(&entries)) {
     if (!BSON_ITER_HOLDS_DOCUMENT(&entries)) continue;
@@ -153,9 +183,9 @@ static int push_claimed(lua_State *L, const claim_t *k, const bson_t *reply, bso
     lua_setfield(L, -2, "token");
     lua_pushnumber(L, k->until);
     lua_setfield(L, -2, "lease_until");
-    if (BSON_ITER_HOLDS_UTF8(id_it)) {
+    if (BSON_ITER_HOLDS_UTF8(&id_it)) {
       uint32_t idl;
-      const char *idv = bson_iter_utf8(id_it, &idl);
+      const char *idv = bson_iter_utf8(&id_it, &idl);
       lua_pushlstring(L, idv, idl);
       lua_setfield(L, -2, "source_id");
     }
@@ -164,14 +194,52 @@ static int push_claimed(lua_State *L, const claim_t *k, const bson_t *reply, bso
   return 0;
 }
 
-/* Claims the pending entries of array `field` (outbox or spawns) a document
- * at a time, until at least `limit` are held: the document is stamped
- * <field>_claim = { until, token } by an update that matches only while it is
- * unclaimed (or its lease ran out), and returns the entries as they are then.
- * One relay therefore holds all of one source's entries and delivers them in
- * seq order; an ack or a release carrying the token does nothing once a later
- * relay has claimed the document. Pushes the entries, each with token,
- * lease_until and source_id (unsorted). */
+/* Reads back the documents of `ids` that carry this pass's token, with their
+ * entries as they are now, and pushes the entries. */
+static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bson_t *ids, lua_Integer *n,
+                        bson_error_t *be, ms_err_t *e, int *failed_here) {
+  bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, proj;
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  char tokkey[48];
+  int rc = 0;
+  *failed_here = 0;
+  snprintf(tokkey, sizeof tokkey, "%s.token", k->claim);
+  bson_append_document_begin(&q, "_id", 3, &in);
+  bson_append_array(&in, "$in", 3, ids);
+  bson_append_document_end(&q, &in);
+  bson_append_utf8(&q, tokkey, -1, k->token, (int)k->toklen);
+  bson_append_document_begin(&opts, "projection", 10, &proj);
+  bson_append_int32(&proj, k->field, -1, 1);
+  bson_append_document_end(&opts, &proj);
+  cur = mongoc_collection_find_with_opts(s->exes, &q, &opts, NULL);
+  bson_destroy(&q);
+  bson_destroy(&opts);
+  while (mongoc_cursor_next(cur, &doc)) {
+    if (push_claimed(L, k, doc, n, e)) {
+      rc = -1;
+      break;
+    }
+  }
+  if (rc == 0 && mongoc_cursor_error(cur, be)) {
+    rc = -1;
+    *failed_here = 1;
+  }
+  mongoc_cursor_destroy(cur);
+  return rc;
+}
+
+/* Claims the pending entries of array `field` (outbox or spawns) until at
+ * least `limit` are held, in three round trips however many documents hold
+ * them: the find of candidates (unclaimed, or their lease ran out), one
+ * update that stamps them all with <field>_claim = { until, token } while
+ * each is still unclaimed, and one find of the documents that now carry the
+ * token, with their entries. Candidates another relay stamped first are left
+ * to it; when that leaves the pass short, the next candidates are tried the
+ * same way. A single candidate is claimed and read in one findAndModify. One relay therefore holds all of one source's entries and
+ * delivers them in seq order; an ack or a release carrying the token does
+ * nothing once a later relay has claimed the document. Pushes the entries,
+ * each with token, lease_until and source_id (unsorted). */
 static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
                          const char *token, size_t toklen, const char *doing) {
   claim_t k;
@@ -180,6 +248,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   bson_error_t be;
   ms_err_t e;
   lua_Integer n = 0;
+  int more = 1;
   k.field = field;
   k.token = token;
   k.toklen = toklen;
@@ -189,22 +258,61 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   snprintf(k.untilkey, sizeof k.untilkey, "%s.until", k.claim);
   cur = claim_find(s, &k, limit);
   lua_newtable(L);
-  while (n < limit && mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t id_it;
-    bson_t reply;
-    int rc;
-    if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
-    if (!claim_one(s, &k, &id_it, &reply, &be)) {
+  while (more && n < limit) {
+    bson_t ids = BSON_INITIALIZER;
+    uint32_t nids = 0;
+    lua_Integer want = 0;
+    char key[16];
+    const char *kp;
+    int failed_here;
+    while (n + want < limit) {
+      bson_iter_t id_it;
+      if (!mongoc_cursor_next(cur, &doc)) {
+        more = 0;
+        break;
+      }
+      if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
+      bson_uint32_to_string(nids++, &kp, key, sizeof key);
+      bson_append_value(&ids, kp, -1, bson_iter_value(&id_it));
+      want += entries_seen(doc, &k);
+    }
+    if (nids == 1) {
+      /* one candidate: claimed and read back by one findAndModify */
+      bson_iter_t it, val;
+      bson_t reply, value;
+      int rc = 0;
+      const uint8_t *data;
+      uint32_t len;
+      bson_iter_init_find(&it, &ids, "0");
+      if (!claim_one(s, &k, bson_iter_value(&it), &reply, &be)) {
+        bson_destroy(&reply);
+        bson_destroy(&ids);
+        mongoc_cursor_destroy(cur);
+        return ms_store_push_bson_err(L, s, &be, doing);
+      }
+      if (bson_iter_init_find(&val, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&val)) {
+        bson_iter_document(&val, &len, &data);
+        if (bson_init_static(&value, data, len)) rc = push_claimed(L, &k, &value, &n, &e);
+      }
       bson_destroy(&reply);
-      mongoc_cursor_destroy(cur);
-      return ms_store_push_bson_err(L, s, &be, doing);
+      if (rc) {
+        bson_destroy(&ids);
+        mongoc_cursor_destroy(cur);
+        return ms_store_push_err(L, s, &e);
+      }
+    } else if (nids > 1) {
+      if (!claim_all(s, &k, &ids, &be)) {
+        bson_destroy(&ids);
+        mongoc_cursor_destroy(cur);
+        return ms_store_push_bson_err(L, s, &be, doing);
+      }
+      if (read_claimed(L, s, &k, &ids, &n, &be, &e, &failed_here)) {
+        bson_destroy(&ids);
+        mongoc_cursor_destroy(cur);
+        return failed_here ? ms_store_push_bson_err(L, s, &be, doing) : ms_store_push_err(L, s, &e);
+      }
     }
-    rc = push_claimed(L, &k, &reply, &id_it, &n, &e);
-    bson_destroy(&reply);
-    if (rc) {
-      mongoc_cursor_destroy(cur);
-      return ms_store_push_err(L, s, &e);
-    }
+    bson_destroy(&ids);
   }
   if (mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);

@@ -126,10 +126,9 @@ local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 --             batch = 100, lease = 10, cache_size = 10000, batch_delivery = true,
 --             on_external = fn(entry), on_dead_letter = fn(entry, err), log = fn(msg) }
 -- cache_size: the entries each per-process cache holds (see Bounded caches).
--- batch_delivery: true makes a relay pass deliver its entries together
--- (Batched delivery); false (the default for now) delivers them one at a
--- time. Off by default: under kill -9 runs (spec/03-engine/crash_runs_spec.lua)
--- entries whose events were applied stayed unacked, see issue 14.
+-- batch_delivery: true (the default) makes a relay pass deliver its entries
+-- together (Batched delivery), within the first half of its lease so that
+-- its acks land while its claims hold; false delivers them one at a time.
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
@@ -170,7 +169,7 @@ function M.new(opts)
     store = opts.store,
     charts = charts,
     trace = opts.trace == true,
-    batch_delivery = opts.batch_delivery == true,
+    batch_delivery = opts.batch_delivery ~= false,
     now = opts.now or ms.now,
     max_conflicts = opts.max_conflicts or 50,
     max_attempts = opts.max_attempts or 100,
@@ -273,10 +272,20 @@ end
 -- deliver, the one-event path, for that event only, and the target's later
 -- events follow it on that path. After an event that could not be applied,
 -- the target's later events are not attempted (results[i].blocked), so an
--- event never overtakes one sent before it. Returns a result per item:
--- { ok = true, how = "applied" | "duplicate" } or { err = msg, code = code }.
-function Engine:deliver_many(items)
+-- event never overtakes one sent before it. deadline (optional, ms.now()
+-- seconds): once it has passed, no further event is applied and each one left
+-- gets { err =, code = "blocked", deferred = true }; at least one event is
+-- always attempted. A relay pass sets it inside its lease, so that its acks
+-- reach the entries while the claim is still its own. Returns a result per
+-- item: { ok = true, how = "applied" | "duplicate" } or { err = msg, code = code }.
+function Engine:deliver_many(items, deadline)
   local store, results = self.store, {}
+  local attempted = false
+  local function out_of_time()
+    if deadline and attempted and ms.now() > deadline then return true end
+    attempted = true
+    return false
+  end
   local order, queue = {}, {} -- distinct targets in first-seen order; target -> item indexes
   for i, it in ipairs(items) do
     local q = queue[it.id]
@@ -323,7 +332,12 @@ function Engine:deliver_many(items)
         any = true
         local exe = exes[id]
         local c = exe and self.charts[exe.definition_id]
-        if alone[id] or failed[id] or not c then
+        if failed[id] then
+          one(i)
+        elseif out_of_time() then
+          results[i] = { err = "deferred to a later pass: the batch ran out of time", code = "blocked", deferred = true }
+          failed[id] = results[i]
+        elseif alone[id] or not c then
           -- absent or unknown here: deliver says so in its own words
           alone[id] = true
           one(i)
@@ -652,6 +666,9 @@ end
 -- back the claim of a source whose entries are all done.
 function Engine:relay_outbox_batch()
   local store = self.store
+  -- the claims are this pass's for self.lease seconds from here: the events
+  -- are applied in the first half of it, so that the acks arrive in time
+  local deadline = ms.now() + self.lease / 2
   local entries, err = store:pending_outbox(self.batch, self.lease)
   if not entries then
     self.log("pending_outbox: " .. tostring(err))
@@ -665,7 +682,7 @@ function Engine:relay_outbox_batch()
       item_of[k] = #items
     end
   end
-  local got = self:deliver_many(items)
+  local got = self:deliver_many(items, deadline)
   local n, blocked = 0, {}
   local acks, ack_of, open = {}, {}, {} -- source -> its ack; source -> an entry of it not done
   for k, e in ipairs(entries) do

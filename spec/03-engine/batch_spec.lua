@@ -243,6 +243,40 @@ function TestBatch:test_a_relay_pass_delivers_and_acks_together()
   self:check_fanned(ids, 2)
 end
 
+-- Entries held by many source documents: the pass claims them all in three
+-- round trips (four when candidates are left unread) (the find of candidates, one update that stamps every
+-- candidate, one find of what it stamped), not one per source; a second
+-- relay that claims in between gets only what the first left.
+function TestBatch:test_claims_of_many_sources_take_three_round_trips()
+  local ids = self:start_tallies(25)
+  for i, id in ipairs(ids) do
+    local src = "src-" .. i
+    lu.assertEquals(self.engine:start("fan", { id = src, context = { targets = id, rep = 1 } }), src)
+    lu.assertTrue(self.engine:send(src, { kind = "Fan", id = "fan-" .. i }))
+  end
+  local held
+  local d = commands(self.store, function() held = assert(self.store:pending_outbox(10, 30)) end)
+  lu.assertEquals(#held, 10)
+  lu.assertEquals(d.find, 2)
+  lu.assertEquals(d.update, 1)
+  -- and the killCursors of the candidates left unread
+  lu.assertTrue(d.other <= 1 and d.total <= 4, "round trips: " .. d.total)
+  local token, sources = held[1].token, {}
+  for _, e in ipairs(held) do
+    lu.assertEquals(e.token, token)
+    lu.assertNil(sources[e.source_id], "a source held twice")
+    sources[e.source_id] = true
+  end
+  -- another relay: only the 15 sources nobody holds
+  self.other = assert(ms.connect(helper.uri(), { db = self.db, wait = 10 }))
+  local rest = assert(self.other:pending_outbox(100, 30))
+  lu.assertEquals(#rest, 15)
+  for _, e in ipairs(rest) do lu.assertNil(sources[e.source_id], "claimed by both relays: " .. e.source_id) end
+  -- an ack with the first relay's token still counts; the other's claims stand
+  for _, e in ipairs(held) do lu.assertTrue(self.store:ack_outbox(e.seq, e.token)) end
+  lu.assertEquals(#assert(self.other:pending_outbox(100, 30)), 0, "the second relay's claims were lost")
+end
+
 function TestBatch:test_the_one_at_a_time_pass_ends_the_same()
   self.engine = new_engine(self.store)
   self.engine.batch_delivery = false
