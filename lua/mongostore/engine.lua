@@ -335,7 +335,8 @@ function Engine:deliver_many(items, deadline)
         if failed[id] then
           one(i)
         elseif out_of_time() then
-          results[i] = { err = "deferred to a later pass: the batch ran out of time", code = "blocked", deferred = true }
+          results[i] = { err = "deferred to a later pass: the batch ran out of time", code = "blocked",
+                         deferred = true }
           failed[id] = results[i]
         elseif alone[id] or not c then
           -- absent or unknown here: deliver says so in its own words
