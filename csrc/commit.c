@@ -310,6 +310,7 @@ static void append_with_seqs(bson_t *dst, const char *key, const bson_t *src, in
 
 typedef struct seqs {
   int64_t outbox, spawn, trace;
+  int aged;  /* some come from a block reserved before (ms_take_seqs) */
 } seqs_t;
 
 /* status and parent_id, promoted from data so the listing filters on the
@@ -432,8 +433,36 @@ static int64_t reply_count(const bson_t *reply, const char *field) {
  * marks an event processed, on that event not being marked yet. For a
  * version-0 commit the filter also takes a document with no version, which
  * is a stub that append_trace created before the first commit. */
-static void build_cas_filter(const commit_in_t *c, bson_t *filter) {
+/* The guard of seqs taken from a block: no pending entry of the execution
+ * holds a seq at or above the commit's first, so its entries come after
+ * every entry it emitted before, whichever process reserved those:
+ * $nor: [ { outbox.seq: { $gte: first } }, { spawns.seq: { $gte: first } } ]
+ * ($nor rather than $not, which mongo-java-server gets wrong on an empty
+ * array). */
+static void append_seq_floor(bson_t *filter, const commit_in_t *c, const seqs_t *q) {
+  bson_t nor, alt, gte;
+  int k = 0;
+  bson_append_array_begin(filter, "$nor", 4, &nor);
+  if (c->n_emits) {
+    bson_append_document_begin(&nor, k++ ? "1" : "0", 1, &alt);
+    bson_append_document_begin(&alt, "outbox.seq", 10, &gte);
+    bson_append_int64(&gte, "$gte", 4, q->outbox);
+    bson_append_document_end(&alt, &gte);
+    bson_append_document_end(&nor, &alt);
+  }
+  if (c->n_spawns) {
+    bson_append_document_begin(&nor, k++ ? "1" : "0", 1, &alt);
+    bson_append_document_begin(&alt, "spawns.seq", 10, &gte);
+    bson_append_int64(&gte, "$gte", 4, q->spawn);
+    bson_append_document_end(&alt, &gte);
+    bson_append_document_end(&nor, &alt);
+  }
+  bson_append_array_end(filter, &nor);
+}
+
+static void build_cas_filter(const commit_in_t *c, const seqs_t *q, bson_t *filter) {
   bson_append_utf8(filter, "_id", 3, c->id, (int)c->id_len);
+  if (q->aged && (c->n_emits || c->n_spawns)) append_seq_floor(filter, c, q);
   if (c->old == 0) {
     bson_t in, arr;
     bson_append_document_begin(filter, "version", 7, &in);
@@ -454,11 +483,11 @@ static void build_cas_filter(const commit_in_t *c, bson_t *filter) {
   }
 }
 
-static int cas_update(ms_store_t *s, const commit_in_t *c, const bson_t *update, int64_t *matched,
-                      bson_error_t *be) {
+static int cas_update(ms_store_t *s, const commit_in_t *c, const seqs_t *q, const bson_t *update,
+                      int64_t *matched, bson_error_t *be) {
   bson_t filter = BSON_INITIALIZER, reply;
   int ok;
-  build_cas_filter(c, &filter);
+  build_cas_filter(c, q, &filter);
   ok = mongoc_collection_update_one(s->exes, &filter, update, NULL, &reply, be);
   if (ok) *matched = reply_count(&reply, "matchedCount");
   bson_destroy(&reply);
@@ -562,8 +591,9 @@ static int read_commit_ops(lua_State *L, const ms_store_t *s, commit_in_t *c, in
 /* The seqs of the commit's emits and spawns, and its trace step's index
  * when the step gives none. */
 static int reserve_seqs(ms_store_t *s, const commit_in_t *c, seqs_t *q, bson_error_t *be) {
-  if ((c->n_emits && !ms_next_seq(s, "outbox", 6, c->n_emits, &q->outbox, be)) ||
-      (c->n_spawns && !ms_next_seq(s, "spawn", 5, c->n_spawns, &q->spawn, be)))
+  q->aged = 0;
+  if ((c->n_emits && !ms_take_seqs(s, MS_SEQ_OUTBOX, c->n_emits, &q->outbox, &q->aged, be)) ||
+      (c->n_spawns && !ms_take_seqs(s, MS_SEQ_SPAWN, c->n_spawns, &q->spawn, &q->aged, be)))
     return 0;
   if (c->has_trace) {
     int64_t given = ms_step_index(&c->trace, -1);
@@ -574,7 +604,7 @@ static int reserve_seqs(ms_store_t *s, const commit_in_t *c, seqs_t *q, bson_err
 }
 
 /* The write itself, and what it answers; c is destroyed on every path. */
-static int write_commit(lua_State *L, ms_store_t *s, commit_in_t *c, const seqs_t *q) {
+static int write_commit(lua_State *L, ms_store_t *s, commit_in_t *c, seqs_t *q) {
   bson_t update = BSON_INITIALIZER;
   bson_error_t be;
   int64_t matched = 0, found = 0;
@@ -593,19 +623,30 @@ static int write_commit(lua_State *L, ms_store_t *s, commit_in_t *c, const seqs_
       return ms_store_push_bson_err(L, s, &be, c->doing);
     }
   }
-  build_update(s, c, q, &update);
-  rc = cas_update(s, c, &update, &matched, &be);
-  bson_destroy(&update);
-  if (!rc) {
-    commit_in_destroy(c);
-    return ms_store_push_bson_err(L, s, &be, c->doing);
-  }
-  if (matched == 1) return push_committed(L, c);
-  /* No document at the loaded version: a stale write (or one that vanished). */
-  have = find_version(s, c->id, c->id_len, &found, &be);
-  if (have < 0) {
-    commit_in_destroy(c);
-    return ms_store_push_bson_err(L, s, &be, c->doing);
+  for (;;) {
+    build_update(s, c, q, &update);
+    rc = cas_update(s, c, q, &update, &matched, &be);
+    bson_destroy(&update);
+    bson_init(&update);
+    if (!rc) {
+      commit_in_destroy(c);
+      return ms_store_push_bson_err(L, s, &be, c->doing);
+    }
+    if (matched == 1) return push_committed(L, c);
+    /* No document at the loaded version: a stale write (or one that vanished). */
+    have = find_version(s, c->id, c->id_len, &found, &be);
+    if (have < 0) {
+      commit_in_destroy(c);
+      return ms_store_push_bson_err(L, s, &be, c->doing);
+    }
+    /* At the loaded version, the seq guard may be what refused it: once
+     * more with fresh seqs, which no pending entry can be above */
+    if (!(have && found == c->old && q->aged)) break;
+    ms_drop_seq_blocks(s);
+    if (!reserve_seqs(s, c, q, &be)) {
+      commit_in_destroy(c);
+      return ms_store_push_bson_err(L, s, &be, c->doing);
+    }
   }
   rc = push_conflict(L, c, have, found);
   commit_in_destroy(c);
@@ -619,7 +660,7 @@ static int l_commit(lua_State *L) {
   commit_in_t c;
   ms_err_t e;
   bson_error_t be;
-  seqs_t q = {0, 0, 0};
+  seqs_t q = {0, 0, 0, 0};
   memset(&c, 0, sizeof c);
   if (read_commit_args(L, 2, &c, &e)) return ms_push_error(L, &e);
   if (c.processed) {
@@ -715,23 +756,26 @@ static int read_item(lua_State *L, const ms_store_t *s, int items, lua_Integer i
   return rc;
 }
 
-/* The outbox and spawn seqs of every commit of the batch: one reservation
- * per counter for the whole batch, then a block of it for each commit in
- * turn; trace indexes (when the steps give none) per execution. */
+/* The outbox and spawn seqs of every commit of the batch: one take per
+ * counter for the whole batch (ms_take_seqs: no round trip while the store's
+ * block lasts), then a run of it for each commit in turn; trace indexes
+ * (when the steps give none) per execution. */
 static int reserve_batch_seqs(ms_store_t *s, batch_item_t *items, size_t n, bson_error_t *be) {
   int64_t emits = 0, spawns = 0, next_outbox = 0, next_spawn = 0;
+  int aged = 0;
   size_t i;
   for (i = 0; i < n; i++) {
     if (items[i].state != ITEM_PENDING) continue;
     emits += items[i].c.n_emits;
     spawns += items[i].c.n_spawns;
   }
-  if ((emits && !ms_next_seq(s, "outbox", 6, emits, &next_outbox, be)) ||
-      (spawns && !ms_next_seq(s, "spawn", 5, spawns, &next_spawn, be)))
+  if ((emits && !ms_take_seqs(s, MS_SEQ_OUTBOX, emits, &next_outbox, &aged, be)) ||
+      (spawns && !ms_take_seqs(s, MS_SEQ_SPAWN, spawns, &next_spawn, &aged, be)))
     return 0;
   for (i = 0; i < n; i++) {
     commit_in_t *c = &items[i].c;
     if (items[i].state != ITEM_PENDING) continue;
+    items[i].q.aged = aged;
     items[i].q.outbox = next_outbox;
     items[i].q.spawn = next_spawn;
     next_outbox += c->n_emits;
@@ -868,6 +912,15 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
         result_committed(L, results, (int)i + 1, c);
       } else if (marked[i]) {
         result_from_stack(L, results, (int)i + 1, push_duplicate(L, c));
+      } else if (have[i] && found[i] == c->old) {
+        /* at its version and not marked: the seq guard refused it (its
+         * execution holds an entry from a newer block); the one-event path
+         * commits it with fresh seqs */
+        lua_pushnil(L);
+        lua_pushfstring(L, "commit %s: a pending entry is newer than the batch's seqs", c->id);
+        lua_pushliteral(L, "conflict");
+        lua_pushinteger(L, (lua_Integer)found[i]);
+        result_from_stack(L, results, (int)i + 1, 4);
       } else {
         result_from_stack(L, results, (int)i + 1, push_conflict(L, c, have[i], found[i]));
       }
@@ -898,7 +951,7 @@ static void write_batch(lua_State *L, ms_store_t *s, batch_item_t *items, size_t
   for (i = 0; i < n; i++) {
     bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER;
     if (items[i].state != ITEM_PENDING) continue;
-    build_cas_filter(&items[i].c, &filter);
+    build_cas_filter(&items[i].c, &items[i].q, &filter);
     build_update(s, &items[i].c, &items[i].q, &update);
     ok = mongoc_bulk_operation_update_one_with_opts(bulk, &filter, &update, NULL, &be);
     bson_destroy(&filter);

@@ -8,7 +8,8 @@
 #include <stdio.h>
 
 /* Documents whose array `field` is non-empty, projecting only that array;
- * pushes every entry (a table) into the list on top of the stack. */
+ * pushes every entry (a table, with the source_id of its document) into the
+ * list on top of the stack. */
 static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const char *doing) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cond, proj, empty;
   mongoc_cursor_t *cur;
@@ -28,7 +29,8 @@ static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const
   bson_destroy(&filter);
   bson_destroy(&opts);
   while (mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t it, arr;
+    bson_iter_t it, arr, id_it;
+    int has_id = bson_iter_init_find(&id_it, doc, "_id") && BSON_ITER_HOLDS_UTF8(&id_it);
     if (!bson_iter_init_find(&it, doc, field) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
       continue;
     while (bson_iter_next(&arr)) {
@@ -37,6 +39,12 @@ static int collect_entries(lua_State *L, ms_store_t *s, const char *field, const
         mongoc_cursor_destroy(cur);
         ms_err_prefix(&e, doing);
         return ms_store_push_err(L, s, &e);
+      }
+      if (has_id) {
+        uint32_t idl;
+        const char *idv = bson_iter_utf8(&id_it, &idl);
+        lua_pushlstring(L, idv, idl);
+        lua_setfield(L, -2, "source_id");
       }
       lua_rawseti(L, -2, ++n);
     }

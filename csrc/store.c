@@ -135,6 +135,40 @@ int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count,
   return ok;
 }
 
+/* Taking seqs from a block: every emitting commit of every worker used to
+ * increment the one `outbox` counter document, so all workers queued on it.
+ * A store now reserves MS_SEQ_BLOCK seqs at a time and hands them out
+ * itself: one counter round trip per thousand emits. Seqs stay unique (the
+ * blocks are disjoint) and increasing per execution, because a commit's CAS
+ * filter also requires that no pending entry of the execution holds a seq at
+ * or above its first new one; a commit refused by that guard alone takes a
+ * fresh block, whose seqs are above every seq handed out before it. Unused
+ * seqs of a block are gaps, which the relays allow. */
+int ms_take_seqs(ms_store_t *s, int which, int64_t count, int64_t *first, int *aged, bson_error_t *be) {
+  static const char *const names[2] = {"outbox", "spawn"};
+  static const size_t lens[2] = {6, 5};
+  int64_t size;
+  if (count <= 0) {
+    *first = 0;
+    return 1;
+  }
+  if (s->seq_end[which] - s->seq_next[which] >= count) {
+    *first = s->seq_next[which];
+    s->seq_next[which] += count;
+    *aged = 1;
+    return 1;
+  }
+  size = count > MS_SEQ_BLOCK ? count : MS_SEQ_BLOCK;
+  if (!ms_next_seq(s, names[which], lens[which], size, first, be)) return 0;
+  s->seq_next[which] = *first + count;
+  s->seq_end[which] = *first + size;
+  return 1;
+}
+
+void ms_drop_seq_blocks(ms_store_t *s) {
+  s->seq_next[0] = s->seq_end[0] = s->seq_next[1] = s->seq_end[1] = 0;
+}
+
 /* What the server would refuse in a document only after the counters moved
  * (an empty key, at any depth) is refused here, before any write. */
 int ms_check_storable(const bson_t *doc, const char *what, ms_err_t *e) {

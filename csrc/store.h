@@ -30,7 +30,14 @@ typedef struct ms_store {
   double op_started;         /* when the current call began: network vs timeout */
   uint8_t cursor_key[MS_CURSOR_KEY_BYTES];  /* the listing's cursor secret, once read */
   int has_cursor_key;
+  /* The block of outbox [0] and spawn [1] seqs this store reserved and has
+   * not used yet: [seq_next, seq_end). */
+  int64_t seq_next[2], seq_end[2];
 } ms_store_t;
+
+/* The seqs a store reserves from a counter at once (see ms_take_seqs). */
+#define MS_SEQ_BLOCK 1000
+enum { MS_SEQ_OUTBOX = 0, MS_SEQ_SPAWN = 1 };
 
 /* next_fire_at of a document with no timer: later than any real time, so
  * $min with a real fire_at always lowers it, and no range scan reaches it. */
@@ -62,6 +69,13 @@ void ms_arg_table(lua_State *L, int idx, const char *name);
  * empty key at any depth): 0, or -1 with e set. */
 int ms_check_storable(const bson_t *doc, const char *what, ms_err_t *e);
 /* Reserves count seqs from counter `name`; *first is the first of the block. */
+/* count consecutive seqs of counter `which` (MS_SEQ_OUTBOX, MS_SEQ_SPAWN)
+ * from the store's block, reserving a new block of MS_SEQ_BLOCK when it runs
+ * short; *aged is set when they come from a block reserved before this call
+ * (other processes may have used higher seqs since). */
+int ms_take_seqs(ms_store_t *s, int which, int64_t count, int64_t *first, int *aged, bson_error_t *be);
+/* Forgets the store's unused blocks: the next take reserves fresh ones. */
+void ms_drop_seq_blocks(ms_store_t *s);
 int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count, int64_t *first,
                 bson_error_t *be);
 
