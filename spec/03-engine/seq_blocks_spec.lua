@@ -85,12 +85,10 @@ function TestSeqBlocks:test_entries_stay_in_emit_order_when_commits_alternate_be
   assert(eb:start("pinger", { id = "warm-b" }))
   assert(eb:send("warm-b", { kind = "Ping", id = "wb", data = { n = 0 } })) -- b's block: above a's
   assert(ea:start("pinger", { id = "x" }))
-  local seen = {}
   for n = 1, 12 do
     local e = (n % 2 == 1) and eb or ea
     local ok, err = e:send("x", { kind = "Ping", id = "x-" .. n, data = { n = n } })
     lu.assertTrue(ok, err)
-    seen[#seen + 1] = n
   end
   local got = entries_of(self.a, "x")
   lu.assertEquals(#got, 12)
