@@ -137,8 +137,9 @@ int ms_next_seq(ms_store_t *s, const char *name, size_t namelen, int64_t count,
 
 /* Taking seqs from a block: every emitting commit of every worker used to
  * increment the one `outbox` counter document, so all workers queued on it.
- * A store now reserves MS_SEQ_BLOCK seqs at a time and hands them out
- * itself: one counter round trip per thousand emits. Seqs stay unique (the
+ * A store now reserves seq_block seqs at a time (connect's opts.seq_block,
+ * 1,000 by default) and hands them out itself: one counter round trip per
+ * thousand emits; 1 is the old way, a round trip per emitting commit. Seqs stay unique (the
  * blocks are disjoint) and increasing per execution, because a commit's CAS
  * filter also requires that no pending entry of the execution holds a seq at
  * or above its first new one; a commit refused by that guard alone takes a
@@ -158,7 +159,7 @@ int ms_take_seqs(ms_store_t *s, int which, int64_t count, int64_t *first, int *a
     *aged = 1;
     return 1;
   }
-  size = count > MS_SEQ_BLOCK ? count : MS_SEQ_BLOCK;
+  size = count > s->seq_block ? count : s->seq_block;
   if (!ms_next_seq(s, names[which], lens[which], size, first, be)) return 0;
   s->seq_next[which] = *first + count;
   s->seq_end[which] = *first + size;
@@ -229,7 +230,7 @@ static int ensure_indexes(ms_store_t *s, bson_error_t *be) {
 typedef struct connect_opts {
   const char *db, *prefix;
   double wait;
-  int64_t trace_max, dedupe_window;
+  int64_t trace_max, dedupe_window, seq_block;
 } connect_opts_t;
 
 /* A name option (opts.db, opts.prefix) pushed by opt_field: a wrong type
@@ -248,6 +249,7 @@ static int read_connect_opts(lua_State *L, int opts, connect_opts_t *o, ms_err_t
   o->wait = MS_CONNECT_WAIT;
   o->trace_max = MS_TRACE_MAX;
   o->dedupe_window = MS_DEDUPE_WINDOW;
+  o->seq_block = MS_SEQ_BLOCK;
   if (opts) luaL_checktype(L, opts, LUA_TTABLE);
   if (opt_field(L, opts, "db") != LUA_TNIL && read_name_opt(L, "connect: opts.db", 1, 60, &o->db)) {
     ms_err_set(e, "invalid", "connect: database name '%s' is not valid (letters, digits, _ and -)", o->db);
@@ -272,6 +274,14 @@ static int read_connect_opts(lua_State *L, int opts, connect_opts_t *o, ms_err_t
       return -1;
     }
     o->dedupe_window = (int64_t)lua_tointeger(L, -1);
+  }
+  if (opt_field(L, opts, "seq_block") != LUA_TNIL) {
+    ms_arg_number(L, -1, "connect: opts.seq_block");
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > MS_SEQ_BLOCK_MAX) {
+      ms_err_set(e, "invalid", "connect: opts.seq_block must be an integer from 1 to " MS_STR(MS_SEQ_BLOCK_MAX));
+      return -1;
+    }
+    o->seq_block = (int64_t)lua_tointeger(L, -1);
   }
   if (opt_field(L, opts, "wait") != LUA_TNIL) {
     ms_arg_number(L, -1, "connect: opts.wait");
@@ -318,6 +328,7 @@ static int l_connect(lua_State *L) {
   s->db = bson_strdup(o.db);
   s->trace_max = o.trace_max;
   s->dedupe_window = o.dedupe_window;
+  s->seq_block = o.seq_block;
   s->pool = ms_pool_for(uri, &be);
   if (!s->pool) {
     mongoc_uri_destroy(uri);
@@ -373,7 +384,7 @@ static int l_stats(lua_State *L) {
   return 1;
 }
 
-/* store:info() -> { db, executions, counters, trace_max, max_bson, dedupe_window } */
+/* store:info() -> { db, executions, counters, trace_max, max_bson, dedupe_window, seq_block } */
 static int l_info(lua_State *L) {
   STORE_OR_CLOSED(L, s, "info");
   lua_createtable(L, 0, 5);
@@ -389,6 +400,8 @@ static int l_info(lua_State *L) {
   lua_setfield(L, -2, "max_bson");
   lua_pushinteger(L, (lua_Integer)s->dedupe_window);
   lua_setfield(L, -2, "dedupe_window");
+  lua_pushinteger(L, (lua_Integer)s->seq_block);
+  lua_setfield(L, -2, "seq_block");
   return 1;
 }
 

@@ -33,10 +33,13 @@ typedef struct ms_store {
   /* The block of outbox [0] and spawn [1] seqs this store reserved and has
    * not used yet: [seq_next, seq_end). */
   int64_t seq_next[2], seq_end[2];
+  int64_t seq_block;       /* how many a reservation takes (connect's opts.seq_block) */
 } ms_store_t;
 
-/* The seqs a store reserves from a counter at once (see ms_take_seqs). */
+/* The seqs a store reserves from a counter at once by default (see
+ * ms_take_seqs), and the most it may be set to. */
 #define MS_SEQ_BLOCK 1000
+#define MS_SEQ_BLOCK_MAX 1000000
 enum { MS_SEQ_OUTBOX = 0, MS_SEQ_SPAWN = 1 };
 
 /* next_fire_at of a document with no timer: later than any real time, so
@@ -70,7 +73,7 @@ void ms_arg_table(lua_State *L, int idx, const char *name);
 int ms_check_storable(const bson_t *doc, const char *what, ms_err_t *e);
 /* Reserves count seqs from counter `name`; *first is the first of the block. */
 /* count consecutive seqs of counter `which` (MS_SEQ_OUTBOX, MS_SEQ_SPAWN)
- * from the store's block, reserving a new block of MS_SEQ_BLOCK when it runs
+ * from the store's block, reserving a new block of seq_block when it runs
  * short; *aged is set when they come from a block reserved before this call
  * (other processes may have used higher seqs since). */
 int ms_take_seqs(ms_store_t *s, int which, int64_t count, int64_t *first, int *aged, bson_error_t *be);

@@ -38,6 +38,7 @@
 ---@field trace_max? integer the trace ring keeps the last N steps (0 keeps all)
 ---@field wait? number seconds to keep retrying the first ping (0 to 86400)
 ---@field dedupe_window? integer how many handled event ids each execution keeps for dedupe (1 to 1,000,000)
+---@field seq_block? integer outbox and spawn seqs reserved per counter round trip (1 to 1,000,000); 1 reserves them at every emitting commit, as harel does
 
 --- What `mongostore.execution{...}` takes: harel's Execution fields, every one optional but `definition_id`.
 ---@class mongostore.ExecutionFields
@@ -177,6 +178,7 @@
 ---@field trace_max integer
 ---@field max_bson integer the server's maximum document size, in bytes
 ---@field dedupe_window integer
+---@field seq_block integer
 
 --- A connection to one database, from `mongostore.connect` (`tostring` names the database and collection).
 ---@class mongostore.Store

@@ -43,9 +43,13 @@ local function check_keys(t, known, fn, what)
 end
 M.check_keys = check_keys
 
-local CONNECT_OPTS = { db = true, prefix = true, trace_max = true, wait = true, dedupe_window = true }
+local CONNECT_OPTS = { db = true, prefix = true, trace_max = true, wait = true, dedupe_window = true,
+                       seq_block = true }
 
--- connect(uri, { db = "harel", prefix = nil, trace_max = 200, wait = 30, dedupe_window = 1000 })
+-- connect(uri, { db = "harel", prefix = nil, trace_max = 200, wait = 30, dedupe_window = 1000,
+--                seq_block = 1000 })
+-- seq_block: the outbox and spawn seqs one counter round trip reserves for
+-- this store (1 reserves them per emitting commit, as harel does).
 function M.connect(uri, opts)
   if type(uri) ~= "string" then error("connect: uri must be a string, got " .. type(uri), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("connect: opts must be a table, got " .. type(opts), 2) end

@@ -440,6 +440,10 @@ connect_opts("wait = '10'", { wait = "10" }, raises("connect", "wait"))
 connect_opts("dedupe_window = 0", { dedupe_window = 0 }, fails("invalid"))
 connect_opts("dedupe_window = 2000000", { dedupe_window = 2000000 }, fails("invalid"))
 connect_opts("dedupe_window = '10'", { dedupe_window = "10" }, raises("connect", "dedupe_window"))
+connect_opts("seq_block = 0", { seq_block = 0 }, fails("invalid"))
+connect_opts("seq_block = 1.5", { seq_block = 1.5 }, fails("invalid"))
+connect_opts("seq_block = 2000000", { seq_block = 2000000 }, fails("invalid"))
+connect_opts("seq_block = '10'", { seq_block = "10" }, raises("connect", "seq_block"))
 connect_opts("unknown key dbname", { dbname = "x" }, refuses("connect"))
 
 ---------------------------------------------------------------- load, load_for_event, is_processed, read_trace

@@ -73,6 +73,20 @@ function TestSeqBlocks:test_a_thousand_emits_cost_one_counter_round_trip()
   lu.assertEquals(got[1000].k, 5)
 end
 
+-- seq_block = 1 is the old way: a counter round trip per emitting commit.
+function TestSeqBlocks:test_a_block_of_one_reserves_at_every_emitting_commit()
+  self.b = assert(ms.connect(helper.uri(), { db = self.db, wait = 10, seq_block = 1 }))
+  lu.assertEquals(self.b:info().seq_block, 1)
+  lu.assertEquals(self.a:info().seq_block, 1000)
+  local e = new_engine(self.b)
+  assert(e:start("pinger", { id = "q" }))
+  local trips = counter_trips(self.b, function()
+    for n = 1, 10 do assert(e:send("q", { kind = "Ping", id = "q-" .. n, data = { n = n, copies = 3 } })) end
+  end)
+  lu.assertEquals(trips, 10)
+  lu.assertEquals(#entries_of(self.b, "q"), 30)
+end
+
 -- Store a reserves its block first, store b a later one; then the commits of
 -- one execution alternate between them. Without the guard, a's seqs (from
 -- the older block) would sort before b's and the relay would deliver the
