@@ -69,6 +69,10 @@ api.internal = {
   ["mongostore.chart.is_ancestor"] = "used by the interpreter: a path test on compiled charts",
   ["mongostore.Chart.node"] = "used by the interpreter: the compiled node at a path",
   ["mongostore.Engine.deliver"] = "the step under send and the relays: applies an event without checking it first",
+  ["mongostore.Engine.deliver_many"] = "the step under send_many and the batched outbox pass: deliver for a list, "
+    .. "its commits in one bulk write",
+  ["mongostore.Engine.relay_outbox_batch"] = "the batched form of relay_outbox, which calls it while batch_delivery "
+    .. "is on",
   ["mongostore.Engine.create"] = "the step under start: no argument checks of its own",
   ["mongostore.Engine.definition_of"] = "the spawn relay's cache of a parent's chart id",
   ["mongostore.Engine.dead_letter"] = "the outbox relay giving up on an entry (see on_dead_letter)",
@@ -346,6 +350,29 @@ if not ok and code == "conflict" then --[=[ reload and apply the event again ]=]
           fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
           raises = "an `exe` that is not an Execution",
           desc = "A commit with nothing else: inserts a new execution (version 0 -> 1) or writes its fields." },
+        { method = "commit_many", of = "mongostore.Store",
+          params = {
+            { "items", "{ [1]: mongostore.Execution, [2]: mongostore.CommitOptions? }[]",
+              "commits of executions loaded before, each as `commit` takes it" },
+          },
+          returns = { { "results", "mongostore.BatchResult[]", "one per item, in order" } },
+          raises = "an `items` that is not a list, an item that is not { Execution, opts }, or an unknown option",
+          desc = [[
+Many commits in one unordered bulk write: each stays the single-document update
+guarded by its version and its dedupe mark, atomic on its own, so one that
+loses (`conflict`, `duplicate`) leaves the others landed. The seqs of every
+emit and spawn of the batch are taken at once. A committed item's
+`exe.version` is one higher; a failed one's is unchanged. A version-0 item (a
+new execution) is committed alone, as `commit` does. When the server answers
+for fewer documents than it was sent, one find tells the items apart.]] },
+        { class = "mongostore.BatchResult",
+          desc = "The outcome of one item of `commit_many`.",
+          fields = {
+            { "ok", "true?", "committed" },
+            { "err", "string?", "why not" },
+            { "code", "string?", "the code of `err` (`conflict`, `duplicate`, `network`, ...)" },
+            { "found", "integer?", "with `conflict`: the version found" },
+          } },
         { class = "mongostore.CommitOptions",
           desc = "What a commit carries besides the execution; an unknown key raises.",
           fields = {
@@ -407,6 +434,12 @@ if not ok and code == "conflict" then --[=[ reload and apply the event again ]=]
           fails = fails("invalid"),
           raises = "an `id` or `timer_path` that is not a string",
           desc = "One find by `_id`. The execution comes with its dedupe marks, which its next commit checks." },
+        { method = "load_many", of = "mongostore.Store",
+          params = { { "ids", "string[]", "execution ids" } },
+          returns = { { "exes", "table<string, mongostore.Execution>", "by id; an id with no execution has no entry" } },
+          fails = fails("server"),
+          raises = "an `ids` that is not a list of strings",
+          desc = "One find with `$in` for every id; each execution comes with its dedupe marks, as `load` gives." },
         { method = "load_for_event", of = "mongostore.Store",
           params = {
             { "id", "string", "the execution id" },
@@ -489,9 +522,12 @@ end]] },
       title = "Outbox and spawns",
       intro = [[
 Without a limit, `pending_outbox()` and `pending_spawns()` list every pending
-entry (inspection). With a limit they claim entries a source document at a
-time (so one relay delivers one execution's entries, in order) until the
-caller holds at least `limit`: each entry carries a `token` and its
+entry (inspection), each with its `source_id`. With a limit they claim whole
+source documents (so one relay delivers one execution's entries, in order)
+until the caller holds at least `limit`, in three round trips however many
+documents that takes (a find of candidates, one update that stamps them, one
+find of what it stamped; one findAndModify for a single candidate): each
+entry carries a `token` and its
 `source_id`, no other relay gets them until the lease runs out, `ack_*(seq,
 token)` removes an entry only while the claim is still the caller's, and
 `release_*(source_id, token)` gives the rest back early. Dedupe stays the
@@ -513,6 +549,25 @@ safety net.]],
           returns = { { "ok", "true", "the entry is gone (or was gone already)" } },
           fails = fails("invalid"),
           raises = "a wrong type for `seq` or `token`" },
+        { method = "ack_outbox_many", of = "mongostore.Store",
+          params = {
+            { "acks", "mongostore.OutboxAck[]", "per source document, the seqs delivered under its claim" },
+          },
+          returns = { { "ok", "true", "every update was applied (an ack whose claim passed on does nothing)" } },
+          fails = fails("invalid"),
+          raises = "an `acks` that is not a list of acks",
+          desc = [[
+The acks of a relay pass in one unordered bulk write: one update per source
+document pulls its listed seqs while the document is still claimed by the
+token, and with `release` also gives the claim back.]] },
+        { class = "mongostore.OutboxAck",
+          desc = "One source document's part of `ack_outbox_many`.",
+          fields = {
+            { "source_id", "string", "the document the entries were claimed from" },
+            { "token", "string", "the claim's token" },
+            { "seqs", "integer[]", "the delivered entries" },
+            { "release", "boolean?", "also end the claim (nothing of it is left to deliver)", default = "false" },
+          } },
         { method = "release_outbox", of = "mongostore.Store",
           params = {
             { "source_id", "string", "the document the entries were claimed from" },
@@ -3251,6 +3306,9 @@ written and no hook has run.]],
               .. "before it goes to `on_dead_letter`", default = "100" },
             { "max_event_bytes", "integer?", "the largest event (its JSON) `send` takes", default = "1048576" },
             { "batch", "integer?", "entries a relay pass claims", default = "100" },
+            { "batch_delivery", "boolean?", "a relay pass delivers its entries together: one load of every "
+              .. "target, one bulk write of the commits, one of the acks (see `send_many`); false delivers them "
+              .. "one at a time", default = "true" },
             { "lease", "number?", "seconds a claimed entry is this worker's", default = "10" },
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
@@ -3312,6 +3370,35 @@ Applies the event once per event id: sending the same id again changes
 nothing. After `network` or `timeout`, send the same event again (same `id`).]],
           example = [[
 engine:send("o-1", { kind = "PlaceOrder", data = {}, id = "evt-1" })]] },
+        { method = "send_many", of = "mongostore.Engine",
+          params = {
+            { "list", "{ [1]: string, [2]: mongostore.Event }[]", "pairs of an execution id and an event" },
+          },
+          returns = { { "results", "mongostore.SendResult[]", "one per pair, in order" } },
+          raises = "a `list` that is not a list of pairs, or a wrong type for an id or an event field",
+          desc = [[
+`send` for many events in a few round trips: one find loads every distinct
+execution, the interpreter applies each event, and one bulk write carries the
+commits, each the one-event commit (its own version check, dedupe mark and
+trace step). Events for one execution are applied in list order, each in a
+commit of its own; a commit that loses falls back to `send`'s path for that
+event alone; after an event that fails, that execution's later events are not
+attempted (`blocked`), so none overtakes one sent before it. A bad pair is
+refused on its own.]],
+          example = [[
+for i, r in ipairs(engine:send_many{ { "o-1", { kind = "Pay", id = "p-1" } },
+                                     { "o-2", { kind = "Pay", id = "p-2" } } }) do
+  if not r.ok then print(i, r.code, r.err) end
+end]] },
+        { class = "mongostore.SendResult",
+          desc = "The outcome of one pair of `send_many`.",
+          fields = {
+            { "ok", "true?", "applied now, or handled before" },
+            { "how", "\"applied\"|\"duplicate\"?", "with `ok`" },
+            { "err", "string?", "why not" },
+            { "code", "string?", "the code of `err`" },
+            { "blocked", "true?", "not attempted: an earlier event for the same execution failed" },
+          } },
       },
     },
     {
@@ -3352,7 +3439,11 @@ engine:run{ stop = function() return stopping end, idle_sleep = 0.05, sweep_inte
           desc = [[
 Claims pending outbox entries and delivers each, in order per target; a target
 that does not exist yet is retried on later passes and given up after
-`max_attempts`. Events without a target go to `on_external`.]] },
+`max_attempts`. Events without a target go to `on_external`. With
+`batch_delivery` (the default) the pass delivers its entries as `send_many`
+does and acks them in one bulk write, applying events only in the first half
+of its lease (what is left waits for the next pass), so that its acks land
+while its claims hold.]] },
         { method = "sweep", of = "mongostore.Engine",
           params = { { "now", "number?", "epoch seconds", default = "the engine's clock" } },
           returns = { { "n", "integer", "timers handled" } },
@@ -3631,7 +3722,8 @@ close it.]] },
 api.ngx_forwards = {
   ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
-                           "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats" },
+                           "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
+                           "ack_outbox_many" },
   ["mongostore.Engine"] = { "start", "send", "cancel", "terminate", "suspend", "resume" },
 }
 

@@ -83,6 +83,13 @@
 ---@field created_time? number epoch seconds
 ---@field received_time? number epoch seconds, set when the engine takes it
 
+--- The outcome of one item of `commit_many`.
+---@class mongostore.BatchResult
+---@field ok? true committed
+---@field err? string why not
+---@field code? string the code of `err` (`conflict`, `duplicate`, `network`, ...)
+---@field found? integer with `conflict`: the version found
+
 --- What a commit carries besides the execution; an unknown key raises.
 ---@class mongostore.CommitOptions
 ---@field emits? mongostore.Emit[] events queued in this commit's outbox
@@ -143,6 +150,13 @@
 ---@field version integer
 ---@field parent_id? string
 ---@field finished_at? number epoch seconds
+
+--- One source document's part of `ack_outbox_many`.
+---@class mongostore.OutboxAck
+---@field source_id string the document the entries were claimed from
+---@field token string the claim's token
+---@field seqs integer[] the delivered entries
+---@field release? boolean also end the claim (nothing of it is left to deliver)
 
 --- A pending outbox entry.
 ---@class mongostore.OutboxEntry
@@ -542,6 +556,19 @@ function Store:commit(exe, opts) end
 ---@return integer? found # with `conflict`: the version found
 function Store:save(exe) end
 
+--- Many commits in one unordered bulk write: each stays the single-document update
+--- guarded by its version and its dedupe mark, atomic on its own, so one that
+--- loses (`conflict`, `duplicate`) leaves the others landed. The seqs of every
+--- emit and spawn of the batch are taken at once. A committed item's
+--- `exe.version` is one higher; a failed one's is unchanged. A version-0 item (a
+--- new execution) is committed alone, as `commit` does. When the server answers
+--- for fewer documents than it was sent, one find tells the items apart.
+---
+--- Raises on an `items` that is not a list, an item that is not { Execution, opts }, or an unknown option.
+---@param items { [1]: mongostore.Execution, [2]: mongostore.CommitOptions? }[] commits of executions loaded before, each as `commit` takes it
+---@return mongostore.BatchResult[] results # one per item, in order
+function Store:commit_many(items) end
+
 --- One find by `_id`. The execution comes with its dedupe marks, which its next commit checks.
 ---
 --- Raises on an `id` or `timer_path` that is not a string.
@@ -553,6 +580,17 @@ function Store:save(exe) end
 ---@return (number|string)? armed # with `timer_path`: the fire_at armed for it now (nil when none); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:load(id, timer_path) end
+
+--- One find with `$in` for every id; each execution comes with its dedupe marks, as `load` gives.
+---
+--- Raises on an `ids` that is not a list of strings.
+---
+--- Fails with `nil, message, code`.
+---@param ids string[] execution ids
+---@return table<string, mongostore.Execution>? exes # by id; an id with no execution has no entry
+---@return string? message
+---@return ("server"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:load_many(ids) end
 
 --- One round trip: the execution, whether the event is handled already, and the armed timer.
 ---
@@ -615,6 +653,19 @@ function Store:pending_outbox(limit, lease) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:ack_outbox(seq, token) end
+
+--- The acks of a relay pass in one unordered bulk write: one update per source
+--- document pulls its listed seqs while the document is still claimed by the
+--- token, and with `release` also gives the claim back.
+---
+--- Raises on an `acks` that is not a list of acks.
+---
+--- Fails with `nil, message, code`.
+---@param acks mongostore.OutboxAck[] per source document, the seqs delivered under its claim
+---@return true? ok # every update was applied (an ack whose claim passed on does nothing)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:ack_outbox_many(acks) end
 
 --- Ends a claim before its lease (a relay done with it, or unable to deliver yet).
 ---

@@ -13,6 +13,7 @@
 ---@field max_attempts? integer deliveries of an outbox entry to a target that does not exist before it goes to `on_dead_letter`
 ---@field max_event_bytes? integer the largest event (its JSON) `send` takes
 ---@field batch? integer entries a relay pass claims
+---@field batch_delivery? boolean a relay pass delivers its entries together: one load of every target, one bulk write of the commits, one of the acks (see `send_many`); false delivers them one at a time
 ---@field lease? number seconds a claimed entry is this worker's
 ---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
 ---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise counts as a failed delivery
@@ -28,6 +29,14 @@ local Engine = {}
 ---@field id? string the execution's id
 ---@field context? table<string, any> the starting context
 ---@field priority? integer 0 to 4
+
+--- The outcome of one pair of `send_many`.
+---@class mongostore.SendResult
+---@field ok? true applied now, or handled before
+---@field how? "applied"|"duplicate" with `ok`
+---@field err? string why not
+---@field code? string the code of `err`
+---@field blocked? true not attempted: an earlier event for the same execution failed
 
 --- The options of `engine:run`; an unknown key raises.
 ---@class mongostore.RunOptions
@@ -76,6 +85,20 @@ function Engine:start(chart_id, opts) end
 ---@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Engine:send(id, event) end
 
+--- `send` for many events in a few round trips: one find loads every distinct
+--- execution, the interpreter applies each event, and one bulk write carries the
+--- commits, each the one-event commit (its own version check, dedupe mark and
+--- trace step). Events for one execution are applied in list order, each in a
+--- commit of its own; a commit that loses falls back to `send`'s path for that
+--- event alone; after an event that fails, that execution's later events are not
+--- attempted (`blocked`), so none overtakes one sent before it. A bad pair is
+--- refused on its own.
+---
+--- Raises on a `list` that is not a list of pairs, or a wrong type for an id or an event field.
+---@param list { [1]: string, [2]: mongostore.Event }[] pairs of an execution id and an event
+---@return mongostore.SendResult[] results # one per pair, in order
+function Engine:send_many(list) end
+
 --- One pass: the spawn relay, the outbox relay, then the due timers.
 ---@return integer n # items handled
 function Engine:step() end
@@ -102,7 +125,11 @@ function Engine:relay_spawns() end
 
 --- Claims pending outbox entries and delivers each, in order per target; a target
 --- that does not exist yet is retried on later passes and given up after
---- `max_attempts`. Events without a target go to `on_external`.
+--- `max_attempts`. Events without a target go to `on_external`. With
+--- `batch_delivery` (the default) the pass delivers its entries as `send_many`
+--- does and acks them in one bulk write, applying events only in the first half
+--- of its lease (what is left waits for the next pass), so that its acks land
+--- while its claims hold.
 ---@return integer n # entries handled
 function Engine:relay_outbox() end
 

@@ -146,6 +146,15 @@ function msngx.run(module, fn, ...) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.ack_outbox(seq, token) end
 
+--- Runs [`store:ack_outbox_many`](store.md#store-ack_outbox_many) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param acks mongostore.OutboxAck[] per source document, the seqs delivered under its claim
+---@return true? ok # every update was applied (an ack whose claim passed on does nothing)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.ack_outbox_many(acks) end
+
 --- Runs [`store:ack_spawn`](store.md#store-ack_spawn) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
