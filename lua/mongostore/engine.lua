@@ -261,7 +261,9 @@ end
 ------------------------------------------------------------------------
 -- Batched delivery
 
--- Applies a list of events { { id = target, event = ev }, ... } together:
+-- Applies a list of events { { id = target, event = ev, from_outside = bool }, ... }
+-- together (from_outside: checked against a .stm chart's declared fields, as
+-- deliver checks them):
 -- one find loads every distinct target, the interpreter applies each event,
 -- and one bulk write carries the commits, each the one-event commit (one
 -- version, one dedupe mark, one trace step), atomic on its own. Several
@@ -320,7 +322,7 @@ function Engine:deliver_many(items, deadline)
       results[i] = { err = f.err, code = f.code, blocked = true }
       return
     end
-    settle(i, self:deliver(it.id, it.event))
+    settle(i, self:deliver(it.id, it.event, nil, it.from_outside))
   end
   local round = 1
   while true do
@@ -342,6 +344,8 @@ function Engine:deliver_many(items, deadline)
           -- absent or unknown here: deliver says so in its own words
           alone[id] = true
           one(i)
+        elseif items[i].from_outside and not fits_declared(c, items[i].event, id) then
+          settle(i, fits_declared(c, items[i].event, id))
         else
           local ev, now = items[i].event, self.now()
           local fx = runtime.apply(c, exe, ev, now, {})
@@ -458,7 +462,7 @@ function Engine:send_many(list)
       results[i] = { err = bad[id].err, code = bad[id].code, blocked = true }
     else
       event.id = ev.id
-      items[#items + 1] = { id = id, event = ev }
+      items[#items + 1] = { id = id, event = ev, from_outside = true }
       where[#items] = i
     end
   end

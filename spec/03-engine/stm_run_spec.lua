@@ -177,6 +177,21 @@ function TestStmRun:test_an_event_that_breaks_its_declaration_is_refused()
   local exe = self:load(id)
   lu.assertEquals(exe.active_path, "Cart")
   lu.assertEquals(exe.version, before, "nothing was committed")
+  -- send_many checks each event the same way: the bad one refused, the
+  -- execution's later event not attempted, another execution's applied
+  e:start("shipment", { id = "s8", context = { total = 10 } })
+  local r = e:send_many{
+    { id, { kind = "Order", id = "bad-2", data = { items = "two", customer = "ann" } } },
+    { id, { kind = "Order", id = "good-2", data = { items = 2, customer = "ann" } } },
+    { "s8", { kind = "Order", id = "good-3", data = { items = 1, customer = "bo" } } },
+  }
+  lu.assertNil(r[1].ok)
+  lu.assertEquals(r[1].code, "invalid")
+  lu.assertStrContains(tostring(r[1].err), "items")
+  lu.assertTrue(r[2].blocked)
+  lu.assertEquals(r[3].how, "applied", tostring(r[3].err))
+  lu.assertEquals(self:load(id).version, before, "nothing was committed")
+  lu.assertEquals(self:load("s8").active_path, "Paying")
 end
 
 
