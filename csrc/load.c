@@ -269,7 +269,11 @@ static int l_load_many(lua_State *L) {
   bson_append_int32(&proj, "data", 4, 1);
   bson_append_int32(&proj, "dedupe", 6, 1);
   bson_append_document_end(&opts, &proj);
+  /* at most n documents match: with the limit the server closes the cursor
+   * after them, where a batch size alone can leave it open (SecantusDB) and
+   * cost a getMore that returns nothing */
   bson_append_int64(&opts, "batchSize", 9, n > 0 ? (int64_t)n : 1);
+  bson_append_int64(&opts, "limit", 5, n > 0 ? (int64_t)n : 1);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
   bson_destroy(&filter);
   bson_destroy(&opts);

@@ -204,8 +204,8 @@ static int push_claimed(lua_State *L, const claim_t *k, const bson_t *doc, lua_I
 
 /* Reads back the documents of `ids` that carry this pass's token, with their
  * entries as they are now, and pushes the entries. */
-static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bson_t *ids, lua_Integer *n,
-                        bson_error_t *be, ms_err_t *e, int *failed_here) {
+static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bson_t *ids, uint32_t nids,
+                        lua_Integer *n, bson_error_t *be, ms_err_t *e, int *failed_here) {
   bson_t q = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, proj;
   mongoc_cursor_t *cur;
   const bson_t *doc;
@@ -220,6 +220,9 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, k->field, -1, 1);
   bson_append_document_end(&opts, &proj);
+  /* at most nids match: the limit lets the server close the cursor */
+  bson_append_int64(&opts, "batchSize", 9, (int64_t)nids);
+  bson_append_int64(&opts, "limit", 5, (int64_t)nids);
   cur = mongoc_collection_find_with_opts(s->exes, &q, &opts, NULL);
   bson_destroy(&q);
   bson_destroy(&opts);
@@ -314,7 +317,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
         mongoc_cursor_destroy(cur);
         return ms_store_push_bson_err(L, s, &be, doing);
       }
-      if (read_claimed(L, s, &k, &ids, &n, &be, &e, &failed_here)) {
+      if (read_claimed(L, s, &k, &ids, nids, &n, &be, &e, &failed_here)) {
         bson_destroy(&ids);
         mongoc_cursor_destroy(cur);
         return failed_here ? ms_store_push_bson_err(L, s, &be, doing) : ms_store_push_err(L, s, &e);
