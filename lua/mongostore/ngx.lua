@@ -20,7 +20,7 @@ for name, how in pairs(require("mongostore.store").CALLS) do
   if how ~= "local" then STORE_CALLS[name] = true end
 end
 local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
-                       terminate = true, suspend = true, resume = true }
+                       terminate = true, suspend = true, resume = true, enqueue = true }
 
 -- With no server answering, a call waits this long for one (libmongoc's
 -- serverSelectionTimeoutMS and connectTimeoutMS, put in the URI unless it
@@ -198,7 +198,8 @@ for name in pairs(STORE_CALLS) do
 end
 
 -- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event), cancel,
--- terminate, suspend, resume; and msngx.send_external(id, event), the send
+-- terminate, suspend, resume; msngx.enqueue(id, event, opts), the inbox's
+-- one insert (a handler that need not wait for the delivery); and msngx.send_external(id, event), the send
 -- for events from outside (an HTTP client): it refuses, with nil, msg,
 -- "invalid" and nothing written, a kind the execution's chart does not take
 -- from outside (chart.is_external), and answers true, "duplicate" for an

@@ -301,6 +301,17 @@ function msngx.stats() end
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.cancel(id) end
 
+--- Runs [`engine:enqueue`](engine.md#engine-enqueue) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param id string the execution (it need not exist yet)
+---@param event mongostore.Event the event; a missing `id` is filled into this table
+---@param opts? mongostore.EnqueueOptions the priority
+---@return true? ok
+---@return ("queued"|"duplicate"|string)? how # queued now, or queued before under the same event id (one entry); on failure, the message
+---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.enqueue(id, event, opts) end
+
 --- Runs [`engine:resume`](engine.md#engine-resume) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
