@@ -179,6 +179,13 @@ static void free_ids(char **ids, size_t n) {
   bson_free(ids);
 }
 
+/* Every read of a pass is one batch of at most n documents: a server that
+ * leaves an exhausted cursor open (SecantusDB) costs no getMore. */
+static void single_batch(bson_t *opts, int64_t n) {
+  bson_append_int64(opts, "batchSize", 9, n);
+  bson_append_bool(opts, "singleBatch", 11, true);
+}
+
 /* The candidates: the executions of the most urgent, oldest entries that no
  * live claim stamped, distinct, in that order, at most limit. */
 static int find_candidates(ms_store_t *s, const inbox_claim_t *k, lua_Integer limit, char ***out, size_t *nout,
@@ -209,6 +216,7 @@ static int find_candidates(ms_store_t *s, const inbox_claim_t *k, lua_Integer li
   bson_append_int32(&sort, "at", 2, 1);
   bson_append_document_end(&opts, &sort);
   bson_append_int64(&opts, "limit", 5, (int64_t)limit * MS_INBOX_SCAN_FACTOR);
+  single_batch(&opts, (int64_t)limit * MS_INBOX_SCAN_FACTOR);
   cur = mongoc_collection_find_with_opts(s->inbox, &filter, &opts, NULL);
   while (n < (size_t)limit && mongoc_cursor_next(cur, &doc)) {
     bson_iter_t it;
@@ -292,7 +300,7 @@ static int take_claims(ms_store_t *s, const inbox_claim_t *k, char **ids, size_t
  * candidate order) and fences (pushed as claims[id] = fence). */
 static int read_claims(lua_State *L, ms_store_t *s, const inbox_claim_t *k, char **ids, size_t n, int claims,
                        char **held, size_t *nheld, bson_error_t *be) {
-  bson_t filter = BSON_INITIALIZER;
+  bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
   mongoc_cursor_t *cur;
   const bson_t *doc;
   size_t i, m = 0;
@@ -300,7 +308,8 @@ static int read_claims(lua_State *L, ms_store_t *s, const inbox_claim_t *k, char
   char *got = bson_malloc0(n ? n : 1);
   append_in(&filter, "_id", ids, n);
   bson_append_utf8(&filter, "token", 5, k->token, (int)k->toklen);
-  cur = mongoc_collection_find_with_opts(s->inbox_claims, &filter, NULL, NULL);
+  single_batch(&opts, (int64_t)n);
+  cur = mongoc_collection_find_with_opts(s->inbox_claims, &filter, &opts, NULL);
   while (mongoc_cursor_next(cur, &doc)) {
     bson_iter_t it;
     const char *v;
@@ -319,6 +328,7 @@ static int read_claims(lua_State *L, ms_store_t *s, const inbox_claim_t *k, char
   if (mongoc_cursor_error(cur, be)) ok = 0;
   mongoc_cursor_destroy(cur);
   bson_destroy(&filter);
+  bson_destroy(&opts);
   for (i = 0; i < n; i++)
     if (got[i]) held[m++] = ids[i];
   bson_free(got);
@@ -359,6 +369,7 @@ static int read_entries(lua_State *L, ms_store_t *s, const inbox_claim_t *k, cha
   bson_append_int32(&sort, "_id", 3, 1);
   bson_append_document_end(&opts, &sort);
   bson_append_int64(&opts, "limit", 5, (int64_t)max);
+  single_batch(&opts, (int64_t)max);
   cur = mongoc_collection_find_with_opts(s->inbox, &filter, &opts, NULL);
   while (mongoc_cursor_next(cur, &doc)) {
     bson_iter_t it;
