@@ -1,9 +1,10 @@
 /*
  * commit.c - the CAS commit: an execution's new data with its outbox,
  * spawns, timers, dedupe mark and trace step in one update (or one insert
- * for a new execution), filtered on the loaded version. What a commit
- * carries is converted and checked before any I/O, so bad input writes
- * nothing, not even a counter.
+ * for a new execution), filtered on the loaded version (and, under an
+ * inbox claim, on no later claim's fence). What a commit carries is
+ * converted and checked before any I/O, so bad input writes nothing, not
+ * even a counter.
  */
 #include "store.h"
 

@@ -390,6 +390,47 @@ function TestInbox:kill_9_holding_claims(deliver_first)
   end
 end
 
+-- two worker processes share the inbox while the events arrive: each event
+-- once, each execution's in the order they were enqueued
+local RACER = [[
+  local ms = require "mongostore"
+  local charts = assert(load(%q))()
+  local store = assert(ms.connect(%q, { db = %q, wait = 10 }))
+  local e = require("mongostore.engine").new{ store = store, charts = charts, trace = true, lease = 2, batch = 7,
+                                              log = function() end }
+  local n, idle, deadline = 0, 0, ms.now() + 30
+  while idle < 25 and ms.now() < deadline do
+    local k = e:relay_inbox()
+    n = n + k
+    idle = k == 0 and idle + 1 or 0
+    ms.sleep(0.02)
+  end
+  io.stdout:write("HANDLED ", n, "\n")
+]]
+
+function TestInbox:test_two_workers_share_the_inbox_in_order_and_once()
+  local ids = self:start(20)
+  local workers = {}
+  for w = 1, 2 do
+    workers[w] = helper.spawn(string.format(RACER, CHARTS, helper.uri(), self.db))
+  end
+  for n = 1, 5 do
+    for _, id in ipairs(ids) do assert(self.engine:enqueue(id, add(n), { priority = n % 5 })) end
+    ms.sleep(0.05)
+  end
+  local total = 0
+  for w = 1, 2 do
+    local out = workers[w].wait()
+    total = total + (tonumber(out:match("HANDLED (%d+)")) or 0)
+  end
+  lu.assertEquals(total, 100, "every entry handled once, by one of the two")
+  lu.assertEquals(queued(self.db), 0)
+  for _, id in ipairs(ids) do
+    lu.assertEquals(seen(self.store, id), "1,2,3,4,5,")
+    applied_once(self.store, id)
+  end
+end
+
 function TestInbox:test_kill_9_while_holding_claims_before_delivering()
   self:kill_9_holding_claims(false)
 end
