@@ -36,8 +36,8 @@ build = {
          sources = {
             "csrc/bsontypes.c", "csrc/bulk.c", "csrc/collection.c", "csrc/commit.c", "csrc/connect.c",
             "csrc/core.c", "csrc/cursor.c", "csrc/database.c", "csrc/decode.c", "csrc/dedupe.c",
-            "csrc/ejson.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/isotime.c", "csrc/json.c",
-            "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/relay.c", "csrc/session.c", "csrc/store.c",
+            "csrc/ejson.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/inbox.c", "csrc/isotime.c",
+            "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/relay.c", "csrc/session.c", "csrc/store.c",
             "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
          },
          defines = {
@@ -58,6 +58,7 @@ build = {
       ["mongostore.transaction"] = "lua/mongostore/transaction.lua",
       ["mongostore.chart"] = "lua/mongostore/chart.lua",
       ["mongostore.runtime"] = "lua/mongostore/runtime.lua",
+      ["mongostore.inbox"] = "lua/mongostore/inbox.lua",
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",

@@ -1,9 +1,10 @@
 /*
  * commit.c - the CAS commit: an execution's new data with its outbox,
  * spawns, timers, dedupe mark and trace step in one update (or one insert
- * for a new execution), filtered on the loaded version. What a commit
- * carries is converted and checked before any I/O, so bad input writes
- * nothing, not even a counter.
+ * for a new execution), filtered on the loaded version (and, under an
+ * inbox claim, on no later claim's fence). What a commit carries is
+ * converted and checked before any I/O, so bad input writes nothing, not
+ * even a counter.
  */
 #include "store.h"
 
@@ -16,6 +17,7 @@ typedef struct commit_in {
   size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
   double min_fire;         /* earliest fire_at scheduled by this commit, or MS_NO_TIMER */
   int64_t old;
+  int64_t fence;           /* the inbox claim's fence the commit is made under (0: none) */
   int n_emits, n_spawns;
   bson_t emits;            /* array of { target_id, event } without seq */
   bson_t spawns;           /* array of { child_id, root_path, context } without seq */
@@ -329,6 +331,7 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
   if (c->old == 0) bson_append_utf8(&set, "definition_id", 13, c->definition_id, (int)c->def_len);
   append_promoted(&set, c);
   if (c->processed) bson_append_binary(&set, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out, (uint32_t)c->dd_out_len);
+  if (c->fence) bson_append_int64(&set, "inbox_fence", 11, c->fence);
   bson_concat(&set, &c->set_timers);
   bson_append_document_end(u, &set);
   if (c->min_fire < MS_NO_TIMER) {
@@ -375,6 +378,7 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   bson_append_int64(d, "version", 7, c->old + 1);
   bson_append_utf8(d, "data", 4, c->data, (int)c->data_len);
   append_promoted(d, c);
+  if (c->fence) bson_append_int64(d, "inbox_fence", 11, c->fence);
   bson_append_double(d, "next_fire_at", 12, c->min_fire);
   append_with_seqs(d, "outbox", &c->emits, q->outbox);
   append_with_seqs(d, "spawns", &c->spawns, q->spawn);
@@ -399,14 +403,17 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
 /* The version of the stored document: 1 and *found set, 0 when there is no
  * document, -1 on error. A document with no version (a trace-only stub made
  * by append_trace) reports found = 0. */
-static int find_version(ms_store_t *s, const char *id, size_t idlen, int64_t *found, bson_error_t *be) {
+static int find_version(ms_store_t *s, const char *id, size_t idlen, int64_t *found, int64_t *fence,
+                        bson_error_t *be) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj;
   mongoc_cursor_t *cur;
   const bson_t *doc;
   int rc = 0;
+  *fence = 0;
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "version", 7, 1);
+  bson_append_int32(&proj, "inbox_fence", 11, 1);
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "limit", 5, 1);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -414,6 +421,7 @@ static int find_version(ms_store_t *s, const char *id, size_t idlen, int64_t *fo
     bson_iter_t it;
     rc = 1;
     *found = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it) : 0;
+    if (bson_iter_init_find(&it, doc, "inbox_fence") && BSON_ITER_HOLDS_NUMBER(&it)) *fence = bson_iter_as_int64(&it);
   } else if (mongoc_cursor_error(cur, be)) {
     rc = -1;
   }
@@ -439,19 +447,29 @@ static int64_t reply_count(const bson_t *reply, const char *field) {
  * $nor: [ { outbox.seq: { $gte: first } }, { spawns.seq: { $gte: first } } ]
  * ($nor rather than $not, which mongo-java-server gets wrong on an empty
  * array). */
-static void append_seq_floor(bson_t *filter, const commit_in_t *c, const seqs_t *q) {
+/* The fence guard rides in the same $nor (a filter has one $nor key): no
+ * commit made under a later inbox claim, { inbox_fence: { $gt: fence } }. */
+static void append_nor(bson_t *filter, const commit_in_t *c, const seqs_t *q, int seq_floor) {
   bson_t nor, alt, gte;
   int k = 0;
   bson_append_array_begin(filter, "$nor", 4, &nor);
-  if (c->n_emits) {
+  if (c->fence) {
+    bson_append_document_begin(&nor, k++ ? "1" : "0", 1, &alt);
+    bson_append_document_begin(&alt, "inbox_fence", 11, &gte);
+    bson_append_int64(&gte, "$gt", 3, c->fence);
+    bson_append_document_end(&alt, &gte);
+    bson_append_document_end(&nor, &alt);
+  }
+  if (seq_floor && c->n_emits) {
     bson_append_document_begin(&nor, k++ ? "1" : "0", 1, &alt);
     bson_append_document_begin(&alt, "outbox.seq", 10, &gte);
     bson_append_int64(&gte, "$gte", 4, q->outbox);
     bson_append_document_end(&alt, &gte);
     bson_append_document_end(&nor, &alt);
   }
-  if (c->n_spawns) {
-    bson_append_document_begin(&nor, k++ ? "1" : "0", 1, &alt);
+  if (seq_floor && c->n_spawns) {
+    bson_append_document_begin(&nor, k > 1 ? "2" : k ? "1" : "0", 1, &alt);
+    k++;
     bson_append_document_begin(&alt, "spawns.seq", 10, &gte);
     bson_append_int64(&gte, "$gte", 4, q->spawn);
     bson_append_document_end(&alt, &gte);
@@ -462,7 +480,8 @@ static void append_seq_floor(bson_t *filter, const commit_in_t *c, const seqs_t 
 
 static void build_cas_filter(const commit_in_t *c, const seqs_t *q, bson_t *filter) {
   bson_append_utf8(filter, "_id", 3, c->id, (int)c->id_len);
-  if (q->aged && (c->n_emits || c->n_spawns)) append_seq_floor(filter, c, q);
+  int seq_floor = q->aged && (c->n_emits || c->n_spawns);
+  if (seq_floor || c->fence) append_nor(filter, c, q, seq_floor);
   if (c->old == 0) {
     bson_t in, arr;
     bson_append_document_begin(filter, "version", 7, &in);
@@ -504,6 +523,16 @@ static int push_duplicate(lua_State *L, const commit_in_t *c) {
   return 4;
 }
 
+/* nil, msg, "stale", version: a commit under a later inbox claim landed */
+static int push_stale(lua_State *L, const commit_in_t *c, int64_t found, int64_t fence) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "commit %s: the inbox claim passed to another worker (fence %I, the execution's is %I)", c->id,
+                  (lua_Integer)c->fence, (lua_Integer)fence);
+  lua_pushliteral(L, "stale");
+  lua_pushinteger(L, (lua_Integer)found);
+  return 4;
+}
+
 static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t found) {
   /* the version is the loaded one, so the filter's dedupe guard refused it */
   if (have && found == c->old && c->processed) return push_duplicate(L, c);
@@ -518,6 +547,21 @@ static int push_conflict(lua_State *L, const commit_in_t *c, int have, int64_t f
   if (have) lua_pushinteger(L, (lua_Integer)found);
   else lua_pushnil(L);
   return 4;
+}
+
+/* The answer for a commit whose event the loaded digests hold: a duplicate,
+ * unless it is made under an inbox claim that a later one replaced, which
+ * one read of the fence tells (only then is there a round trip): a stale
+ * worker learns that it is stale, not that its events were handled. */
+static int push_marked(lua_State *L, ms_store_t *s, const commit_in_t *c) {
+  int64_t found = 0, fence = 0;
+  bson_error_t be;
+  int have;
+  if (!c->fence) return push_duplicate(L, c);
+  have = find_version(s, c->id, c->id_len, &found, &fence, &be);
+  if (have < 0) return ms_store_push_bson_err(L, s, &be, c->doing);
+  if (have && fence > c->fence) return push_stale(L, c, found, fence);
+  return push_duplicate(L, c);
 }
 
 /* A commit landed: true, and the digests it stored when it marked an event
@@ -557,6 +601,16 @@ static int read_commit_args(lua_State *L, int base, commit_in_t *c, ms_err_t *e)
   /* the digests loaded with the execution (a string kept by the Lua layer;
    * the Lua strings stay referenced by the caller's table while we run) */
   if (lua_getfield(L, ops, "dedupe") == LUA_TSTRING) c->dd_in = lua_tolstring(L, -1, &c->dd_in_len);
+  lua_pop(L, 1);
+  /* the inbox claim's fence (mongostore.inbox): an integer >= 1 */
+  if (lua_getfield(L, ops, "fence") != LUA_TNIL) {
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: fence must be an integer >= 1", c->doing);
+      return -1;
+    }
+    c->fence = (int64_t)lua_tointeger(L, -1);
+  }
   lua_pop(L, 1);
   return 0;
 }
@@ -607,7 +661,7 @@ static int reserve_seqs(ms_store_t *s, const commit_in_t *c, seqs_t *q, bson_err
 static int write_commit(lua_State *L, ms_store_t *s, commit_in_t *c, seqs_t *q) {
   bson_t update = BSON_INITIALIZER;
   bson_error_t be;
-  int64_t matched = 0, found = 0;
+  int64_t matched = 0, found = 0, fence = 0;
   int rc, have;
   if (c->old == 0) {
     /* A first commit is usually a new execution: insert it in one round
@@ -634,10 +688,15 @@ static int write_commit(lua_State *L, ms_store_t *s, commit_in_t *c, seqs_t *q) 
     }
     if (matched == 1) return push_committed(L, c);
     /* No document at the loaded version: a stale write (or one that vanished). */
-    have = find_version(s, c->id, c->id_len, &found, &be);
+    have = find_version(s, c->id, c->id_len, &found, &fence, &be);
     if (have < 0) {
       commit_in_destroy(c);
       return ms_store_push_bson_err(L, s, &be, c->doing);
+    }
+    if (have && c->fence && fence > c->fence) {
+      rc = push_stale(L, c, found, fence);
+      commit_in_destroy(c);
+      return rc;
     }
     /* At the loaded version, the seq guard may be what refused it: once
      * more with fresh seqs, which no pending entry can be above */
@@ -666,7 +725,7 @@ static int l_commit(lua_State *L) {
   if (c.processed) {
     /* marked already among the loaded digests: no round trip at all */
     ms_ev_digest(c.processed, c.processed_len, c.digest);
-    if (ms_digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_duplicate(L, &c);
+    if (ms_digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_marked(L, s, &c);
     c.dd_out = ms_digests_add(s, c.dd_in, c.dd_in_len, c.digest, &c.dd_out_len);
   }
   if (read_commit_ops(L, s, &c, 6, &e)) return ms_push_error(L, &e);
@@ -860,6 +919,7 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
   int64_t sent = 0, lost = 0;
   char *marked = bson_malloc0(n ? n : 1);
   int64_t *found = bson_malloc0(sizeof(int64_t) * (n ? n : 1));
+  int64_t *fences = bson_malloc0(sizeof(int64_t) * (n ? n : 1));
   char *have = bson_malloc0(n ? n : 1);
   bson_append_document_begin(&filter, "_id", 3, &in);
   bson_append_array_begin(&in, "$in", 3, &ids);
@@ -878,6 +938,7 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
   bson_append_int32(&proj, "version", 7, 1);
   bson_append_int32(&proj, "dedupe", 6, 1);
   bson_append_int32(&proj, "processed", 9, 1);
+  bson_append_int32(&proj, "inbox_fence", 11, 1);
   bson_append_document_end(&opts, &proj);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
   while (mongoc_cursor_next(cur, &doc)) {
@@ -893,6 +954,8 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
       found[i] = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it)
                                                                                             : 0;
       marked[i] = c->processed && doc_marked(doc, c->processed, c->processed_len);
+      fences[i] = (bson_iter_init_find(&it, doc, "inbox_fence") && BSON_ITER_HOLDS_NUMBER(&it))
+                    ? bson_iter_as_int64(&it) : 0;
     }
   }
   if (mongoc_cursor_error(cur, &be)) {
@@ -908,7 +971,9 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
     for (i = 0; i < n; i++) {
       commit_in_t *c = &items[i].c;
       if (items[i].state != ITEM_SENT) continue;
-      if (marked[i] && matched == sent - lost) {
+      if (have[i] && c->fence && fences[i] > c->fence && !(marked[i] && matched == sent - lost)) {
+        result_from_stack(L, results, (int)i + 1, push_stale(L, c, found[i], fences[i]));
+      } else if (marked[i] && matched == sent - lost) {
         result_committed(L, results, (int)i + 1, c);
       } else if (marked[i]) {
         result_from_stack(L, results, (int)i + 1, push_duplicate(L, c));
@@ -933,6 +998,7 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
   bson_destroy(&opts);
   bson_free(marked);
   bson_free(found);
+  bson_free(fences);
   bson_free(have);
 }
 
@@ -1020,7 +1086,7 @@ static int l_commit_many(lua_State *L) {
     int rc = read_item(L, s, 2, (lua_Integer)i + 1, &items[i], &e);
     if (rc == 0) continue;
     items[i].state = ITEM_DONE;
-    if (rc == 1) result_from_stack(L, results, (int)i + 1, push_duplicate(L, &items[i].c));
+    if (rc == 1) result_from_stack(L, results, (int)i + 1, push_marked(L, s, &items[i].c));
     else result_error(L, results, (int)i + 1, &e);
     /* nothing of c is allocated before read_commit_ops, which destroys it
      * when it fails */

@@ -294,14 +294,18 @@ static int read_connect_opts(lua_State *L, int opts, connect_opts_t *o, ms_err_t
   return 0;
 }
 
-/* The store's two collections, named <prefix>_executions and
- * <prefix>_counters (or without a prefix). */
+/* The store's collections, named <prefix>_executions, <prefix>_counters,
+ * <prefix>_inbox and <prefix>_inbox_claims (or without a prefix). */
 static void open_collections(ms_store_t *s, const char *prefix) {
   char coll[128];
   snprintf(coll, sizeof coll, "%s%sexecutions", prefix ? prefix : "", prefix ? "_" : "");
   s->exes = mongoc_client_get_collection(s->client, s->db, coll);
   snprintf(coll, sizeof coll, "%s%scounters", prefix ? prefix : "", prefix ? "_" : "");
   s->counters = mongoc_client_get_collection(s->client, s->db, coll);
+  snprintf(coll, sizeof coll, "%s%sinbox", prefix ? prefix : "", prefix ? "_" : "");
+  s->inbox = mongoc_client_get_collection(s->client, s->db, coll);
+  snprintf(coll, sizeof coll, "%s%sinbox_claims", prefix ? prefix : "", prefix ? "_" : "");
+  s->inbox_claims = mongoc_client_get_collection(s->client, s->db, coll);
 }
 
 /* connect(uri, opts): parses the URI, then pings until the server answers or
@@ -353,10 +357,12 @@ static int l_connect(lua_State *L) {
 static void store_release(ms_store_t *s) {
   if (s->exes) mongoc_collection_destroy(s->exes);
   if (s->counters) mongoc_collection_destroy(s->counters);
+  if (s->inbox) mongoc_collection_destroy(s->inbox);
+  if (s->inbox_claims) mongoc_collection_destroy(s->inbox_claims);
   if (s->client) ms_pool_push(s->pool, s->client);
   bson_free(s->password);
   bson_free(s->db);
-  s->exes = s->counters = NULL;
+  s->exes = s->counters = s->inbox = s->inbox_claims = NULL;
   s->client = NULL;
   s->password = s->db = NULL;
 }
@@ -415,7 +421,7 @@ static const luaL_Reg store_methods[] = {
 };
 
 static void (*const store_parts[])(lua_State *L) = {
-  ms_open_commit, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, NULL
+  ms_open_commit, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox, NULL
 };
 
 /* Sets module.connect and module.Store (the method table, also the

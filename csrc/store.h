@@ -21,6 +21,8 @@ typedef struct ms_store {
   mongoc_client_t *client;
   mongoc_collection_t *exes;
   mongoc_collection_t *counters;
+  mongoc_collection_t *inbox, *inbox_claims; /* <prefix>_inbox, <prefix>_inbox_claims (inbox.c) */
+  int inbox_indexed;       /* this store created the inbox's indexes */
   char *password;          /* scrubbed from every message */
   char *db;
   int64_t trace_max;       /* 0 keeps every step */
@@ -147,6 +149,7 @@ void ms_open_list(lua_State *L);     /* list.c: _scan, _cursor_key */
 void ms_open_relay(lua_State *L);    /* relay.c: claims, releases, pending and acks of outbox and spawns */
 void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer */
 void ms_open_trace(lua_State *L);    /* trace.c: append_trace, read_trace */
+void ms_open_inbox(lua_State *L);    /* inbox.c: _inbox_put, _inbox_claim, _inbox_ack, _inbox_release */
 
 #pragma GCC visibility pop
 

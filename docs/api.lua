@@ -31,6 +31,7 @@ api.modules = {
   { name = "mongostore.model", as = "model" },
   { name = "mongostore.records", as = "records" },
   { name = "mongostore.stm", as = "stm" },
+  { name = "mongostore.inbox", as = "inbox" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
@@ -150,8 +151,10 @@ api.codes = {
     .. "run it again from `s:start_transaction()`." },
   { "stale",
     "(models) The document moved on since this copy was read: its revision in the database is not the "
-    .. "copy's. Nothing was written and the copy is as it was.",
-    "`doc:reload()` and apply the change again, or use an atomic update (`Model:update`)." },
+    .. "copy's. Nothing was written and the copy is as it was. (inbox) A commit made under an inbox claim "
+    .. "(`fence`) after the claim passed to another worker, whose commit under a higher fence landed first.",
+    "`doc:reload()` and apply the change again, or use an atomic update (`Model:update`). An inbox worker "
+    .. "drops what it held of that execution: the worker holding the claim now delivers it." },
   { "validation",
     "(models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. "
     .. "Nothing was sent.",
@@ -325,7 +328,7 @@ the stored JSON.]],
             { "opts", "mongostore.CommitOptions?", "what else the commit carries" },
           },
           returns = { { "ok", "true", "committed: `exe.version` is one higher" } },
-          fails = fails("conflict", "duplicate", "invalid", "too_large"),
+          fails = fails("conflict", "duplicate", "stale", "invalid", "too_large"),
           fails_extra = { { "found", "integer?", "with `conflict`: the version found (nil: no document)" } },
           raises = "an `exe` that is not an Execution, an `opts` that is not a table, or an unknown option",
           desc = [[
@@ -382,6 +385,9 @@ for fewer documents than it was sent, one find tells the items apart.]] },
             { "timers", "mongostore.TimerChange[]?", "durable timers armed or cancelled" },
             { "spawns", "mongostore.Spawn[]?", "children to fork (created by the spawn relay)" },
             { "trace", "mongostore.TraceStep?", "a step for the trace ring" },
+            { "fence", "integer?", "the inbox claim's fence the commit is made under (`mongostore.inbox`): the "
+              .. "commit lands only while no commit under a higher fence has (else `stale`), and stores it as "
+              .. "the execution's `inbox_fence`" },
           } },
         { class = "mongostore.Emit",
           desc = "An event queued in the outbox.",
@@ -3310,7 +3316,10 @@ written and no hook has run.]],
             { "batch_delivery", "boolean?", "a relay pass delivers its entries together: one load of every "
               .. "target, one bulk write of the commits, one of the acks (see `send_many`); false delivers them "
               .. "one at a time", default = "true" },
-            { "lease", "number?", "seconds a claimed entry is this worker's", default = "10" },
+            { "lease", "number?", "seconds a claimed entry (or an inbox claim) is this worker's", default = "10" },
+            { "inbox", "boolean?", "`step` and `run` also run the inbox pass (`relay_inbox`); off by default "
+              .. "because an idle pass still costs a find", default = "false" },
+            { "inbox_max_events", "integer?", "the queued events one inbox pass takes at most", default = "1000" },
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
             { "on_external", "fun(entry: mongostore.OutboxEntry)?", "receives emitted events with no target; "
@@ -3400,6 +3409,37 @@ end]] },
             { "code", "string?", "the code of `err`" },
             { "blocked", "true?", "not attempted: an earlier event for the same execution failed" },
           } },
+        { method = "enqueue", of = "mongostore.Engine",
+          params = {
+            { "id", "string", "the execution (it need not exist yet)" },
+            { "event", "mongostore.Event", "the event; a missing `id` is filled into this table" },
+            { "opts", "mongostore.EnqueueOptions?", "the priority" },
+          },
+          returns = {
+            { "ok", "true", "" },
+            { "how", "\"queued\"|\"duplicate\"", "queued now, or queued before under the same event id (one "
+              .. "entry)" },
+          },
+          fails = fails("conflict", "invalid", "too_large"),
+          raises = "a wrong type for `id`, the event or one of its fields, or `opts`; an unknown option",
+          desc = [[
+Hands the event to the inbox in one insert, without loading the execution or
+knowing its chart: a worker's inbox pass (`relay_inbox`, or `step`/`run` with
+`inbox = true`) delivers it. The event is checked as `send` checks it, except
+against a chart's declared event types. The event id is the entry's key: the
+same event enqueued twice is one entry (`"duplicate"`), and an id queued for
+another execution is a `conflict`; once delivered, the execution's dedupe
+refuses it again. Events of one producer reach an execution in the order it
+enqueued them.]],
+          example = [[
+engine:enqueue("o-1", { kind = "Paid", data = { amount = 30 }, id = "pay-1" }, { priority = 3 })]] },
+        { class = "mongostore.EnqueueOptions",
+          desc = "The options of `engine:enqueue`; an unknown key raises.",
+          fields = {
+            { "priority", "integer?", "0 (normal) to 4 (the most urgent), as harel's: an inbox pass takes the "
+              .. "executions whose queued events are most urgent first, the oldest first within a priority",
+              default = "0" },
+          } },
       },
     },
     {
@@ -3445,6 +3485,17 @@ that does not exist yet is retried on later passes and given up after
 does and acks them in one bulk write, applying events only in the first half
 of its lease (what is left waits for the next pass), so that its acks land
 while its claims hold.]] },
+        { method = "relay_inbox", of = "mongostore.Engine", params = {},
+          returns = { { "n", "integer", "entries handled (delivered, or given up)" } },
+          desc = [[
+The inbox pass: claims the queued events of up to `batch` executions (the most
+urgent first, then the oldest) under a lease of `lease` seconds and a fence,
+delivers each execution's events in order through the batched path (one load,
+one bulk write per round) with the fence on every commit, deletes the
+delivered entries in one delete that only matches while the claim is its own,
+and gives the claims back. About nine round trips a pass, whatever the number
+of executions. An event for an execution that does not exist yet is retried on
+later passes and given up after `max_attempts` (`on_dead_letter`).]] },
         { method = "sweep", of = "mongostore.Engine",
           params = { { "now", "number?", "epoch seconds", default = "the engine's clock" } },
           returns = { { "n", "integer", "timers handled" } },
@@ -3452,6 +3503,53 @@ while its claims hold.]] },
 Fires each due timer as `{ kind = "Timeout", id = "timeout:<id>:<path>:<fire_at>" }`;
 the commit that applies it also disarms it. A Timeout for a state left or
 re-armed since changes nothing.]] },
+      },
+    },
+    {
+      title = "The inbox, step by step",
+      intro = [[
+`local inbox = require "mongostore.inbox"`: the steps `relay_inbox` takes, for
+a worker that runs them itself (or a spec that interleaves two workers).]],
+      entries = {
+        { fn = "claim", module = "mongostore.inbox",
+          params = { { "e", "mongostore.Engine", "the worker's engine (its batch, lease, inbox_max_events)" } },
+          returns = { { "claim", "mongostore.InboxClaim", "what the pass holds" } },
+          fails = fails("network", "timeout", "server"),
+          desc = [[
+Takes the claims (`<prefix>_inbox_claims`, one per execution: token, until,
+fence) of up to `batch` executions whose lease ran out, raising each fence,
+and reads their queued events oldest first. A claim held by another worker is
+left to it.]] },
+        { class = "mongostore.InboxClaim",
+          desc = "A pass's claim, from `inbox.claim`.",
+          fields = {
+            { "token", "string", "the claim's token (what its ack and release match)" },
+            { "deadline", "number", "epoch seconds: no event is applied after it (half the lease)" },
+            { "fences", "table<string, integer>", "execution id -> the fence its commits carry" },
+            { "entries", "table[]", "`{ id, execution_id, priority, at, event }`, oldest first; `inbox.deliver` "
+              .. "adds `done` and `result`" },
+          } },
+        { fn = "deliver", module = "mongostore.inbox",
+          params = { { "e", "mongostore.Engine", "" }, { "claim", "mongostore.InboxClaim", "" } },
+          returns = { { "claim", "mongostore.InboxClaim", "the same, each entry with `done` and `result`" } },
+          desc = "Delivers the claim's events through `deliver_many`, in order per execution, each commit "
+            .. "carrying the execution's fence; after a `stale` refusal nothing more of that execution is tried." },
+        { fn = "ack", module = "mongostore.inbox",
+          params = { { "e", "mongostore.Engine", "" }, { "claim", "mongostore.InboxClaim", "" } },
+          returns = { { "n", "integer", "entries deleted: none once a later claim stamped them" } },
+          fails = fails("network", "timeout", "server"),
+          desc = "Deletes the done entries in one delete that matches only entries still carrying the claim's "
+            .. "token." },
+        { fn = "release", module = "mongostore.inbox",
+          params = { { "e", "mongostore.Engine", "" }, { "claim", "mongostore.InboxClaim", "" } },
+          returns = { { "ok", "true", "" } },
+          fails = fails("network", "timeout", "server"),
+          desc = "Gives back the claims still carrying the token (the fences stay), so what is queued on them "
+            .. "is claimable at once." },
+        { fn = "pass", module = "mongostore.inbox",
+          params = { { "e", "mongostore.Engine", "" } },
+          returns = { { "n", "integer", "entries handled" } },
+          desc = "claim, deliver, ack, release: `engine:relay_inbox()`." },
       },
     },
     {
@@ -3539,6 +3637,8 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "thread_pool", "string?", "the nginx `thread_pool` to run calls in", default = "\"mongostore\"" },
             { "charts", "string?", "the name of a module returning the list of charts" },
             { "trace", "boolean?", "the engine writes trace steps", default = "false" },
+            { "inbox", "boolean?", "`start_worker`'s passes also deliver the inbox (`engine:relay_inbox`)",
+              default = "false" },
             { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
               .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
             { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },
@@ -3725,7 +3825,7 @@ api.ngx_forwards = {
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
                            "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
                            "ack_outbox_many" },
-  ["mongostore.Engine"] = { "start", "send", "cancel", "terminate", "suspend", "resume" },
+  ["mongostore.Engine"] = { "start", "send", "enqueue", "cancel", "terminate", "suspend", "resume" },
 }
 
 api.ngx_execution = "mongostore.PlainExecution"

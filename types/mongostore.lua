@@ -26,7 +26,7 @@
 ---| "closed" # The store was closed with `store:close()`; or the database (`db:close()`), the cursor or the session the call went through was closed.
 ---| "not_found" # (engine, msngx) The execution an event was sent to does not exist.
 ---| "transient" # (document API) The server labelled the error TransientTransactionError: an operation inside a transaction, or its commit, failed in a way that running the whole transaction again may cure (a write conflict with another transaction, an election). The transaction is over.
----| "stale" # (models) The document moved on since this copy was read: its revision in the database is not the copy's. Nothing was written and the copy is as it was.
+---| "stale" # (models) The document moved on since this copy was read: its revision in the database is not the copy's. Nothing was written and the copy is as it was. (inbox) A commit made under an inbox claim (`fence`) after the claim passed to another worker, whose commit under a higher fence landed first.
 ---| "validation" # (models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. Nothing was sent.
 ---| "transaction" # (models) `registry:transaction` was called inside a running one on the same registry: MongoDB has no nested transactions.
 ---| "clock_regression" # (records) The clock went back further than the store's grace allows since the latest store timestamp this process saw (or read at open). Nothing was written.
@@ -97,6 +97,7 @@
 ---@field timers? mongostore.TimerChange[] durable timers armed or cancelled
 ---@field spawns? mongostore.Spawn[] children to fork (created by the spawn relay)
 ---@field trace? mongostore.TraceStep a step for the trace ring
+---@field fence? integer the inbox claim's fence the commit is made under (`mongostore.inbox`): the commit lands only while no commit under a higher fence has (else `stale`), and stores it as the execution's `inbox_fence`
 
 --- An event queued in the outbox.
 ---@class mongostore.Emit
@@ -540,7 +541,7 @@ function mongostore.is_execution(v) end
 ---@param opts? mongostore.CommitOptions what else the commit carries
 ---@return true? ok # committed: `exe.version` is one higher
 ---@return string? message
----@return ("conflict"|"duplicate"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return ("conflict"|"duplicate"|"stale"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 ---@return integer? found # with `conflict`: the version found (nil: no document)
 function Store:commit(exe, opts) end
 

@@ -8,6 +8,7 @@ local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
+local inbox = require "mongostore.inbox"
 
 local type, ipairs, error, tostring, setmetatable, getmetatable, pcall =
   type, ipairs, error, tostring, setmetatable, getmetatable, pcall
@@ -117,8 +118,9 @@ end
 -- The options each call takes: a misspelt one raises.
 local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
                    max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
-                   log = true, cache_size = true, batch_delivery = true }
+                   log = true, cache_size = true, batch_delivery = true, inbox = true, inbox_max_events = true }
 local START_OPTS = { id = true, context = true, priority = true }
+local ENQUEUE_OPTS = { priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
@@ -129,6 +131,10 @@ local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 -- batch_delivery: true (the default) makes a relay pass deliver its entries
 -- together (Batched delivery), within the first half of its lease so that
 -- its acks land while its claims hold; false delivers them one at a time.
+-- inbox: step and run also run the inbox pass (relay_inbox). Off by
+-- default: an idle pass still costs its find of candidates, a round trip
+-- per idle step that an engine with no producers would pay for nothing.
+-- inbox_max_events: the queued events one inbox pass takes at most (1000).
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
@@ -138,6 +144,9 @@ function M.new(opts)
   end
   if opts.batch_delivery ~= nil and type(opts.batch_delivery) ~= "boolean" then
     error("engine.new: batch_delivery must be a boolean, got " .. type(opts.batch_delivery), 2)
+  end
+  if opts.inbox ~= nil and type(opts.inbox) ~= "boolean" then
+    error("engine.new: inbox must be a boolean, got " .. type(opts.inbox), 2)
   end
   if opts.trace ~= nil and type(opts.trace) ~= "boolean" then
     error("engine.new: trace must be a boolean, got " .. type(opts.trace), 2)
@@ -155,7 +164,8 @@ function M.new(opts)
       error("engine.new: " .. name .. " must be a function", 2)
     end
   end
-  for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes", "cache_size" } do
+  for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes", "cache_size",
+                          "inbox_max_events" } do
     local v = opts[name]
     if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1) then
       error("engine.new: " .. name .. " must be an integer >= 1", 2)
@@ -170,6 +180,8 @@ function M.new(opts)
     charts = charts,
     trace = opts.trace == true,
     batch_delivery = opts.batch_delivery ~= false,
+    inbox = opts.inbox == true,
+    inbox_max_events = opts.inbox_max_events or 1000,
     now = opts.now or ms.now,
     max_conflicts = opts.max_conflicts or 50,
     max_attempts = opts.max_attempts or 100,
@@ -197,13 +209,14 @@ local function trace_step(event, fx, exe, now)
   }
 end
 
-local function commit_opts(self, exe, event, fx, now)
+local function commit_opts(self, exe, event, fx, now, fence)
   return {
     emits = fx.emits,
     spawns = fx.spawns,
     timers = fx.timers,
     processed_event_id = event.id,
     trace = self.trace and trace_step(event, fx, exe, now) or nil,
+    fence = fence,
   }
 end
 
@@ -225,7 +238,9 @@ local function fits_declared(c, event, id)
   return nil, format("deliver %s to %s: %s", event.kind, id, tostring(why)), "invalid"
 end
 
-function Engine:deliver(id, event, timer_path, from_outside)
+-- fence: the inbox claim the event is delivered under (mongostore.inbox);
+-- the commit carries it, and a later claim's commit makes it "stale".
+function Engine:deliver(id, event, timer_path, from_outside, fence)
   local store = self.store
   for _ = 1, self.max_conflicts do
     local exe, armed, code = store:load(id, timer_path)
@@ -244,7 +259,7 @@ function Engine:deliver(id, event, timer_path, from_outside)
     local now = self.now()
     local fx = runtime.apply(c, exe, event, now, { armed = armed, timer_checked = timer_path ~= nil })
     local ok, err
-    ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now))
+    ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now, fence))
     if ok then
       if fx.failed then
         self.log(format("execution %s failed on %s in %s: %s", id, event.kind, tostring(fx.failed_in), fx.failed))
@@ -280,6 +295,8 @@ end
 -- always attempted. A relay pass sets it inside its lease, so that its acks
 -- reach the entries while the claim is still its own. Returns a result per
 -- item: { ok = true, how = "applied" | "duplicate" } or { err = msg, code = code }.
+-- An item's fence (the inbox's) goes with each of its commits; a commit
+-- refused as "stale" stops its target's later events, with no retry.
 function Engine:deliver_many(items, deadline)
   local store, results = self.store, {}
   local attempted = false
@@ -322,7 +339,7 @@ function Engine:deliver_many(items, deadline)
       results[i] = { err = f.err, code = f.code, blocked = true }
       return
     end
-    settle(i, self:deliver(it.id, it.event, nil, it.from_outside))
+    settle(i, self:deliver(it.id, it.event, nil, it.from_outside, it.fence))
   end
   local round = 1
   while true do
@@ -349,7 +366,7 @@ function Engine:deliver_many(items, deadline)
         else
           local ev, now = items[i].event, self.now()
           local fx = runtime.apply(c, exe, ev, now, {})
-          commits[#commits + 1] = { exe, commit_opts(self, exe, ev, fx, now) }
+          commits[#commits + 1] = { exe, commit_opts(self, exe, ev, fx, now, items[i].fence) }
           which[#commits] = { i = i, fx = fx }
         end
       end
@@ -370,7 +387,9 @@ function Engine:deliver_many(items, deadline)
           -- the execution in hand went through the interpreter without its
           -- commit landing, or may be behind the stored one: reload from now on
           alone[id] = true
-          if r.code == "duplicate" then settle(i, true, "duplicate") else one(i) end
+          if r.code == "duplicate" then settle(i, true, "duplicate")
+          elseif r.code == "stale" then settle(i, nil, r.err, r.code)
+          else one(i) end
         end
       end
     end
@@ -468,6 +487,38 @@ function Engine:send_many(list)
   end
   for k, r in ipairs(self:deliver_many(items)) do results[where[k]] = r end
   return results
+end
+
+-- engine:enqueue(id, event[, { priority = 0 }]) -> true, "queued" | "duplicate" | nil, msg, code
+-- Hands the event over to the inbox in one insert, without loading the
+-- execution: a worker with inbox = true (or relay_inbox) delivers it. The
+-- event is checked as send checks it (kind, id, data, size), not against a
+-- chart's declared types, since the execution is not read. The event id is
+-- the entry's key: the same event enqueued again is one entry ("duplicate";
+-- "conflict" when that id is queued for another execution). priority: 0
+-- (normal, the default, as an execution's own and harel's) to 4 (the most
+-- urgent): a pass takes the executions with the most urgent queued event
+-- first, the oldest first within a priority.
+function Engine:enqueue(id, event, opts)
+  if opts ~= nil and type(opts) ~= "table" then error("enqueue: opts must be a table, got " .. type(opts), 2) end
+  opts = opts or {}
+  ms.check_keys(opts, ENQUEUE_OPTS, "enqueue", "option")
+  if opts.priority ~= nil and type(opts.priority) ~= "number" then
+    error("enqueue: opts.priority must be a number, got " .. type(opts.priority), 2)
+  end
+  local _, iderr = checked_id(id, "enqueue")
+  local ev, err, code = checked_event(self, event, "enqueue")
+  if iderr then return nil, iderr, "invalid" end
+  if not ev then return nil, err, code end
+  local priority = opts.priority or 0
+  if execution.math_type(priority) ~= "integer" or priority < 0 or priority > 4 then
+    return nil, "enqueue: opts.priority must be an integer from 0 to 4", "invalid"
+  end
+  local text
+  text, err = execution.event_to_json(ev, "event")
+  if not text then return nil, "enqueue: " .. tostring(err), "invalid" end
+  event.id = ev.id
+  return self.store:_inbox_put(ev.id, id, priority, text)
 end
 
 -- Creates an execution from its spec and applies Start in the same first
@@ -736,6 +787,14 @@ function Engine:relay_outbox_batch()
   return n
 end
 
+-- The inbox pass (mongostore.inbox): claims the queued events of up to
+-- batch executions, most urgent first, under a fenced lease, delivers them
+-- in order per execution in batched commits, acks and releases. Returns
+-- how many entries it handled.
+function Engine:relay_inbox()
+  return inbox.pass(self)
+end
+
 -- Fires every due timer as its Timeout event; the commit that applies it
 -- also disarms it. Returns how many it handled.
 function Engine:sweep(now)
@@ -761,9 +820,12 @@ function Engine:sweep(now)
   return n
 end
 
--- One pass: spawns, then the outbox, then due timers. Returns items handled.
+-- One pass: spawns, then the outbox, the inbox (inbox = true), then due
+-- timers. Returns items handled.
 function Engine:step()
-  return self:relay_spawns() + self:relay_outbox() + self:sweep()
+  local n = self:relay_spawns() + self:relay_outbox()
+  if self.inbox then n = n + self:relay_inbox() end
+  return n + self:sweep()
 end
 
 -- Drains what a crash left in the spawns and the outbox (and due timers).
@@ -801,6 +863,7 @@ function Engine:run(opts)
   local last_sweep = -math.huge
   while not (stop and stop()) do
     local n = self:relay_spawns() + self:relay_outbox()
+    if self.inbox then n = n + self:relay_inbox() end
     local now = self.now()
     if now - last_sweep >= interval then
       last_sweep = now

@@ -20,7 +20,7 @@ for name, how in pairs(require("mongostore.store").CALLS) do
   if how ~= "local" then STORE_CALLS[name] = true end
 end
 local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
-                       terminate = true, suspend = true, resume = true }
+                       terminate = true, suspend = true, resume = true, enqueue = true }
 
 -- With no server answering, a call waits this long for one (libmongoc's
 -- serverSelectionTimeoutMS and connectTimeoutMS, put in the URI unless it
@@ -81,7 +81,8 @@ end
 -- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, trace_max,
 --                  thread_pool = "mongostore", charts = "module.returning.charts",
 --                  trace = false, max_inflight = 32, call_timeout = 30,
---                  run_modules = { "app.", "shop.orders" } }
+--                  run_modules = { "app.", "shop.orders" }, inbox = false }
+-- inbox: msngx.start_worker's passes also deliver the inbox (engine inbox).
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
@@ -91,7 +92,7 @@ end
 local CONFIG_KEYS = {
   uri = true, db = true, prefix = true, charts = true, max_inflight = true, wait = true,
   server_selection_timeout = true, run_modules = true, trace_max = true, thread_pool = true, trace = true,
-  call_timeout = true,
+  call_timeout = true, inbox = true,
 }
 
 function M.configure(cfg)
@@ -113,6 +114,9 @@ function M.configure(cfg)
   if sst ~= nil and (type(sst) ~= "number" or not (sst >= 0.1 and sst <= 3600)) then
     error("mongostore.ngx.configure: server_selection_timeout must be a number of seconds from 0.1 to 3600", 2)
   end
+  if cfg.inbox ~= nil and type(cfg.inbox) ~= "boolean" then
+    error("mongostore.ngx.configure: inbox must be a boolean", 2)
+  end
   local run_modules = check_run_modules(cfg.run_modules)
   config = {
     run_modules = run_modules,
@@ -120,7 +124,7 @@ function M.configure(cfg)
     wait = cfg.wait or 0,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
-    call_timeout = cfg.call_timeout or 30,
+    call_timeout = cfg.call_timeout or 30, inbox = cfg.inbox == true,
   }
   return true
 end
@@ -198,7 +202,8 @@ for name in pairs(STORE_CALLS) do
 end
 
 -- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event), cancel,
--- terminate, suspend, resume; and msngx.send_external(id, event), the send
+-- terminate, suspend, resume; msngx.enqueue(id, event, opts), the inbox's
+-- one insert (a handler that need not wait for the delivery); and msngx.send_external(id, event), the send
 -- for events from outside (an HTTP client): it refuses, with nil, msg,
 -- "invalid" and nothing written, a kind the execution's chart does not take
 -- from outside (chart.is_external), and answers true, "duplicate" for an
@@ -295,7 +300,8 @@ function M.start_worker(opts)
     end
     local charts = config.charts and require(config.charts) or {}
     state.store = store
-    state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log }
+    state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log,
+                                                     inbox = config.inbox }
     return true
   end
 
@@ -340,6 +346,7 @@ function M.start_worker(opts)
       local e = state.engine
       e:relay_spawns()
       e:relay_outbox()
+      if e.inbox then e:relay_inbox() end
       if sweep then e:sweep() end
     end)
     if dict:get("step") == me then dict:delete("step") end

@@ -28,7 +28,8 @@ local function handles(cfg)
   local by_id = {}
   for _, c in ipairs(charts) do by_id[c.id] = c end
   h = { store = store, charts = by_id,
-        engine = require("mongostore.engine").new{ store = store, charts = charts, trace = cfg.trace } }
+        engine = require("mongostore.engine").new{ store = store, charts = charts, trace = cfg.trace,
+                                                   inbox = cfg.inbox } }
   cache[key] = h
   return h
 end
@@ -318,6 +319,7 @@ function M.worker_step(cfg, sweep)
   local h, err = handles(cfg)
   if not h then error(err, 0) end
   local n = h.engine:relay_spawns() + h.engine:relay_outbox()
+  if h.engine.inbox then n = n + h.engine:relay_inbox() end
   if sweep then n = n + h.engine:sweep() end
   return n
 end

@@ -84,16 +84,27 @@ local function prepare_emits(emits, doing)
   return out
 end
 
-local COMMIT_OPTS = { emits = true, processed_event_id = true, timers = true, spawns = true, trace = true }
+local COMMIT_OPTS = { emits = true, processed_event_id = true, timers = true, spawns = true, trace = true,
+                      fence = true }
 
--- store:commit(exe, { emits, processed_event_id, timers, spawns, trace })
+local function check_fence(fence, fn)
+  if fence ~= nil and type(fence) ~= "number" then
+    error(fn .. ": opts.fence must be an integer, got " .. type(fence), 3)
+  end
+end
+
+-- store:commit(exe, { emits, processed_event_id, timers, spawns, trace, fence })
 -- -> true | nil, msg, code[, found]. On success exe.version is one higher;
 -- on any failure it stays where it was and nothing is written.
+-- fence: the commit is made under an inbox claim with this fence
+-- (mongostore.inbox); it lands only while no commit under a higher fence
+-- has, else nil, msg, "stale", and the execution keeps the highest.
 function Store:commit(exe, opts)
   check_exe(exe, "commit")
   if opts ~= nil and type(opts) ~= "table" then error("commit: opts must be a table or nil, got " .. type(opts), 2) end
   opts = opts or {}
   check_keys(opts, COMMIT_OPTS, "commit", "option")
+  check_fence(opts.fence, "commit")
   local doing = "commit " .. exe.id
   local emits, err = prepare_emits(opts.emits, doing)
   if err then return invalid(err) end
@@ -117,6 +128,7 @@ function Store:commit(exe, opts)
     timers = opts.timers,
     spawns = opts.spawns,
     trace = opts.trace,
+    fence = opts.fence,
   })
   if ok then
     set_version(exe, old + 1)
@@ -143,7 +155,7 @@ local function commit_args(self, exe, opts)
   end
   return exe.id, exe.definition_id, old, data, {
     status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
-    dedupe = dd, timers = opts.timers, spawns = opts.spawns, trace = opts.trace,
+    dedupe = dd, timers = opts.timers, spawns = opts.spawns, trace = opts.trace, fence = opts.fence,
   }
 end
 
@@ -168,6 +180,7 @@ function Store:commit_many(items)
     end
     opts = opts or {}
     check_keys(opts, COMMIT_OPTS, "commit_many", "option")
+    check_fence(opts.fence, "commit_many")
     if exe.version == 0 then
       local ok, err, code, found = self:commit(exe, opts)
       results[i] = ok and { ok = true } or { err = err, code = code, found = found }

@@ -14,7 +14,9 @@
 ---@field max_event_bytes? integer the largest event (its JSON) `send` takes
 ---@field batch? integer entries a relay pass claims
 ---@field batch_delivery? boolean a relay pass delivers its entries together: one load of every target, one bulk write of the commits, one of the acks (see `send_many`); false delivers them one at a time
----@field lease? number seconds a claimed entry is this worker's
+---@field lease? number seconds a claimed entry (or an inbox claim) is this worker's
+---@field inbox? boolean `step` and `run` also run the inbox pass (`relay_inbox`); off by default because an idle pass still costs a find
+---@field inbox_max_events? integer the queued events one inbox pass takes at most
 ---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
 ---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise counts as a failed delivery
 ---@field on_dead_letter? fun(entry: mongostore.OutboxEntry, err: string) receives entries given up on
@@ -38,11 +40,22 @@ local Engine = {}
 ---@field code? string the code of `err`
 ---@field blocked? true not attempted: an earlier event for the same execution failed
 
+--- The options of `engine:enqueue`; an unknown key raises.
+---@class mongostore.EnqueueOptions
+---@field priority? integer 0 (normal) to 4 (the most urgent), as harel's: an inbox pass takes the executions whose queued events are most urgent first, the oldest first within a priority
+
 --- The options of `engine:run`; an unknown key raises.
 ---@class mongostore.RunOptions
 ---@field stop? fun(): boolean asked before each pass; true ends the loop
 ---@field idle_sleep? number seconds to sleep when a pass found nothing
 ---@field sweep_interval? number seconds between timer sweeps
+
+--- A pass's claim, from `inbox.claim`.
+---@class mongostore.InboxClaim
+---@field token string the claim's token (what its ack and release match)
+---@field deadline number epoch seconds: no event is applied after it (half the lease)
+---@field fences table<string, integer> execution id -> the fence its commits carry
+---@field entries table[] `{ id, execution_id, priority, at, event }`, oldest first; `inbox.deliver` adds `done` and `result`
 
 ---@class mongostore.engine
 local engine = {}
@@ -99,6 +112,26 @@ function Engine:send(id, event) end
 ---@return mongostore.SendResult[] results # one per pair, in order
 function Engine:send_many(list) end
 
+--- Hands the event to the inbox in one insert, without loading the execution or
+--- knowing its chart: a worker's inbox pass (`relay_inbox`, or `step`/`run` with
+--- `inbox = true`) delivers it. The event is checked as `send` checks it, except
+--- against a chart's declared event types. The event id is the entry's key: the
+--- same event enqueued twice is one entry (`"duplicate"`), and an id queued for
+--- another execution is a `conflict`; once delivered, the execution's dedupe
+--- refuses it again. Events of one producer reach an execution in the order it
+--- enqueued them.
+---
+--- Raises on a wrong type for `id`, the event or one of its fields, or `opts`; an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param id string the execution (it need not exist yet)
+---@param event mongostore.Event the event; a missing `id` is filled into this table
+---@param opts? mongostore.EnqueueOptions the priority
+---@return true? ok
+---@return ("queued"|"duplicate"|string)? how # queued now, or queued before under the same event id (one entry); on failure, the message
+---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Engine:enqueue(id, event, opts) end
+
 --- One pass: the spawn relay, the outbox relay, then the due timers.
 ---@return integer n # items handled
 function Engine:step() end
@@ -132,6 +165,17 @@ function Engine:relay_spawns() end
 --- while its claims hold.
 ---@return integer n # entries handled
 function Engine:relay_outbox() end
+
+--- The inbox pass: claims the queued events of up to `batch` executions (the most
+--- urgent first, then the oldest) under a lease of `lease` seconds and a fence,
+--- delivers each execution's events in order through the batched path (one load,
+--- one bulk write per round) with the fence on every commit, deletes the
+--- delivered entries in one delete that only matches while the claim is its own,
+--- and gives the claims back. About nine round trips a pass, whatever the number
+--- of executions. An event for an execution that does not exist yet is retried on
+--- later passes and given up after `max_attempts` (`on_dead_letter`).
+---@return integer n # entries handled (delivered, or given up)
+function Engine:relay_inbox() end
 
 --- Fires each due timer as `{ kind = "Timeout", id = "timeout:<id>:<path>:<fire_at>" }`;
 --- the commit that applies it also disarms it. A Timeout for a state left or

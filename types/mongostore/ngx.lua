@@ -14,6 +14,7 @@
 ---@field thread_pool? string the nginx `thread_pool` to run calls in
 ---@field charts? string the name of a module returning the list of charts
 ---@field trace? boolean the engine writes trace steps
+---@field inbox? boolean `start_worker`'s passes also deliver the inbox (`engine:relay_inbox`)
 ---@field max_inflight? integer calls in flight per process (keep it at or below `lua_worker_thread_vm_pool_size`)
 ---@field call_timeout? number seconds a call waits for a free slot
 ---@field run_modules? string[] the modules `msngx.run` may call: module names, or prefixes ending in `.` (`"app."`: every module below `app`)
@@ -309,6 +310,17 @@ function msngx.stats() end
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
 ---@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.cancel(id) end
+
+--- Runs [`engine:enqueue`](engine.md#engine-enqueue) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param id string the execution (it need not exist yet)
+---@param event mongostore.Event the event; a missing `id` is filled into this table
+---@param opts? mongostore.EnqueueOptions the priority
+---@return true? ok
+---@return ("queued"|"duplicate"|string)? how # queued now, or queued before under the same event id (one entry); on failure, the message
+---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.enqueue(id, event, opts) end
 
 --- Runs [`engine:resume`](engine.md#engine-resume) in a worker thread.
 ---

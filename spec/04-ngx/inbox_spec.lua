@@ -1,0 +1,116 @@
+-- spec/04-ngx/inbox_spec.lua - msngx.enqueue in real nginx: an HTTP
+-- handler hands an event to the inbox in one insert and answers at once;
+-- nginx's own worker does not deliver it (its steps run no inbox pass), a
+-- separate worker process with inbox = true does, exactly once. The same
+-- event again is one entry; a bad event is refused and writes nothing.
+local lu = require "luaunit"
+local helper = require "helpers"
+local rawdb = require "helpers.rawdb"
+local H = require "helpers.ngx"
+
+-- /_enqueue: { id, event, priority } -> msngx.enqueue(id, event, { priority })
+-- answered as { ok, how, err, code } (absent where nil)
+local LOCATIONS = [[
+        location = /_enqueue {
+            content_by_lua_block {
+                local msngx = require "mongostore.ngx"
+                local core = require "mongostore.core"
+                ngx.req.read_body()
+                local req = core.json_decode(ngx.req.get_body_data() or "")
+                local opts = req.priority ~= nil and { priority = req.priority } or nil
+                local ok, how, code = msngx.enqueue(req.id, req.event, opts)
+                local out = { ok = ok, how = ok and how or nil, err = (not ok) and how or nil, code = code }
+                ngx.say(assert(core.json_encode(out)))
+            }
+        }
+]]
+
+local server
+
+local function srv()
+  if not server then server = H.start{ workers = 1, locations = LOCATIONS } end
+  return server
+end
+
+local function enqueue(id, event, priority)
+  local status, body = srv():post("/_enqueue", { id = id, event = event, priority = priority })
+  lu.assertEquals(status, 200, H.encode({ body }))
+  return body
+end
+
+local function show(id)
+  local status, body = srv():get("/executions/" .. id)
+  lu.assertEquals(status, 200, H.encode({ body }))
+  return body.execution, body.trace
+end
+
+-- A worker process: relay_inbox until `want` entries are handled (or 20 s).
+local WORKER = [[
+  local ms = require "mongostore"
+  package.path = %q .. "/examples/openresty/?.lua;" .. %q .. "/examples/?.lua;" .. package.path
+  local store = assert(ms.connect(%q, { db = %q, wait = 10 }))
+  local e = require("mongostore.engine").new{ store = store, charts = require "app.charts", trace = true,
+                                              inbox = true, log = function(m) io.stdout:write("LOG ", m, "\n") end }
+  local n, deadline = 0, ms.now() + 20
+  while n < %d and ms.now() < deadline do
+    n = n + e:relay_inbox()
+    ms.sleep(0.02)
+  end
+  io.stdout:write("DELIVERED ", n, "\n")
+]]
+
+local function run_worker(s, want)
+  local out = helper.spawn(string.format(WORKER, helper.root(), helper.root(), helper.uri(), s.db, want)).wait()
+  return tonumber(out:match("DELIVERED (%d+)")), out
+end
+
+TestNgxInbox = {}
+
+function TestNgxInbox:tearDown()
+  if server then lu.assertEquals(server:errors(), {}) end
+end
+
+function TestNgxInbox.teardownClass()
+  if server then
+    pcall(server.stop, server)
+    server = nil
+  end
+end
+
+function TestNgxInbox:test_a_request_enqueues_and_a_worker_process_delivers()
+  H.check_prerequisites()
+  local s = srv()
+  local status = s:post("/executions", { chart = "order", id = "inbox-o1", context = { total = 30 } })
+  lu.assertEquals(status, 201)
+  local got = enqueue("inbox-o1", { kind = "PlaceOrder", data = {}, id = "place-1" }, 3)
+  lu.assertEquals(got, { ok = true, how = "queued" })
+  lu.assertEquals(enqueue("inbox-o1", { kind = "PlaceOrder", data = {}, id = "place-1" }),
+                  { ok = true, how = "duplicate" })
+  local entry = rawdb.doc(s.db, "place-1", "inbox")
+  lu.assertEquals(entry.execution_id, "inbox-o1")
+  lu.assertEquals(entry.priority, 3)
+  -- nginx's own worker runs no inbox pass: the event waits for one
+  require("mongostore").sleep(0.5)
+  lu.assertEquals(show("inbox-o1").active_path, "Cart")
+  local n, out = run_worker(s, 1)
+  lu.assertEquals(n, 1, out)
+  local exe, trace = show("inbox-o1")
+  lu.assertEquals(exe.active_path, "AwaitingPayment")
+  local placed = 0
+  for _, step in ipairs(trace) do
+    if step.event_id == "place-1" then placed = placed + 1 end
+  end
+  lu.assertEquals(placed, 1, "applied once")
+  lu.assertEquals(rawdb.count(s.db, "inbox"), 0, "the worker acked it")
+end
+
+function TestNgxInbox:test_a_bad_event_is_refused_and_writes_nothing()
+  H.check_prerequisites()
+  local s = srv()
+  local before = rawdb.count(s.db, "inbox")
+  local got = enqueue("inbox-o2", { kind = "", data = {} })
+  lu.assertEquals(got.code, "invalid", H.encode(got))
+  got = enqueue("inbox-o2", { kind = "PlaceOrder", data = {} }, 9)
+  lu.assertEquals(got.code, "invalid", H.encode(got))
+  lu.assertEquals(rawdb.count(s.db, "inbox"), before)
+end
