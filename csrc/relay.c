@@ -6,6 +6,7 @@
 #include "store.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* Documents whose array `field` is non-empty, projecting only that array;
  * pushes every entry (a table, with the source_id of its document) into the
@@ -213,12 +214,15 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
   int rc = 0;
   *failed_here = 0;
   snprintf(tokkey, sizeof tokkey, "%s.token", k->claim);
+  /* the filter is the _id alone, which every server answers from the _id
+   * index (SecantusDB plans _id with any other condition as a collection
+   * scan): the token is checked here */
   bson_append_document_begin(&q, "_id", 3, &in);
   bson_append_array(&in, "$in", 3, ids);
   bson_append_document_end(&q, &in);
-  bson_append_utf8(&q, tokkey, -1, k->token, (int)k->toklen);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, k->field, -1, 1);
+  bson_append_int32(&proj, tokkey, -1, 1);
   bson_append_document_end(&opts, &proj);
   /* at most nids match: the limit lets the server close the cursor */
   bson_append_int64(&opts, "batchSize", 9, (int64_t)nids);
@@ -227,6 +231,13 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
   bson_destroy(&q);
   bson_destroy(&opts);
   while (mongoc_cursor_next(cur, &doc)) {
+    bson_iter_t it;
+    uint32_t tl;
+    const char *tv;
+    if (!(bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, tokkey, &it) && BSON_ITER_HOLDS_UTF8(&it)))
+      continue;
+    tv = bson_iter_utf8(&it, &tl);
+    if (tl != k->toklen || memcmp(tv, k->token, tl) != 0) continue;  /* another relay's */
     if (push_claimed(L, k, doc, n, e)) {
       rc = -1;
       break;
@@ -247,8 +258,9 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
  * each is still unclaimed, and one find of the documents that now carry the
  * token, with their entries. Candidates another relay stamped first are left
  * to it; when that leaves the pass short, the next candidates are tried the
- * same way. A single candidate is claimed and read in one findAndModify. One relay therefore holds all of one source's entries and
- * delivers them in seq order; an ack or a release carrying the token does
+ * same way. A single candidate is claimed and read in one findAndModify.
+ * One relay therefore holds all of one source's entries and delivers them
+ * in seq order; an ack or a release carrying the token does
  * nothing once a later relay has claimed the document. Pushes the entries,
  * each with token, lease_until and source_id (unsorted). */
 static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
