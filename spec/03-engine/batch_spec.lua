@@ -53,23 +53,7 @@ local function new_engine(store, opts)
   return e
 end
 
-local function commands(store, fn)
-  local before = assert(store:stats())
-  fn()
-  local after = assert(store:stats())
-  local out = {}
-  for k, v in pairs(after) do
-    if type(v) == "number" then out[k] = v - (before[k] or 0) end
-  end
-  return out
-end
-
--- Every event id in an execution's trace appears once.
-local function applied_once(store, id)
-  for eid, n in pairs(C.trace_counts(store, id)) do
-    lu.assertEquals(n, 1, id .. ": event " .. eid .. " applied " .. n .. " times")
-  end
-end
+local commands, applied_once = C.commands, C.applied_once
 
 TestBatch = {}
 
