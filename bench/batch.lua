@@ -9,9 +9,10 @@
 -- send: K executions of a two-state chart, each sent R events (rounds of
 -- one event per execution: a send_many of K, or K sends). relay: a source
 -- emits one event to each of K targets, R times; the relay passes that
--- deliver them are timed. Trace off. R = max(3, N / K), N = 2,000 with
--- --quick, else 10,000 (--events overrides), so every K delivers about as
--- many events. Each measurement runs in a database of its own
+-- deliver them are timed. Trace off. R = N / K, N = 2,000 with --quick,
+-- else 10,000 (--events overrides), so every K delivers about as many
+-- events; at least 3 rounds batched (each one or two round trips), at
+-- least 1 one at a time (each K of them). Each measurement runs in a database of its own
 -- (<DB>_<path>_k<K>_<mode>, dropped after), so the collection holds the K
 -- executions it works on and no more: on mongo-java-server, which scans the
 -- collection for a {_id, version} update, that keeps a figure comparable
@@ -145,30 +146,33 @@ end
 
 -- about the same number of events at every K (at least 3 rounds)
 local budget = events or (quick and 2000 or 10000)
-io.stderr:write(format("%-6s %6s %12s %12s %8s %12s %12s %11s %11s %8s\n", "path", "K", "one ev/s", "batch ev/s",
+io.stderr:write(format("%-6s %6s %12s %12s %8s %12s %12s %11s %11s %13s\n", "path", "K", "one ev/s", "batch ev/s",
   "gain", "one rt/ev", "batch rt/ev", "one cpu us", "batch cpu", "events"))
 for _, path in ipairs(paths) do
   for _, k in ipairs(ks) do
-    local rounds = math.max(3, budget // k)
     local fn = path == "send" and run_send or run_relay
     local function measure(batched)
+      -- a batched round is one round trip or two, so it gets at least 3; a
+      -- round one event at a time is K of them, so at K = 1,000 one will do
+      local rounds = math.max(batched and 3 or 1, budget // k)
       local name = format("%s_%s_k%d_%s", db, path, k, batched and "batch" or "one")
       -- a throwaway round first, in a database of its own: connections, the server's JIT
-      fn(uri, name .. "_warm", k, 1, batched)
+      fn(uri, name .. "_warm", math.min(k, 100), 1, batched)
       drop(uri, name .. "_warm")
       local eps, rt, cpu = fn(uri, name, k, rounds, batched)
       drop(uri, name)
-      return eps, rt, cpu
+      return eps, rt, cpu, k * rounds
     end
-    local eps1, rt1, cpu1 = measure(false)
-    local epsb, rtb, cpub = measure(true)
-    io.stderr:write(format("%-6s %6d %12.0f %12.0f %7.2fx %12.3f %12.3f %11.1f %11.1f %8d\n", path, k, eps1, epsb,
-      epsb / eps1, rt1, rtb, cpu1, cpub, k * rounds))
+    local eps1, rt1, cpu1, n1 = measure(false)
+    local epsb, rtb, cpub, nb = measure(true)
+    io.stderr:write(format("%-6s %6d %12.0f %12.0f %7.2fx %12.3f %12.3f %11.1f %11.1f %6d/%6d\n", path, k, eps1, epsb,
+      epsb / eps1, rt1, rtb, cpu1, cpub, n1, nb))
     for _, kv in ipairs { { "one", eps1, rt1, cpu1 }, { "batch", epsb, rtb, cpub } } do
       io.stdout:write(format("RESULT %s.%s.%s.k%d.eps %.0f\n", label, path, kv[1], k, kv[2]))
       io.stdout:write(format("RESULT %s.%s.%s.k%d.rt_per_event %.3f\n", label, path, kv[1], k, kv[3]))
       -- the client's own CPU per event: what is left of the wall time is the network and the server
       io.stdout:write(format("RESULT %s.%s.%s.k%d.cpu_us %.1f\n", label, path, kv[1], k, kv[4]))
     end
+    io.stdout:flush() -- a run cut short keeps the figures it has
   end
 end

@@ -7,16 +7,22 @@
  * data string with $inc of version (the commits). No codec, no interpreter,
  * no Lua.
  *
- * usage: batch_limit <uri> <db> <label> <K,K,...> [events]
+ * usage: batch_limit <uri> <db> <label> <K,K,...> [events] [indexed|bare]
  *        batch_limit ping <label>=<uri> ...
  *
- * For each K: a fresh collection of K documents, a throwaway round, then
- * max(3, events / K) rounds of the batched pair (the "batch" figure) and as
- * many rounds of the one-event pair, a projected find by _id then a CAS
- * update_one per document (the "one" figure, raw_limit's loop over the same
- * K documents). Events/s = K * rounds / wall. Before that, 2,000 pings give
- * the round trip to the server (through tools/delay-proxy, the proxy's delay
- * and its own cost are in it).
+ * For each K: a fresh collection of K documents (with the secondary
+ * indexes a store keeps on its executions, which the server maintains on
+ * every update; "bare": without them), a throwaway round, then
+ * max(3, events / K) rounds of the batched pair (the "batch" figure), as
+ * many of the batched pair whose updates also carry what a mongostore commit
+ * adds for exactly-once delivery (the "marked" figure: the dedupe guard
+ * processed $ne the event id in the filter, the id pushed onto processed
+ * with $slice, a digests field, the promoted status), then max(1, events /
+ * K) rounds (each is K events) of the one-event pair, a projected find by
+ * _id then a CAS update_one per document (the "one" figure, raw_limit's
+ * loop over the same K documents). Events/s = K * rounds / wall. Before
+ * that, 2,000 pings give the round trip to the server (through
+ * tools/delay-proxy, the proxy's delay and its own cost are in it).
  *
  * The ping form measures round trips to several URIs (the server direct,
  * through tools/delay-proxy with delay 0, with 0.5 ms) in 20 blocks of
@@ -25,7 +31,7 @@
  * cost is its delay-0 figure less the direct one.
  *
  * Prints a table on stderr and "RESULT <label>.ping_us <v>",
- * "RESULT <label>.<batch|one>.k<K>.eps <v>" and
+ * "RESULT <label>.<batch|marked|one>.k<K>.eps <v>" and
  * "RESULT <label>.batch.k<K>.rt_per_event <v>" on stdout.
  *
  * Built by bench/run.sh with: cc -O2 batch_limit.c $(pkg-config --cflags --libs libmongoc-1.0)
@@ -77,6 +83,40 @@ typedef struct {
   int64_t *version; /* each document's version as last seen */
 } set_t;
 
+/* The secondary indexes a store creates on its executions (csrc/store.c,
+ * ensure_indexes): a server maintains them on every update, so the limit
+ * carries them too, unless asked for a bare collection. */
+static void store_indexes(mongoc_collection_t *coll) {
+  static const char *const keys[][4] = {
+      {"outbox_seq", "outbox.seq", NULL, NULL},           {"spawns_seq", "spawns.seq", NULL, NULL},
+      {"definition_id", "definition_id", NULL, NULL},     {"definition_status_id", "definition_id", "status", "_id"},
+      {"next_fire_at", "next_fire_at", NULL, NULL},        {"definition_id_id", "definition_id", "_id", NULL},
+  };
+  bson_t cmd = BSON_INITIALIZER, idxs, reply;
+  bson_error_t err;
+  size_t i;
+  int j;
+  BSON_APPEND_UTF8(&cmd, "createIndexes", mongoc_collection_get_name(coll));
+  BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &idxs);
+  for (i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    bson_t idx, key;
+    char n[8];
+    snprintf(n, sizeof n, "%d", (int)i);
+    BSON_APPEND_DOCUMENT_BEGIN(&idxs, n, &idx);
+    BSON_APPEND_DOCUMENT_BEGIN(&idx, "key", &key);
+    for (j = 1; j < 4 && keys[i][j]; j++) BSON_APPEND_INT32(&key, keys[i][j], 1);
+    bson_append_document_end(&idx, &key);
+    BSON_APPEND_UTF8(&idx, "name", keys[i][0]);
+    bson_append_document_end(&idxs, &idx);
+  }
+  bson_append_array_end(&cmd, &idxs);
+  if (!mongoc_collection_write_command_with_opts(coll, &cmd, NULL, &reply, &err)) die("createIndexes", &err);
+  bson_destroy(&reply);
+  bson_destroy(&cmd);
+}
+
+static int with_indexes = 1;
+
 /* A fresh collection of k documents shaped like a store's executions. */
 static void fill(set_t *s) {
   mongoc_bulk_operation_t *bulk;
@@ -84,6 +124,7 @@ static void fill(set_t *s) {
   bson_t reply;
   long i;
   mongoc_collection_drop(s->coll, NULL); /* fails harmlessly when absent */
+  if (with_indexes) store_indexes(s->coll);
   bulk = mongoc_collection_create_bulk_operation_with_opts(s->coll, NULL);
   for (i = 0; i < s->k; i++) {
     bson_t doc = BSON_INITIALIZER, arr, sub;
@@ -123,7 +164,17 @@ static long index_of(const bson_t *doc, long k) {
 
 /* One batched round: a find with $in of every _id, then one unordered bulk
  * write of a CAS update per document at the version the find returned. */
-static void batch_round(set_t *s) {
+static void round_of(set_t *s, int marked);
+
+static void batch_round(set_t *s) { round_of(s, 0); }
+
+/* The same with what a mongostore commit adds for exactly-once delivery:
+ * the dedupe guard in the filter (processed: {$ne: event id}), the event id
+ * pushed onto processed (kept to its last 16), a digests field and the
+ * promoted status. */
+static void marked_round(set_t *s) { round_of(s, 1); }
+
+static void round_of(set_t *s, int marked) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, ids, proj, reply;
   const bson_t *doc;
   bson_error_t err;
@@ -147,8 +198,10 @@ static void batch_round(set_t *s) {
   BSON_APPEND_INT32(&proj, "data", 1);
   BSON_APPEND_INT32(&proj, "version", 1);
   bson_append_document_end(&opts, &proj);
-  /* every document in the first reply, as one round trip */
+  /* every document in the first reply, and the cursor closed with it (a
+   * batchSize alone leaves it open on a real server, which costs a getMore) */
   BSON_APPEND_INT64(&opts, "batchSize", s->k);
+  BSON_APPEND_INT64(&opts, "limit", s->k);
   cur = mongoc_collection_find_with_opts(s->coll, &filter, &opts, NULL);
   while (mongoc_cursor_next(cur, &doc)) {
     long j = index_of(doc, s->k);
@@ -170,17 +223,42 @@ static void batch_round(set_t *s) {
   bulk = mongoc_collection_create_bulk_operation_with_opts(s->coll, &bulk_opts);
   for (i = 0; i < s->k; i++) {
     bson_t f = BSON_INITIALIZER, u = BSON_INITIALIZER, set, inc;
-    char id[ID_LEN], data[DATA_LEN + 1];
+    char id[ID_LEN], data[DATA_LEN + 1], ev[ID_LEN + 32];
+    uint8_t digests[128]; /* 16 digests of 8 bytes, as the store keeps beside processed */
+    memset(digests, (int)(s->version[i] & 0xff), sizeof digests);
     doc_id(id, i);
     make_data(data, i, s->version[i] + 1);
     BSON_APPEND_UTF8(&f, "_id", id);
     BSON_APPEND_INT64(&f, "version", s->version[i]);
+    if (marked) {
+      bson_t ne;
+      snprintf(ev, sizeof ev, "%s-ev-%lld", id, (long long)s->version[i]);
+      BSON_APPEND_DOCUMENT_BEGIN(&f, "processed", &ne);
+      BSON_APPEND_UTF8(&ne, "$ne", ev);
+      bson_append_document_end(&f, &ne);
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
     BSON_APPEND_UTF8(&set, "data", data);
+    if (marked) {
+      BSON_APPEND_UTF8(&set, "status", "RUNNING");
+      BSON_APPEND_NULL(&set, "parent_id");
+      BSON_APPEND_BINARY(&set, "dedupe", BSON_SUBTYPE_BINARY, digests, sizeof digests);
+    }
     bson_append_document_end(&u, &set);
     BSON_APPEND_DOCUMENT_BEGIN(&u, "$inc", &inc);
     BSON_APPEND_INT64(&inc, "version", 1);
     bson_append_document_end(&u, &inc);
+    if (marked) {
+      bson_t push, spec, each;
+      BSON_APPEND_DOCUMENT_BEGIN(&u, "$push", &push);
+      BSON_APPEND_DOCUMENT_BEGIN(&push, "processed", &spec);
+      BSON_APPEND_ARRAY_BEGIN(&spec, "$each", &each);
+      BSON_APPEND_UTF8(&each, "0", ev);
+      bson_append_array_end(&spec, &each);
+      BSON_APPEND_INT64(&spec, "$slice", -16);
+      bson_append_document_end(&push, &spec);
+      bson_append_document_end(&u, &push);
+    }
     if (!mongoc_bulk_operation_update_one_with_opts(bulk, &f, &u, NULL, &err)) die("bulk update_one", &err);
     bson_destroy(&f);
     bson_destroy(&u);
@@ -247,10 +325,18 @@ static void one_round(set_t *s) {
   }
 }
 
-static double timed(void (*round)(set_t *), set_t *s, long rounds) {
-  double t0 = now_us();
+static double cpu_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* Wall microseconds of `rounds` rounds; *cpu gets this process's CPU time. */
+static double timed(void (*round)(set_t *), set_t *s, long rounds, double *cpu) {
+  double t0 = now_us(), c0 = cpu_us();
   long r;
   for (r = 0; r < rounds; r++) round(s);
+  *cpu = cpu_us() - c0;
   return now_us() - t0;
 }
 
@@ -342,10 +428,12 @@ int main(int argc, char **argv) {
     mongoc_cleanup();
     return rc;
   }
-  if (argc < 5 || argc > 6 || events <= 0) {
-    fprintf(stderr, "usage: batch_limit <uri> <db> <label> <K,K,...> [events]\n");
+  if (argc < 5 || argc > 7 || events <= 0 ||
+      (argc > 6 && strcmp(argv[6], "bare") != 0 && strcmp(argv[6], "indexed") != 0)) {
+    fprintf(stderr, "usage: batch_limit <uri> <db> <label> <K,K,...> [events] [indexed|bare]\n");
     return 2;
   }
+  with_indexes = !(argc > 6 && strcmp(argv[6], "bare") == 0);
   uri_s = argv[1];
   dbname = argv[2];
   label = argv[3];
@@ -367,27 +455,37 @@ int main(int argc, char **argv) {
   mongoc_client_set_appname(client, "mongostore-bench-batch-limit");
 
   ping = ping_us(client);
-  fprintf(stderr, "batch_limit %s: ping %.1f us\n%6s %12s %12s %8s %8s\n", label, ping, "K", "one ev/s", "batch ev/s",
-          "gain", "events");
+  fprintf(stderr, "batch_limit %s: ping %.1f us\n%6s %12s %12s %12s %8s %8s\n", label, ping, "K", "one ev/s",
+          "batch ev/s", "marked ev/s", "gain", "events");
   printf("RESULT %s.ping_us %.1f\n", label, ping);
   for (j = 0; j < nks; j++) {
-    long k = ks[j], rounds = events / k > 3 ? events / k : 3;
+    /* at least 3 batched rounds (one or two round trips each), at least
+     * one of the one-event loop (K round trips each) */
+    long k = ks[j], rounds = events / k > 3 ? events / k : 3, rounds_one = events / k > 1 ? events / k : 1;
     set_t s;
-    double t_batch, t_one, eps_b, eps_1;
+    double t_batch, t_marked, t_one, eps_b, eps_m, eps_1, c_batch, c_marked, c_one;
     s.coll = mongoc_client_get_collection(client, dbname, "executions_batch");
     s.k = k;
     s.version = bson_malloc0((size_t)k * sizeof *s.version);
     fill(&s);
     batch_round(&s); /* throwaway rounds: the server's code paths warm */
+    marked_round(&s);
     one_round(&s);
-    t_batch = timed(batch_round, &s, rounds);
-    t_one = timed(one_round, &s, rounds);
+    t_batch = timed(batch_round, &s, rounds, &c_batch);
+    t_marked = timed(marked_round, &s, rounds, &c_marked);
+    t_one = timed(one_round, &s, rounds_one, &c_one);
     eps_b = (double)(k * rounds) / (t_batch / 1e6);
-    eps_1 = (double)(k * rounds) / (t_one / 1e6);
-    fprintf(stderr, "%6ld %12.0f %12.0f %7.2fx %8ld\n", k, eps_1, eps_b, eps_b / eps_1, k * rounds);
+    eps_m = (double)(k * rounds) / (t_marked / 1e6);
+    eps_1 = (double)(k * rounds_one) / (t_one / 1e6);
+    fprintf(stderr, "%6ld %12.0f %12.0f %12.0f %7.2fx %8ld\n", k, eps_1, eps_b, eps_m, eps_b / eps_1, k * rounds);
     printf("RESULT %s.batch.k%ld.eps %.0f\n", label, k, eps_b);
+    printf("RESULT %s.marked.k%ld.eps %.0f\n", label, k, eps_m);
     printf("RESULT %s.one.k%ld.eps %.0f\n", label, k, eps_1);
     printf("RESULT %s.batch.k%ld.rt_per_event %.3f\n", label, k, 2.0 / (double)k);
+    /* the client's own CPU per event, beside bench/batch.lua's */
+    printf("RESULT %s.batch.k%ld.cpu_us %.1f\n", label, k, c_batch / (double)(k * rounds));
+    printf("RESULT %s.marked.k%ld.cpu_us %.1f\n", label, k, c_marked / (double)(k * rounds));
+    printf("RESULT %s.one.k%ld.cpu_us %.1f\n", label, k, c_one / (double)(k * rounds_one));
     mongoc_collection_drop(s.coll, NULL);
     mongoc_collection_destroy(s.coll);
     bson_free(s.version);
