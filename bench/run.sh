@@ -150,7 +150,7 @@ if [[ $mode == quick ]]; then
     doc_rounds=5
     model_rounds=3
     records_reps=5
-    batch_events=1000 batch_workers_n=500 counter_n=2000
+    batch_events=1000 batch_workers_n=1000 counter_n=2000
     sec_ks=10,100 sec_events=200 sec_workers_n=80
 else
     raw_iters=20000 raw_warm=3000
