@@ -868,7 +868,7 @@ if which == "all" then
   w("the collection grows: the two sides are compared at the same number of executions only.")
   w("")
   local rows = {}
-  for _, k in ipairs { 1, 4 } do
+  for _, k in ipairs { 1, 4, 16 } do
     local m, h = "ms" .. k, "h" .. k
     rows[#rows + 1] = { k, R[m .. ".executions"], R[m .. ".events"], f0(num(m .. ".eps")), f2(num(m .. ".wall_s")),
       f0(num(h .. ".eps")), f2(num(h .. ".wall_s")), x(ratio(num(m .. ".eps"), num(h .. ".eps"))) }
@@ -909,12 +909,12 @@ if which == "all" then
     w("")
     local names, seen = {}, {}
     for key in pairs(R) do
-      local name = key:match("^ms[14]%.cmd%.(.+)$")
+      local name = key:match("^ms%d+%.cmd%.(.+)$")
       if name and not seen[name] then seen[name] = true names[#names + 1] = name end
     end
     table.sort(names)
     local rows2 = {}
-    for _, k in ipairs { 1, 4 } do
+    for _, k in ipairs { 1, 4, 16 } do
       local m = "ms" .. k
       local parts = {}
       for _, name in ipairs(names) do
@@ -1068,6 +1068,7 @@ if which == "all" then
   table_md({ "workers", "mongostore VmRSS KiB (max)", "harel VmRSS KiB (max)" }, {
     { 1, R["ms1.rss_kb_max"], R["h1.rss_kb_max"] },
     { 4, R["ms4.rss_kb_max"], R["h4.rss_kb_max"] },
+    { 16, R["ms16.rss_kb_max"], R["h16.rss_kb_max"] },
   })
   w("VmRSS from /proc/self/status at the end of each worker's timed loop.")
   w("")

@@ -416,14 +416,10 @@ if [[ $parts == all ]]; then
         "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 4 --db "${prefix}ms4" --label ms4
     run "harel events/s, 4 workers ($n_events executions)" \
         "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 4 --db "${prefix}h4" --label h4
-    run "commit latency at events $points (budget ${commit_budget}s)" \
-        "$lua" "$here/latency.lua" "$uri" --part commit --points "$points" --budget "$commit_budget" --db "${prefix}lat"
-    run "commit latency with dedupe_window $short_window at events $short_points (budget ${short_budget}s)" \
-        "$lua" "$here/latency.lua" "$uri" --part commit --points "$short_points" --budget "$short_budget" \
-        --dedupe-window "$short_window" --db "${prefix}lat"
-    run "sweeps, relays and listing at $scales executions" \
-        "$lua" "$here/latency.lua" "$uri" --part scale --scales "$scales" --reps "$reps" --op-budget "$op_budget" \
-        --skip "$skip" --python "$py" --db "${prefix}lat"
+    run "mongostore events/s, 16 workers ($n_events executions)" \
+        "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 16 --db "${prefix}ms16" --label ms16
+    run "harel events/s, 16 workers ($n_events executions)" \
+        "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 16 --db "${prefix}h16" --label h16
 fi
 
 # ---- issue 14's batching rows
@@ -484,15 +480,8 @@ if [[ -n $do_batching ]]; then
         run "libmongoc alone, batched round trips, K = $batch_ks ($net)" \
             "$out/batch_limit" "$u" "${prefix}bl$net" "bl.$net" "$batch_ks" "$batch_events"
     done
-    # with the other execution rows, 1 and 4 workers are the Events/s rows' (ms1, ms4, h1, h4)
-    if [[ $parts == all ]]; then
-        run "mongostore events/s, 16 workers ($n_events executions)" \
-            "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 16 --db "${prefix}ms16" --label ms16
-        run "harel events/s, 16 workers ($n_events executions)" \
-            "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 16 --db "${prefix}h16" --label h16
-    else
-        workers_rows "" "$uri" "$batch_workers_n"
-    fi
+    # with the other execution rows, 1, 4 and 16 workers are the Events/s rows' (ms<W>, h<W>)
+    [[ $parts == all ]] || workers_rows "" "$uri" "$batch_workers_n"
     # the counter change: the two settings take turns, so drift falls on both
     for r in 1 2; do
         for sb in 1 1000; do
@@ -522,6 +511,18 @@ if [[ -n $do_batching ]]; then
             echo "RESULT meta.failed.$failures SecantusDB did not start" >>"$results"
         fi
     fi
+fi
+
+# The latency and scale rows last: they leave up to a million executions in the server.
+if [[ $parts == all ]]; then
+    run "commit latency at events $points (budget ${commit_budget}s)" \
+        "$lua" "$here/latency.lua" "$uri" --part commit --points "$points" --budget "$commit_budget" --db "${prefix}lat"
+    run "commit latency with dedupe_window $short_window at events $short_points (budget ${short_budget}s)" \
+        "$lua" "$here/latency.lua" "$uri" --part commit --points "$short_points" --budget "$short_budget" \
+        --dedupe-window "$short_window" --db "${prefix}lat"
+    run "sweeps, relays and listing at $scales executions" \
+        "$lua" "$here/latency.lua" "$uri" --part scale --scales "$scales" --reps "$reps" --op-budget "$op_budget" \
+        --skip "$skip" --python "$py" --db "${prefix}lat"
 fi
 
 echo "RESULT meta.loadavg_end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results"
