@@ -4,6 +4,14 @@
 -- worker processes at once, each its own share of the executions.
 --
 -- usage: lua5.4 bench/events.lua <uri> [--n N] [--workers W] [--db DB] [--label L]
+--                                       [--emit 0|1] [--seq-block B]
+--
+-- --emit 1: both states' on_enter emit one event (to no execution: an
+-- external event, left pending in the outbox, since no relay runs), so every
+-- commit takes an outbox seq; with --seq-block B each worker connects with
+-- seq_block = B (1: a counter round trip per emitting commit, the old way;
+-- the default 1000: one per thousand seqs). Events/s is then commits/s with
+-- emits, the figure of the counter change.
 --
 -- The workers are real OS processes (this script again, with --worker,
 -- through io.popen). Each connects and builds its engine, says READY, and
@@ -27,11 +35,13 @@ local util = dofile(here .. "/util.lua")
 
 local format = string.format
 
-local function flat_chart()
+local function note(_, _, act) act.emit(nil, "Note", {}) end
+
+local function flat_chart(emit)
   return chart.define {
     id = "flat",
     initial = "Waiting",
-    states = { { "Waiting" }, { "Done", final = "success" } },
+    states = { { "Waiting", on_enter = emit and note or nil }, { "Done", final = "success", on_enter = emit and note or nil } },
     transitions = { { from = "Waiting", to = "Done", on = "Go" } },
   }
 end
@@ -40,9 +50,9 @@ end
 -- A worker: its share of the executions, timed between the go file and the
 -- last commit.
 
-local function worker(uri, db, tag, count, gofile)
-  local store = assert(ms.connect(uri, { db = db, wait = 60 }))
-  local engine = engine_mod.new { store = store, charts = { flat_chart() }, trace = false }
+local function worker(uri, db, tag, count, gofile, emit, seq_block)
+  local store = assert(ms.connect(uri, { db = db, wait = 60, seq_block = seq_block }))
+  local engine = engine_mod.new { store = store, charts = { flat_chart(emit) }, trace = false }
   local ids = {}
   for i = 1, count do ids[i] = format("%s-%07d", tag, i) end
   io.stdout:write("READY\n")
@@ -91,8 +101,8 @@ local function coordinator(uri, opts)
   local pipes = {}
   for k = 1, w do
     local share = n // w + (k <= n % w and 1 or 0)
-    local cmd = format("%s %s --worker %s %s %s %d %s", lua, util.q(arg[0]), util.q(uri), util.q(opts.db),
-      util.q(format("w%d", k)), share, util.q(gofile))
+    local cmd = format("%s %s --worker %s %s %s %d %s %d %s", lua, util.q(arg[0]), util.q(uri), util.q(opts.db),
+      util.q(format("w%d", k)), share, util.q(gofile), opts.emit, opts.seq_block or "default")
     pipes[k] = assert(io.popen(cmd, "r"))
   end
   for k = 1, w do
@@ -152,6 +162,7 @@ local function coordinator(uri, opts)
     { "executions", n }, { "workers", w }, { "events", events }, { "wall_s", format("%.3f", wall) },
     { "eps", format("%.0f", eps) }, { "done", done }, { "rss_kb_max", rss_max },
     { "rss_kb_mean", format("%.0f", rss_sum / w) },
+    { "emit", opts.emit }, { "seq_block", opts.seq_block or "default" },
     { "commands", have_stats and commands or "n/a" },
     { "rt_per_event", rt and format("%.3f", rt) or "n/a" },
   }
@@ -164,14 +175,15 @@ local function coordinator(uri, opts)
 end
 
 if arg[1] == "--worker" then
-  worker(arg[2], arg[3], arg[4], tonumber(arg[5]), arg[6])
+  worker(arg[2], arg[3], arg[4], tonumber(arg[5]), arg[6], arg[7] == "1", math.tointeger(tonumber(arg[8])))
 else
   local uri = arg[1] or os.getenv("MONGOSTORE_URI")
   if not uri or uri:sub(1, 2) == "--" then
     io.stderr:write("usage: lua5.4 bench/events.lua <uri> [--n N] [--workers W] [--db DB] [--label L]\n")
     os.exit(2)
   end
-  local opts = util.options(arg, 2, { n = 2000, workers = 1, db = "mongostore_bench_events", label = "ms" })
-  opts.n, opts.workers = tonumber(opts.n), tonumber(opts.workers)
+  local opts = util.options(arg, 2, { n = 2000, workers = 1, db = "mongostore_bench_events", label = "ms", emit = "0" })
+  opts.n, opts.workers, opts.emit = tonumber(opts.n), tonumber(opts.workers), tonumber(opts.emit)
+  opts.seq_block = opts.seq_block and math.tointeger(tonumber(opts.seq_block))
   coordinator(uri, opts)
 end

@@ -4,18 +4,24 @@
 --
 -- usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]
 --
--- parts: "all" (the default: issue 5's execution rows, then issue 11's
--- document rows and issue 12's model rows), "documents" (bench/run.sh
--- --documents: those only), "models" (--models) or "documents,models".
+-- parts: "all" (the default: issue 5's execution rows, issue 14's batching
+-- rows, then issue 11's document rows, issue 12's model rows and issue 13's
+-- record rows), or a comma list of the sets bench/run.sh was asked for:
+-- documents (--documents), models (--models), records (--records),
+-- batching (--batching).
 --
 -- Every figure comes from the results file of the same run; a figure that
 -- is missing reads n/a. A target of issue 5 is marked "yes" only when the
 -- measured figure meets it; when it could not be measured it says so.
 local results_path, md_path, mode, command, server, date, report_parts = table.unpack(arg, 1, 7)
-local PARTS = { all = true, documents = true, models = true, ["documents,models"] = true }
--- issue 13's record rows (bench/run.sh --records), alone or after the others
-for _, p in ipairs { "records", "documents,records", "models,records", "documents,models,records" } do PARTS[p] = true end
-if not date or (report_parts and not PARTS[report_parts]) then
+-- a comma list of row sets, or all
+local PART = { documents = true, models = true, records = true, batching = true }
+local function parts_ok(p)
+  if p == "all" then return true end
+  for name in p:gmatch("[^,]+") do if not PART[name] then return false end end
+  return p:match("^[%a,]+$") ~= nil
+end
+if not date or (report_parts and not parts_ok(report_parts)) then
   io.stderr:write("usage: lua5.4 bench/report.lua <results.txt> <RESULTS.md> <mode> <command> <server> <date> [parts]\n")
   os.exit(2)
 end
@@ -23,6 +29,7 @@ local which = report_parts or "all"
 local show_docs = which == "all" or which:find("documents", 1, true) ~= nil
 local show_models = which == "all" or which:find("models", 1, true) ~= nil
 local show_records = which == "all" or which:find("records", 1, true) ~= nil
+local show_batching = which == "all" or which:find("batching", 1, true) ~= nil
 
 local format, concat = string.format, table.concat
 
@@ -47,6 +54,7 @@ end
 local function f0(v) return v and format("%.0f", v) or "n/a" end
 local function f1(v) return v and format("%.1f", v) or "n/a" end
 local function f2(v) return v and format("%.2f", v) or "n/a" end
+local function f3(v) return v and format("%.3f", v) or "n/a" end
 local function ratio(a, b) return (a and b and b > 0) and a / b or nil end
 local function x(v) return v and format("%.2fx", v) or "n/a" end
 local function with_commas(n)
@@ -536,24 +544,260 @@ models_section = function()
 end
 
 ------------------------------------------------------------------------
+-- Issue 14's batching rows (bench/run.sh's Batching section): keys
+-- ping.*, b.<net>.<path>.<one|batch>.k<K>.* (bench/batch.lua),
+-- bl.<net>.<batch|one>.k<K>.eps (bench/batch_limit.c), ms<W>/h<W> and
+-- sec.ms<W>/sec.h<W> (the workers), c<B>.r<round>.* (commits with emits at
+-- seq_block B). <net>: lo (loopback), px (through tools/delay-proxy), sec
+-- (SecantusDB, loopback).
+
+local function batching_section()
+  local ks = {}
+  local ks_list, ev, d = (R["meta.batch_sizes"] or "1,10,100,1000"):match("^(%S+)%s*(%S*)%s*(%S*)")
+  for v in (ks_list or ""):gmatch("%d+") do ks[#ks + 1] = tonumber(v) end
+  local events_n, delay = tonumber(ev), tonumber(d)
+  local delay_s = delay and format("%g ms", delay) or "?"
+  local function b(net, path, mode_, k, key) return num(format("b.%s.%s.%s.k%d.%s", net, path, mode_, k, key)) end
+  local function bl(net, mode_, k) return num(format("bl.%s.%s.k%d.eps", net, mode_, k)) end
+  local function met(v, ok) return v and (ok(v) and "yes" or "no") or "not measured" end
+  local function within10(v) return v >= 0.9 end
+  local function pct_of(a, c) local r = ratio(a, c) return r and format("%s / %s = %s", f0(a), f0(c), pct(r)) or "n/a" end
+
+  -- the counter change: the mean of the rounds of each setting
+  local function rounds_of(sb, key)
+    local sum, n = 0, 0
+    for r = 1, 9 do
+      local v = num(format("c%d.r%d.%s", sb, r, key))
+      if v then sum, n = sum + v, n + 1 end
+    end
+    return n > 0 and sum / n or nil, n
+  end
+  local c1, c1n = rounds_of(1, "eps")
+  local c1000 = rounds_of(1000, "eps")
+  local function fam(sb)
+    local f, e = rounds_of(sb, "cmd.findAndModify"), rounds_of(sb, "events")
+    return ratio(f or 0, e)
+  end
+
+  w("## Batching")
+  w("")
+  w("Issue 14's rows. One worker delivers events to K executions of a two-state chart (trace off), at K = %s, one",
+    concat((function() local t = {} for i, k in ipairs(ks) do t[i] = with_commas(k) end return t end)(), ", "))
+  w("event at a time against batched delivery (`bench/batch.lua`): for producers, K `engine:send` calls against one")
+  w("`engine:send_many` of K events, round after round; for the relay, a source execution emits one event to each of")
+  w("the K executions and the relay passes that deliver them are timed, with `batch_delivery = false` against the")
+  w("default `true` (a pass claims its entries, loads every target with one find `$in`, commits with one unordered")
+  w("bulk write, acks with one update per source). About %s events per figure (at least 3 rounds); each figure in a",
+    events_n and with_commas(events_n) or "?")
+  w("database of its own that holds the K executions and no more. `bench/batch_limit.c` is libmongoc alone doing the")
+  w("same batched round trips on K execution-shaped documents: one find with `$in` of the K `_id`s, then one unordered")
+  w("bulk write of K CAS updates filtered on `{_id, version}` (`$set` of a ~300-byte data string, `$inc` of version),")
+  w("and beside it the same with what a mongostore commit adds for exactly-once delivery (\"+ mark\": the dedupe guard")
+  w("`processed: {$ne: event id}` in the filter, the id pushed onto `processed` with `$slice`, a digests field, the")
+  w("promoted status) and the one-event loop (a find then a CAS `update_one` per document); its collection carries the")
+  w("secondary indexes a store creates. Round trips are the commands")
+  w("`store:stats()` counted; client CPU is the worker's own `os.clock` time per event. \"Through the proxy\" is")
+  w("`tools/delay-proxy --delay-ms %s`, which holds every chunk %s each way (a same-datacenter network).", delay or "?",
+    delay_s)
+  w("")
+  local failed = {}
+  for key, val in pairs(R) do
+    if key:match("^meta%.failed%.") and (val:find("batch", 1, true) or val:find("16 worker", 1, true)
+      or val:find("seq_block", 1, true) or val:find("SecantusDB", 1, true) or val:find("proxy", 1, true)
+      or val:find("worker%(s%)")) then
+      failed[#failed + 1] = val
+    end
+  end
+  table.sort(failed)
+  if #failed > 0 then
+    w("**Failed in this run** (their figures read n/a): %s.", concat(failed, "; "))
+    w("")
+  end
+
+  -- the summary of the targets
+  local K = 100
+  local rows = {}
+  for _, net in ipairs { { "lo", "loopback" }, { "px", "through the proxy" } } do
+    for _, path in ipairs { { "send", "send_many" }, { "relay", "relay pass" } } do
+      local v, c = b(net[1], path[1], "batch", K, "eps"), bl(net[1], "batch", K)
+      rows[#rows + 1] = { format("K = %d, %s: mongostore batched (%s) / libmongoc alone batched", K, net[2], path[2]),
+        pct_of(v, c), "within 10% (>= 90%)", met(ratio(v, c), within10) }
+    end
+  end
+  for _, path in ipairs { { "send", "send_many / send" }, { "relay", "relay batched / one at a time" } } do
+    local v, o = b("px", path[1], "batch", K, "eps"), b("px", path[1], "one", K, "eps")
+    local r = ratio(v, o)
+    rows[#rows + 1] = { format("K = %d, through the proxy: %s", K, path[2]),
+      r and format("%s / %s = %s", f0(v), f0(o), x(r)) or "n/a", ">= 3x", met(r, function(q) return q >= 3 end) }
+  end
+  for _, path in ipairs { { "send", "send_many" }, { "relay", "relay pass" } } do
+    local lo, px = b("lo", path[1], "batch", K, "rt_per_event"), b("px", path[1], "batch", K, "rt_per_event")
+    local worst = (lo or px) and math.max(lo or 0, px or 0) or nil
+    rows[#rows + 1] = { format("round trips per delivered event, K = %d, batched %s (loopback, proxy)", K, path[2]),
+      format("%s, %s", lo and format("%.3f", lo) or "n/a", px and format("%.3f", px) or "n/a"), "<= 0.1",
+      met(worst, function(q) return q <= 0.1 end) }
+  end
+  for _, wk in ipairs { 1, 4, 16 } do
+    local m, h = num("ms" .. wk .. ".eps"), num("h" .. wk .. ".eps")
+    local r = ratio(m, h)
+    rows[#rows + 1] = { format("events/s, %d worker process%s: mongostore / harel 0.9.0", wk, wk > 1 and "es" or ""),
+      r and format("%s / %s = %s", f0(m), f0(h), x(r)) or "n/a", ">= 10x", met(r, function(q) return q >= 10 end) }
+  end
+  local cr = ratio(c1000, c1)
+  rows[#rows + 1] = { "commits/s with emits, 16 worker processes: seq_block 1000 / seq_block 1 (counter round trips per commit)",
+    cr and format("%s / %s = %s (%s, %s)", f0(c1000), f0(c1), x(cr), f3(fam(1000)), f3(fam(1))) or "n/a",
+    "faster, no counter round trip per commit", met(cr, function(q) return q > 1 end) }
+  table_md({ "measure", "measured", "issue 14 target", "met" }, rows)
+  w("\"met\" is yes only when this run's figure meets the target. On loopback both bundled servers spend most of an")
+  w("update inside the server (mongo-java-server scans the collection for a `{_id, version}` filter), so batching")
+  w("removes little there; through the proxy it removes the network's share.")
+  w("")
+
+  -- the proxy's own cost
+  local pd, p0, pp = num("ping.direct_us"), num("ping.proxy0_us"), num("ping.proxy_us")
+  w("### The proxy")
+  w("")
+  w("A `ping` round trip, median of 20 blocks of 100 in which the three connections take turns (`bench/batch_limit ping`):")
+  w("")
+  table_md({ "connection", "ping us", "added to the direct round trip" }, {
+    { "direct (loopback)", f1(pd), "" },
+    { "through tools/delay-proxy, delay 0 (the proxy's own cost)", f1(p0), p0 and pd and format("%+.1f us", p0 - pd) or "n/a" },
+    { format("through tools/delay-proxy, %s each way", delay_s), f1(pp),
+      pp and pd and format("%+.1f us (nominal %s us)", pp - pd, delay and f0(2000 * delay) or "?") or "n/a" },
+  })
+  w("The proxy has one thread per direction of a connection: it reads a chunk with the time the kernel received it,")
+  w("sleeps to that time plus the delay (an absolute `clock_nanosleep`, timer slack 1 ns) and writes it on. What it")
+  w("adds beyond the nominal delay is its wake-up on a loaded machine; it falls on mongostore and on libmongoc alike.")
+  w("")
+
+  -- per network: the K table
+  local function k_table(net, title)
+    -- the Ks this server was measured at (the quick pass on SecantusDB has fewer)
+    local here_ks = {}
+    for _, k in ipairs(ks) do
+      if b(net, "send", "batch", k, "eps") or bl(net, "batch", k) then here_ks[#here_ks + 1] = k end
+    end
+    w("### %s", title)
+    w("")
+    if #here_ks == 0 then
+      w("not measured in this run.")
+      w("")
+      return
+    end
+    local rows2 = {}
+    for _, k in ipairs(here_ks) do
+      local so, sb = b(net, "send", "one", k, "eps"), b(net, "send", "batch", k, "eps")
+      local ro, rb = b(net, "relay", "one", k, "eps"), b(net, "relay", "batch", k, "eps")
+      local lo, lb, lm = bl(net, "one", k), bl(net, "batch", k), bl(net, "marked", k)
+      rows2[#rows2 + 1] = { with_commas(k), f0(so), f0(sb), x(ratio(sb, so)), f0(ro), f0(rb), x(ratio(rb, ro)),
+        f0(lo), f0(lb), f0(lm), pct(ratio(sb, lb)), pct(ratio(rb, lb)), pct(ratio(sb, lm)) }
+    end
+    table_md({ "K", "send ev/s", "send_many ev/s", "gain", "relay one ev/s", "relay batched ev/s", "gain",
+      "libmongoc one ev/s", "libmongoc batched ev/s", "libmongoc batched + mark ev/s", "send_many / libmongoc",
+      "relay batched / libmongoc", "send_many / libmongoc + mark" }, rows2)
+    local rows3 = {}
+    for _, k in ipairs(here_ks) do
+      local function rt(path, m) local v = b(net, path, m, k, "rt_per_event") return v and format("%.3f", v) or "n/a" end
+      local function cpu(path, m) return f1(b(net, path, m, k, "cpu_us")) end
+      rows3[#rows3 + 1] = { with_commas(k), rt("send", "one"), rt("send", "batch"), rt("relay", "one"), rt("relay", "batch"),
+        f3(num(format("bl.%s.batch.k%d.rt_per_event", net, k))), cpu("send", "one"), cpu("send", "batch"), cpu("relay", "one"), cpu("relay", "batch"),
+        f1(num(format("bl.%s.one.k%d.cpu_us", net, k))), f1(num(format("bl.%s.batch.k%d.cpu_us", net, k))) }
+    end
+    table_md({ "K", "send rt/ev", "send_many rt/ev", "relay one rt/ev", "relay batched rt/ev", "libmongoc batched rt/ev",
+      "send cpu us/ev", "send_many cpu us/ev", "relay one cpu us/ev", "relay batched cpu us/ev", "libmongoc one cpu us/ev",
+      "libmongoc batched cpu us/ev" }, rows3)
+  end
+  k_table("lo", "Loopback")
+  k_table("px", format("Through the proxy (%s each way)", delay_s))
+  w("On mongo-java-server an update filtered on `{_id, version}` scans the collection, so a bulk write of K CAS updates")
+  w("costs K x K document visits: the batched figures fall from K = 100 to K = 1,000 for libmongoc alone too. The")
+  w("client CPU per event is what the worker itself spends (interpreter, codec, driver); the rest of its wall time per")
+  w("event is the network and the server, which on this machine share its 2 cores with the client.")
+  w("")
+
+  w("### Worker processes against harel")
+  w("")
+  w("The Events/s workload (N executions x 2 events, `bench/events.lua` against `bench/harel_events.py`, harel 0.9.0's")
+  w("`DurableRunner` over its own `MongoStore`), 1, 4 and 16 worker processes on the same server; 16 processes on 2")
+  w("cores measure contention.")
+  w("")
+  local rows4 = {}
+  for _, wk in ipairs { 1, 4, 16 } do
+    local m, h = "ms" .. wk, "h" .. wk
+    rows4[#rows4 + 1] = { wk, R[m .. ".executions"], f0(num(m .. ".eps")), f2(num(m .. ".rt_per_event")),
+      f0(num(h .. ".eps")), x(ratio(num(m .. ".eps"), num(h .. ".eps"))) }
+  end
+  table_md({ "workers", "executions", "mongostore events/s", "mongostore rt/event", "harel events/s", "mongostore / harel" },
+    rows4)
+  w("harel's `process` runs its relay pass after every call and its MongoStore finds pending entries by scanning the")
+  w("collection, so its events/s falls as the collection grows: the ratios hold for this number of executions only")
+  w("(`bench/run.sh --batching --quick` uses fewer than the full run, which makes harel look faster).")
+  w("")
+
+  w("### Commits per second with emits: the counter change")
+  w("")
+  w("`bench/events.lua --emit 1`, 16 worker processes: the same workload, but both states' `on_enter` emit one event, so")
+  w("every commit takes an outbox seq. `seq_block = 1` is the old way (every emitting commit increments the one")
+  w("`counters` document: a findAndModify that all 16 workers queue on), `seq_block = 1000` the default (a store reserves")
+  w("1,000 seqs per counter round trip). %s round(s) of each, taking turns; the mean.", c1n > 0 and c1n or "?")
+  w("")
+  local rows5 = {}
+  for _, sb in ipairs { 1, 1000 } do
+    local eps = rounds_of(sb, "eps")
+    local rt = rounds_of(sb, "rt_per_event")
+    local list = {}
+    for r = 1, 9 do
+      local v = R[format("c%d.r%d.eps", sb, r)]
+      if v then list[#list + 1] = v end
+    end
+    rows5[#rows5 + 1] = { sb, R[format("c%d.r1.executions", sb)], f0(eps), #list > 0 and concat(list, ", ") or "n/a",
+      f2(rt), f3(fam(sb)) }
+  end
+  table_md({ "seq_block", "executions", "commits/s (mean)", "per round", "round trips per commit",
+    "counter findAndModify per commit" }, rows5)
+
+  w("### SecantusDB")
+  w("")
+  if not R["meta.secantus"] then
+    w("not measured in this run (BENCH_SECANTUS=0, or SecantusDB did not start).")
+    w("")
+    return
+  end
+  local sev, swn = R["meta.secantus"]:match("^(%S+)%s+(%S+)")
+  w("One short pass of the same rows on SecantusDB 0.7.0b3 (tools/secantus-server: WiredTiger, a single-node replica")
+  w("set, real indexes: an update is not a collection scan), loopback only, about %s events per batching figure and",
+    sev or "?")
+  w("%s executions for the worker rows.", swn or "?")
+  w("")
+  k_table("sec", "SecantusDB: batched against one event at a time")
+  local rows6 = {}
+  for _, wk in ipairs { 1, 4, 16 } do
+    local m, h = "sec.ms" .. wk, "sec.h" .. wk
+    local r = ratio(num(m .. ".eps"), num(h .. ".eps"))
+    rows6[#rows6 + 1] = { wk, R[m .. ".executions"], f0(num(m .. ".eps")), f0(num(h .. ".eps")), x(r),
+      met(r, function(q) return q >= 10 end) }
+  end
+  table_md({ "workers", "executions", "mongostore events/s", "harel events/s", "mongostore / harel", ">= 10x" }, rows6)
+end
+
+------------------------------------------------------------------------
 -- The Markdown.
 
 local n_exec = R["ms1.executions"] or "?"
 w("# mongostore benchmarks")
 w("")
-local TITLES = {
-  all = "Issue 5's benchmarks (executions), issue 11's (documents) and issue 12's (models)",
-  documents = "Issue 11's document benchmarks",
-  models = "Issue 12's model benchmarks",
-  ["documents,models"] = "Issue 11's document benchmarks and issue 12's model benchmarks",
-}
+local doc_title
 if which == "all" then
-  TITLES.all = TITLES.all .. "; issue 13's (records)"
-elseif show_records then
-  local rest = which:gsub(",?records$", "")
-  TITLES[which] = rest == "" and "Issue 13's record benchmarks" or (TITLES[rest] .. " and issue 13's record benchmarks")
+  doc_title = "Issue 5's benchmarks (executions), issue 11's (documents) and issue 12's (models); issue 13's (records);" ..
+    " issue 14's (batching)"
+else
+  local TITLE_OF = { documents = "issue 11's document benchmarks", models = "issue 12's model benchmarks",
+                     records = "issue 13's record benchmarks", batching = "issue 14's batching benchmarks" }
+  local names = {}
+  for name in which:gmatch("[^,]+") do names[#names + 1] = TITLE_OF[name] end
+  doc_title = concat(names, " and "):gsub("^i", "I")
 end
-w("%s, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,", TITLES[which], mode)
+w("%s, from one run of `bench/run.sh` (%s mode). Every figure below was measured in this run,", doc_title, mode)
 w("against one server, with the implementations side by side; nothing is carried over from other runs.")
 w("")
 w("- command: `%s`", command)
@@ -565,7 +809,7 @@ w("- mongostore: commit %s%s", sh(git .. "rev-parse --short HEAD"),
   sh(git .. "status --porcelain -- csrc lua | grep -q . && echo ' plus uncommitted changes in csrc/ or lua/'"))
 w("- load average (1, 5, 15 min) when the measured round started: %s; when it ended: %s (the machine may be shared)",
   R["meta.loadavg_start"] or "?", R["meta.loadavg_end"] or "?")
-if which == "all" then
+if which == "all" or show_batching then
   w("- harel: 0.9.0, its `DurableRunner` (execution=\"%s\") over its own `MongoStore` (pymongo 4.10.1)", R["h1.mode"] or "?")
 end
 w("")
@@ -624,7 +868,7 @@ if which == "all" then
   w("the collection grows: the two sides are compared at the same number of executions only.")
   w("")
   local rows = {}
-  for _, k in ipairs { 1, 4 } do
+  for _, k in ipairs { 1, 4, 16 } do
     local m, h = "ms" .. k, "h" .. k
     rows[#rows + 1] = { k, R[m .. ".executions"], R[m .. ".events"], f0(num(m .. ".eps")), f2(num(m .. ".wall_s")),
       f0(num(h .. ".eps")), f2(num(h .. ".wall_s")), x(ratio(num(m .. ".eps"), num(h .. ".eps"))) }
@@ -665,12 +909,12 @@ if which == "all" then
     w("")
     local names, seen = {}, {}
     for key in pairs(R) do
-      local name = key:match("^ms[14]%.cmd%.(.+)$")
+      local name = key:match("^ms%d+%.cmd%.(.+)$")
       if name and not seen[name] then seen[name] = true names[#names + 1] = name end
     end
     table.sort(names)
     local rows2 = {}
-    for _, k in ipairs { 1, 4 } do
+    for _, k in ipairs { 1, 4, 16 } do
       local m = "ms" .. k
       local parts = {}
       for _, name in ipairs(names) do
@@ -824,10 +1068,12 @@ if which == "all" then
   table_md({ "workers", "mongostore VmRSS KiB (max)", "harel VmRSS KiB (max)" }, {
     { 1, R["ms1.rss_kb_max"], R["h1.rss_kb_max"] },
     { 4, R["ms4.rss_kb_max"], R["h4.rss_kb_max"] },
+    { 16, R["ms16.rss_kb_max"], R["h16.rss_kb_max"] },
   })
   w("VmRSS from /proc/self/status at the end of each worker's timed loop.")
   w("")
 end
+if show_batching then batching_section() end
 if show_docs then documents_section() end
 if show_models then models_section() end
 if show_records then
@@ -886,6 +1132,10 @@ if which == "all" then
   io.stdout:write(text:sub((text:find("## Summary", 1, true)) or 1, stop or #text), "\n")
 end
 -- each row section up to its per-round table
+do
+  local at = text:find("## Batching", 1, true)
+  if at then io.stdout:write(text:sub(at, (text:find("\n### The proxy", at + 1, true) or #text))) end
+end
 for _, title in ipairs({ "## Documents", "## Models" }) do
   local at = text:find(title, 1, true)
   if at then

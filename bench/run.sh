@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick] [--documents] [--models] [--records] - issue 5's,
-# 11's, 12's and 13's benchmarks, side by side in one run (`make bench` runs the full
-# mode; never part of `make test`).
+# bench/run.sh [--quick] [--documents] [--models] [--records] [--batching] -
+# issue 5's, 11's, 12's, 13's and 14's benchmarks, side by side in one run
+# (`make bench` runs the full mode; never part of `make test`).
 #
-# Builds the core (make mongostore/core.so) and bench/raw_limit.c, starts one
+# Builds the core (make mongostore/core.so), bench/raw_limit.c,
+# bench/documents_limit.c and bench/batch_limit.c, starts one
 # test server (tools/test-server: mongo-java-server 1.47.0, in-memory) unless
 # MONGOSTORE_URI names a server to use, warms it with a throwaway round of
 # every benchmark, then measures:
 #   bench/raw_limit        the raw load + CAS loop: the two-round-trip limit
 #                          on one document, and the events benchmark's own
 #                          workload done by libmongoc alone
-#   bench/events.lua       mongostore events/s, 1 and 4 worker processes
-#   bench/harel_events.py  the same workload on harel 0.9.0, 1 and 4 processes
+#   bench/events.lua       mongostore events/s, 1, 4 and 16 worker processes
+#   bench/harel_events.py  the same workload on harel 0.9.0, 1, 4 and 16 processes
 #   bench/latency.lua      commit latency at an execution's n-th event (with
 #                          the default dedupe window, and with a window of 10
 #                          up to the 10,000th event); sweep, relay and listing
@@ -41,6 +42,24 @@
 #                          of them by keyset pages, a page at the first and
 #                          at the last position, a report-only fsck
 #                          (bench/records.lua, one process)
+#   the batching rows      issue 14's: on loopback and through tools/delay-proxy
+#                          (BENCH_DELAY_MS each way, default 0.5; its own cost
+#                          measured with delay 0 by interleaved pings), one
+#                          worker at K = 1, 10, 100, 1,000 executions: batched
+#                          delivery against one event at a time, for
+#                          producers (send_many / send) and for the relay
+#                          (batch_delivery on / off), events/s, round trips
+#                          and client CPU per event (bench/batch.lua); the
+#                          same batched round trips by libmongoc alone (one
+#                          find $in, one unordered bulk of K CAS updates:
+#                          bench/batch_limit.c); mongostore against harel at
+#                          1, 4 and 16 worker processes; commits/s with emits
+#                          from 16 worker processes with seq_block = 1 (a
+#                          counter round trip per emitting commit) and 1000
+#                          (bench/events.lua --emit 1 --seq-block B, two
+#                          rounds each, taking turns); then one short pass of
+#                          the same rows on SecantusDB (tools/secantus-server,
+#                          loopback only; BENCH_SECANTUS=0 skips it)
 # prints the summary with its ratios and writes bench/RESULTS.md.
 #
 # --quick: fewer executions and iterations, commit latency up to the 10,000th
@@ -55,11 +74,15 @@
 # model rows only, reported to bench/out/models-<mode>.md; both flags: both
 # sets of rows, to bench/out/documents-models-<mode>.md. --records: the
 # record rows (alone or with the others, bench/out/<sets>-<mode>.md).
+# --batching: issue 14's batching rows (alone or with the others; about 6
+# minutes in quick mode, SecantusDB pass included; the quick pass on
+# SecantusDB measures K = 10 and 100 only).
 #
 # Environment: MONGOSTORE_URI (use that server; its databases named
 # msbench_<pid>_* are dropped at the end), LUA (default lua5.4),
 # BENCH_RESULTS (default bench/RESULTS.md), NODE (default node; without node
-# and npm the Node row reads "not measured").
+# and npm the Node row reads "not measured"), BENCH_DELAY_MS (the proxy's
+# delay each way, 0.5), BENCH_SECANTUS (0: no SecantusDB pass).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -72,8 +95,9 @@ for a in "$@"; do
         --documents) want_docs=yes ;;
         --models) want_models=yes ;;
         --records) want_records=yes ;;
+        --batching) want_batching=yes ;;
         -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models, --records or nothing)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models, --records, --batching or nothing)" >&2; exit 2 ;;
     esac
 done
 # parts: all (every benchmark), or the row sets asked for
@@ -86,8 +110,14 @@ want_records=${want_records:-}
 if [[ -n $want_records ]]; then
     if [[ $parts == all ]]; then parts=records; else parts=$parts,records; fi
 fi
+want_batching=${want_batching:-}
+if [[ -n $want_batching ]]; then
+    if [[ $parts == all ]]; then parts=batching; else parts=$parts,batching; fi
+fi
 do_records=""
 [[ $parts == all || -n $want_records ]] && do_records=yes
+do_batching=""
+[[ $parts == all || -n $want_batching ]] && do_batching=yes
 do_docs="" do_models=""
 [[ $parts == all || -n $want_docs ]] && do_docs=yes
 [[ $parts == all || -n $want_models ]] && do_models=yes
@@ -120,6 +150,8 @@ if [[ $mode == quick ]]; then
     doc_rounds=5
     model_rounds=3
     records_reps=5
+    batch_events=1000 batch_workers_n=1000 counter_n=2000
+    sec_ks=10,100 sec_events=200 sec_workers_n=80
 else
     raw_iters=20000 raw_warm=3000
     n_events=5000
@@ -129,7 +161,14 @@ else
     doc_rounds=9
     model_rounds=7
     records_reps=9
+    batch_events=10000 batch_workers_n=2000 counter_n=5000
+    sec_ks=1,10,100,1000 sec_events=1000 sec_workers_n=500
 fi
+# issue 14's: the executions of the batching rows, the proxy's delay each way
+batch_ks=1,10,100,1000
+delay_ms=${BENCH_DELAY_MS:-0.5}
+# with the other execution rows, the workers rows share their executions
+[[ $parts == all ]] && batch_workers_n=$n_events
 # the issue's sizes, in both modes: documents, single updates, bulk updates
 doc_n=10000 doc_updates=1000 doc_bulk=1000
 # issue 12's: documents inserted and loaded, tracked saves, bulk-saved deltas, atomic updates
@@ -147,6 +186,9 @@ cc -O2 -o "$out/raw_limit" "$here/raw_limit.c" $(pkg-config --cflags --libs libm
 # shellcheck disable=SC2046
 cc -O2 -o "$out/documents_limit" "$here/documents_limit.c" $(pkg-config --cflags --libs libmongoc-1.0) >>"$log" 2>&1 ||
     { tail -n 30 "$log" >&2; echo "run.sh: could not build bench/documents_limit.c" >&2; exit 1; }
+# shellcheck disable=SC2046
+cc -O2 -Wall -Wextra -Werror -o "$out/batch_limit" "$here/batch_limit.c" $(pkg-config --cflags --libs libmongoc-1.0) \
+    >>"$log" 2>&1 || { tail -n 30 "$log" >&2; echo "run.sh: could not build bench/batch_limit.c" >&2; exit 1; }
 # tools/pyenv's venv pins pymongo 4.10.1 (tools/requirements-test.txt), the
 # pymongo contender of the document rows.
 py=$("$root/tools/pyenv")
@@ -157,7 +199,9 @@ export PYTHONDONTWRITEBYTECODE=1   # no __pycache__ in bench/
 node=${NODE:-node}
 node_dir=$out/node
 node_ok=""
-if command -v "$node" >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+if [[ -z $do_docs && -z $do_models ]]; then
+    : # no row of this run needs the Node.js driver or Mongoose
+elif command -v "$node" >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
     want=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)
     if [[ -f $node_dir/.stamp && $(cat "$node_dir/.stamp") == "$want" && -d $node_dir/node_modules/mongodb &&
         -d $node_dir/node_modules/mongoose ]]; then
@@ -182,7 +226,15 @@ fi
 # ---- server
 prefix="msbench_$$_"
 server_dir=""
+proxy_pids=()
+sec_dir=""
 cleanup() {
+    local p
+    for p in "${proxy_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    if [[ -n $sec_dir ]]; then
+        "$root/tools/secantus-server" stop "$sec_dir" >/dev/null 2>&1 || true
+        rm -rf "$sec_dir"
+    fi
     if [[ -n ${uri:-} ]]; then
         "$py" - "$uri" "$prefix" >/dev/null 2>&1 <<'EOF' || true
 import sys, pymongo
@@ -286,6 +338,14 @@ if [[ -n $do_models ]]; then
         warm model_contender "$label" 0 1000 100 100 100 "${prefix}warm_models_$label" || true
     done
 fi
+if [[ -n $do_batching ]]; then
+    warm "$lua" "$here/batch.lua" "$uri" --ks 10,100 --events 200 --db "${prefix}warm_batch"
+    warm "$out/batch_limit" "$uri" "${prefix}warm_bl" warm 10,100 200
+    if [[ $parts != all ]]; then
+        warm "$lua" "$here/events.lua" "$uri" --n 300 --workers 4 --db "${prefix}warm_ms4"
+        warm "$py" "$here/harel_events.py" "$uri" --n 100 --workers 1 --db "${prefix}warm_h1"
+    fi
+fi
 "$py" - "$uri" "${prefix}warm" >/dev/null 2>&1 <<'EOF' || true
 import sys, pymongo
 c = pymongo.MongoClient(sys.argv[1])
@@ -356,6 +416,105 @@ if [[ $parts == all ]]; then
         "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 4 --db "${prefix}ms4" --label ms4
     run "harel events/s, 4 workers ($n_events executions)" \
         "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 4 --db "${prefix}h4" --label h4
+    run "mongostore events/s, 16 workers ($n_events executions)" \
+        "$lua" "$here/events.lua" "$uri" --n "$n_events" --workers 16 --db "${prefix}ms16" --label ms16
+    run "harel events/s, 16 workers ($n_events executions)" \
+        "$py" "$here/harel_events.py" "$uri" --n "$n_events" --workers 16 --db "${prefix}h16" --label h16
+fi
+
+# ---- issue 14's batching rows
+# start_proxy <delay ms> <uri>: a tools/delay-proxy in front of the server of
+# <uri> (one host, as the bench servers are); prints the URI through it.
+start_proxy() {
+    local delay=$1 u=$2 hostport pfile pid port i
+    hostport=${u#mongodb://}
+    hostport=${hostport#*@}
+    hostport=${hostport%%[/?]*}
+    pfile=$(mktemp "$out/proxy.XXXXXX")
+    "$root/tools/delay-proxy" --to "$hostport" --delay-ms "$delay" >"$pfile" 2>>"$log" &
+    pid=$!
+    proxy_pids+=("$pid")
+    for ((i = 0; i < 300; i++)); do
+        port=$(head -n 1 "$pfile")
+        [[ -n $port ]] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    rm -f "$pfile"
+    [[ -n $port ]] || { echo "run.sh: tools/delay-proxy did not start" >&2; return 1; }
+    echo "${u/$hostport/127.0.0.1:$port}"
+}
+# workers_rows <tag> <uri> <n>: mongostore and harel at 1, 4 and 16 worker
+# processes on <n> executions; <tag> ("" or "sec.") prefixes the keys
+# (<tag>ms<W>.*, <tag>h<W>.*).
+workers_rows() {
+    local tag=$1 u=$2 n=$3 w dbt=${1//./_}
+    for w in 1 4 16; do
+        run "${tag:+$tag }mongostore events/s, $w worker(s) ($n executions)" \
+            "$lua" "$here/events.lua" "$u" --n "$n" --workers "$w" --db "${prefix}${dbt}ms$w" --label "${tag}ms$w"
+        run "${tag:+$tag }harel events/s, $w worker(s) ($n executions)" \
+            "$py" "$here/harel_events.py" "$u" --n "$n" --workers "$w" --db "${prefix}${dbt}h$w" --label "${tag}h$w"
+    done
+}
+if [[ -n $do_batching ]]; then
+    echo "RESULT meta.batch_sizes $batch_ks $batch_events $delay_ms" >>"$results"
+    proxy_uri="" proxy0_uri=""
+    if proxy_uri=$(start_proxy "$delay_ms" "$uri") && proxy0_uri=$(start_proxy 0 "$uri"); then
+        note "delay proxy (${delay_ms} ms each way) at $proxy_uri, delay 0 at $proxy0_uri"
+        run "round trips direct and through the proxy (its own cost at delay 0)" \
+            "$out/batch_limit" ping direct="$uri" proxy0="$proxy0_uri" proxy="$proxy_uri"
+    else
+        note "FAILED: the delay proxy did not start: the proxy rows read not measured"
+        failures=$((failures + 1))
+        echo "RESULT meta.failed.$failures tools/delay-proxy did not start" >>"$results"
+        proxy_uri=""
+    fi
+    for net in lo px; do
+        u=$uri
+        if [[ $net == px ]]; then
+            [[ -n $proxy_uri ]] || continue
+            u=$proxy_uri
+        fi
+        run "batched vs one-event delivery, K = $batch_ks ($net)" \
+            "$lua" "$here/batch.lua" "$u" --ks "$batch_ks" --events "$batch_events" --db "${prefix}b$net" --label "b.$net"
+        run "libmongoc alone, batched round trips, K = $batch_ks ($net)" \
+            "$out/batch_limit" "$u" "${prefix}bl$net" "bl.$net" "$batch_ks" "$batch_events"
+    done
+    # with the other execution rows, 1, 4 and 16 workers are the Events/s rows' (ms<W>, h<W>)
+    [[ $parts == all ]] || workers_rows "" "$uri" "$batch_workers_n"
+    # the counter change: the two settings take turns, so drift falls on both
+    for r in 1 2; do
+        for sb in 1 1000; do
+            run "commits/s with emits, 16 workers, seq_block $sb, round $r ($counter_n executions)" \
+                "$lua" "$here/events.lua" "$uri" --n "$counter_n" --workers 16 --emit 1 --seq-block "$sb" \
+                --db "${prefix}c${sb}r$r" --label "c$sb.r$r"
+        done
+    done
+    # one short pass on SecantusDB, loopback
+    if [[ ${BENCH_SECANTUS:-1} != 0 ]]; then
+        sec_dir=$(mktemp -d "$out/secantus.XXXXXX")
+        if sec_uri=$("$root/tools/secantus-server" start "$sec_dir" 2>>"$log"); then
+            note "SecantusDB at $sec_uri (pid $(cat "$sec_dir/server.pid"))"
+            echo "RESULT meta.secantus $sec_events $sec_workers_n" >>"$results"
+            warm "$lua" "$here/batch.lua" "$sec_uri" --ks 10 --events 100 --db "${prefix}warm_sb"
+            run "SecantusDB: batched vs one-event delivery, K = $sec_ks" \
+                "$lua" "$here/batch.lua" "$sec_uri" --ks "$sec_ks" --events "$sec_events" --db "${prefix}sb" --label "b.sec"
+            run "SecantusDB: libmongoc alone, batched round trips, K = $sec_ks" \
+                "$out/batch_limit" "$sec_uri" "${prefix}sbl" "bl.sec" "$sec_ks" "$sec_events"
+            workers_rows "sec." "$sec_uri" "$sec_workers_n"
+            "$root/tools/secantus-server" stop "$sec_dir" >/dev/null 2>&1 || true
+            rm -rf "$sec_dir"
+            sec_dir=""
+        else
+            note "FAILED: SecantusDB did not start (see $log): its rows read not measured"
+            failures=$((failures + 1))
+            echo "RESULT meta.failed.$failures SecantusDB did not start" >>"$results"
+        fi
+    fi
+fi
+
+# The latency and scale rows last: they leave up to a million executions in the server.
+if [[ $parts == all ]]; then
     run "commit latency at events $points (budget ${commit_budget}s)" \
         "$lua" "$here/latency.lua" "$uri" --part commit --points "$points" --budget "$commit_budget" --db "${prefix}lat"
     run "commit latency with dedupe_window $short_window at events $short_points (budget ${short_budget}s)" \
