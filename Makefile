@@ -88,10 +88,10 @@ valgrind-test: deps lint
 	@$(MAKE) --no-print-directory mongostore/core.so build/jit/mongostore/core.so
 	@tools/with-server tools/run-suites valgrind
 
-# Issue 5's execution benchmarks and issue 11's document rows
-# (bench/RESULTS.md); BENCH_ARGS=--quick for a ~4-minute run,
-# `bench/run.sh --quick --documents` for the document rows alone. Never part
-# of `make test`.
+# The benchmarks (bench/run.sh, written to bench/RESULTS.md): executions,
+# batching, documents, models, records; BENCH_ARGS=--quick for a ~10-minute
+# run, `bench/run.sh --quick --batching` (or --documents, --models,
+# --records) for one section. Never part of `make test`.
 bench:
 	@tools/deps.sh bench
 	@bench/run.sh $(BENCH_ARGS)
