@@ -128,21 +128,27 @@ static lua_Integer entries_seen(const bson_t *doc, const claim_t *k) {
   return n;
 }
 
+/* The update both claim paths send: $set <field>_claim = { until, token }. */
+static void append_claim_stamp(bson_t *u, const claim_t *k) {
+  bson_t set, stamp;
+  bson_append_document_begin(u, "$set", 4, &set);
+  bson_append_document_begin(&set, k->claim, -1, &stamp);
+  bson_append_double(&stamp, "until", 5, k->until);
+  bson_append_utf8(&stamp, "token", 5, k->token, (int)k->toklen);
+  bson_append_document_end(&set, &stamp);
+  bson_append_document_end(u, &set);
+}
+
 /* Stamps every document of `ids` (an array under "$in") that is still
  * unclaimed with the claim, in one update. */
 static int claim_all(ms_store_t *s, const claim_t *k, const bson_t *ids, bson_error_t *be) {
-  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, in, set, stamp;
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, in;
   int ok;
   bson_append_document_begin(&q, "_id", 3, &in);
   bson_append_array(&in, "$in", 3, ids);
   bson_append_document_end(&q, &in);
   append_unclaimed(&q, k->claim, k->now);
-  bson_append_document_begin(&u, "$set", 4, &set);
-  bson_append_document_begin(&set, k->claim, -1, &stamp);
-  bson_append_double(&stamp, "until", 5, k->until);
-  bson_append_utf8(&stamp, "token", 5, k->token, (int)k->toklen);
-  bson_append_document_end(&set, &stamp);
-  bson_append_document_end(&u, &set);
+  append_claim_stamp(&u, k);
   ok = mongoc_collection_update_many(s->exes, &q, &u, NULL, NULL, be);
   bson_destroy(&q);
   bson_destroy(&u);
@@ -154,17 +160,12 @@ static int claim_all(ms_store_t *s, const claim_t *k, const bson_t *ids, bson_er
  * entries (*reply, always initialised: its "value" is null when another
  * relay claimed it first). */
 static int claim_one(ms_store_t *s, const claim_t *k, const bson_value_t *id, bson_t *reply, bson_error_t *be) {
-  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set, stamp, fields = BSON_INITIALIZER;
+  bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, fields = BSON_INITIALIZER;
   mongoc_find_and_modify_opts_t *fam;
   int ok;
   bson_append_value(&q, "_id", 3, id);
   append_unclaimed(&q, k->claim, k->now);
-  bson_append_document_begin(&u, "$set", 4, &set);
-  bson_append_document_begin(&set, k->claim, -1, &stamp);
-  bson_append_double(&stamp, "until", 5, k->until);
-  bson_append_utf8(&stamp, "token", 5, k->token, (int)k->toklen);
-  bson_append_document_end(&set, &stamp);
-  bson_append_document_end(&u, &set);
+  append_claim_stamp(&u, k);
   bson_append_int32(&fields, k->field, -1, 1);
   fam = mongoc_find_and_modify_opts_new();
   mongoc_find_and_modify_opts_set_update(fam, &u);
