@@ -10,12 +10,14 @@ local M = {}
 
 -- Events the engine itself gives meaning to; a chart may handle Cancel,
 -- Timeout and Finished with transitions, the others are driven by the engine.
-M.RESERVED = { Start = true, Finished = true, Timeout = true, Cancel = true, Reset = true, SetState = true,
+M.RESERVED = { Start = true, Finished = true, Returned = true, Timeout = true, Cancel = true, Reset = true,
+               SetState = true,
                Terminate = true, Suspend = true, Resume = true }
 
 local STATE_KEYS = {
   [1] = true, initial = true, states = true, transitions = true, orthogonal = true, final = true,
   timeout = true, on_enter = true, on_exit = true, on_activity = true, defer = true, history = true,
+  invoke = true, with = true, each = true, as = true, carry = true,
 }
 local TRANSITION_KEYS = {
   from = true, to = true, on = true, where = true, select = true, join = true, else_to = true,
@@ -37,6 +39,66 @@ local function check_name(chart_id, parent_path, name)
 end
 
 local function is_fn(v) return type(v) == "function" end
+
+-- carry = { "key", ... }: the context keys a child execution reports to its
+-- parent when it finishes (harel's `carry`), under a chart that reports
+-- carried keys (report = "carry").
+function M.check_carry(list, bad)
+  if type(list) ~= "table" or #list == 0 then bad("carry must be a non-empty list of context keys") end
+  local out = {}
+  for i, k in ipairs(list) do
+    if type(k) ~= "string" or k == "" then bad("carry must be a non-empty list of context keys") end
+    out[i] = k
+  end
+  return out
+end
+
+-- invoke = "chart id": entering the state starts that chart as a child
+-- execution and waits for it; its Finished comes back as a Returned event.
+-- with = { child_key = "parent_key" } is what the child starts with; each =
+-- "list key", as = "name" fans out one child per entry of the context list,
+-- joined like an orthogonal state's regions.
+local function with_map(chart_id, path, with)
+  local out = {}
+  if type(with) ~= "table" then fail(chart_id, path, "with must map child keys to parent keys") end
+  for ck, pk in pairs(with) do
+    if type(ck) ~= "string" or ck == "" or type(pk) ~= "string" or pk == "" then
+      fail(chart_id, path, "with must map child keys to parent keys (strings)")
+    end
+    out[ck] = pk
+  end
+  return out
+end
+
+local function check_invoke(chart_id, path, def, node)
+  local inv = def.invoke
+  if inv == nil then
+    for _, k in ipairs { "each", "as" } do
+      if def[k] ~= nil then fail(chart_id, path, "%s belongs to an invoke (invoke = \"chart id\")", k) end
+    end
+    if def.with ~= nil then
+      -- on an orthogonal state: what each region starts with
+      if def.orthogonal ~= true then
+        fail(chart_id, path, "with belongs to an invoke or an orthogonal state")
+      end
+      node.with = with_map(chart_id, path, def.with)
+    end
+    return
+  end
+  if type(inv) ~= "string" or inv == "" then fail(chart_id, path, "invoke must be a chart id (a non-empty string)") end
+  if def.states ~= nil or def.orthogonal ~= nil or def.final ~= nil then
+    fail(chart_id, path, "an invoke state is a leaf: no states, orthogonal or final")
+  end
+  local with = def.with ~= nil and with_map(chart_id, path, def.with) or {}
+  if (def.each == nil) ~= (def.as == nil) then fail(chart_id, path, "each and as go together: each = \"list key\", as = \"name\"") end
+  if def.each ~= nil then
+    if type(def.each) ~= "string" or def.each == "" or type(def.as) ~= "string" or def.as == "" then
+      fail(chart_id, path, "each and as must be non-empty strings")
+    end
+    node.each, node.as = def.each, def.as
+  end
+  node.invoke, node.with, node.with_given = inv, with, def.with ~= nil
+end
 
 -- Builds the node for one state table (recursively).
 local function build_node(chart_id, def, parent, index)
@@ -85,6 +147,8 @@ local function build_node(chart_id, def, parent, index)
     node.outcome = type(def.final) == "string" and def.final or nil
     if def.states then fail(chart_id, path, "a final state cannot have states") end
   end
+  if def.carry ~= nil then node.carry = M.check_carry(def.carry, function(m) fail(chart_id, path, "%s", m) end) end
+  check_invoke(chart_id, path, def, node)
   local states = def.states
   if states ~= nil then
     if type(states) ~= "table" or #states == 0 then fail(chart_id, path, "states must be a non-empty list") end
@@ -112,7 +176,9 @@ local function build_node(chart_id, def, parent, index)
     fail(chart_id, path, "initial given but the state has no states")
   end
   node.kind = node.orthogonal and "orthogonal" or (#node.children > 0 and "composite") or (node.final and "final")
-              or "leaf"
+              or (node.invoke and "invoke") or "leaf"
+  -- what waits on child executions and joins them: regions or a fan-out
+  node.joins = node.orthogonal or node.each ~= nil
   node.def_transitions = def.transitions
   return node
 end
@@ -202,7 +268,9 @@ local function compile_transitions(chart_id, scope, index, all)
         if d.join ~= "all" and d.join ~= "any" then
           fail(chart_id, src.path, "%s: join must be \"all\" or \"any\"", label)
         end
-        if not src.orthogonal then fail(chart_id, src.path, "%s: join is only for an orthogonal state", label) end
+        if not src.joins then
+          fail(chart_id, src.path, "%s: join is only for an orthogonal state or an invoke with each", label)
+        end
         if t.events then fail(chart_id, src.path, "%s: a join is automatic, it takes no on", label) end
         t.join = d.join
       end
@@ -210,7 +278,11 @@ local function compile_transitions(chart_id, scope, index, all)
         if not t.join then fail(chart_id, src.path, "%s: else_to belongs to a join", label) end
         t.else_target = target(d.else_to, "else_to")
       end
-      if src.orthogonal and not t.events and not t.join then t.join = "all" end
+      if src.joins and not t.events and not t.join then t.join = "all" end
+      if src.invoke and not src.each and not t.events then
+        fail(chart_id, src.path, "%s: an invoke state waits for its child: leave it on = \"Returned\" (or another "
+          .. "event), not automatically", label)
+      end
       all[#all + 1] = t
       src.outgoing[#src.outgoing + 1] = t
     end
@@ -313,14 +385,22 @@ function M.define(def)
   if type(id) ~= "string" or id == "" then error("chart.define: id must be a non-empty string", 2) end
   for k in pairs(def) do
     if k ~= "id" and k ~= "initial" and k ~= "states" and k ~= "transitions" and k ~= "history"
-      and k ~= "external" then
+      and k ~= "external" and k ~= "report" and k ~= "carry" then
       error(format("chart %s: unknown key '%s'", id, tostring(k)), 2)
     end
   end
   if def.states == nil then error(format("chart %s: states are required", id), 2) end
+  if def.report ~= nil and def.report ~= "context" and def.report ~= "carry" then
+    error(format("chart %s: report must be \"context\" or \"carry\"", id), 2)
+  end
   local index = {}
   local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, outgoing = {},
                  history = def.history ~= false, defer = {}, kind = "composite" }
+  if def.carry ~= nil then
+    local ok, err = pcall(M.check_carry, def.carry, function(m) error(format("chart %s: %s", id, m), 0) end)
+    if not ok then error(err, 2) end
+    root.carry = err
+  end
   index[""] = root
   if type(def.states) ~= "table" or #def.states == 0 then
     error(format("chart %s: states must be a non-empty list", id), 2)
@@ -349,7 +429,8 @@ function M.define(def)
     if not ok3 then error(err3, 2) end
     external = err3
   end
-  local fields = setmetatable({ id = id, root = root, index = index, external = external }, { __index = Chart })
+  local fields = setmetatable({ id = id, root = root, index = index, external = external,
+                                report = def.report or "context" }, { __index = Chart })
   return setmetatable({}, { __index = fields, __newindex = ChartMeta.__newindex, __name = ChartMeta.__name,
                             __metatable = ChartMeta })
 end

@@ -10,8 +10,8 @@ local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 local inbox = require "mongostore.inbox"
 
-local type, ipairs, error, tostring, setmetatable, getmetatable, pcall =
-  type, ipairs, error, tostring, setmetatable, getmetatable, pcall
+local type, pairs, ipairs, error, tostring, setmetatable, getmetatable, pcall =
+  type, pairs, ipairs, error, tostring, setmetatable, getmetatable, pcall
 local text_error = core.text_error
 local format = string.format
 
@@ -196,6 +196,13 @@ function M.new(opts)
   }, Engine)
 end
 
+-- The chart an execution runs: by its definition id, else (a child that
+-- another runner, harel's, started for an invoke) by the name it was
+-- invoked by.
+function Engine:chart_of(exe)
+  return self.charts[exe.definition_id] or (exe.definition_fqn and self.charts[exe.definition_fqn])
+end
+
 -- Adds a chart after construction.
 function Engine:register(c)
   if not chart_mod.is_chart(c) then error("register: expected a chart (chart.define)", 2) end
@@ -248,7 +255,7 @@ function Engine:deliver(id, event, timer_path, from_outside, fence)
       if type(armed) == "string" then return nil, armed, code end
       return nil, format("deliver %s to %s: no such execution", event.kind, id), "not_found"
     end
-    local c = self.charts[exe.definition_id]
+    local c = self:chart_of(exe)
     if not c then
       return nil, format("deliver %s to %s: no chart '%s' is registered", event.kind, id, exe.definition_id), "invalid"
     end
@@ -350,7 +357,7 @@ function Engine:deliver_many(items, deadline)
       if i then
         any = true
         local exe = exes[id]
-        local c = exe and self.charts[exe.definition_id]
+        local c = exe and self:chart_of(exe)
         if failed[id] then
           one(i)
         elseif out_of_time() then
@@ -615,6 +622,19 @@ local function release_claims(entries, release)
   end
 end
 
+-- An invoke's spawn names the chart in its context (harel's __invoke_fqn__):
+-- the child starts with the rest. Returns the context, the name and the
+-- chart id (nil when no such chart is registered).
+local function invoke_spawn(self, s)
+  local context = {}
+  for k, v in pairs(s.context) do
+    if k ~= "__invoke_fqn__" then context[k] = v end
+  end
+  local fqn = s.context.__invoke_fqn__
+  local c = type(fqn) == "string" and self.charts[fqn]
+  return context, fqn, c and c.id or nil
+end
+
 -- Creates each pending child (idempotently: an existing child is left as it
 -- is) and acks its entry. Returns how many entries it handled.
 function Engine:relay_spawns()
@@ -626,13 +646,23 @@ function Engine:relay_spawns()
   local n = 0
   for _, s in ipairs(entries) do
     local def, derr = self:definition_of(s.parent_id)
+    local context, fqn = s.context or {}, nil
+    if def and context.__invoke_fqn__ ~= nil then
+      -- an invoke: the child runs the chart it names, not the parent's
+      context, fqn, def = invoke_spawn(self, s)
+    end
     local done
     if not def then
-      self.log(format("spawn %s: parent %s: %s", s.child_id, s.parent_id, tostring(derr or "not found")))
-      done = derr == nil -- the parent is gone: nothing to spawn for
+      if fqn then
+        self.log(format("spawn %s: invoke of chart '%s', which is not registered", s.child_id, tostring(fqn)))
+      else
+        self.log(format("spawn %s: parent %s: %s", s.child_id, s.parent_id, tostring(derr or "not found")))
+        done = derr == nil -- the parent is gone: nothing to spawn for
+      end
     else
-      local ok, cerr = self:create{ definition_id = def, id = s.child_id, root_path = s.root_path,
-                                    parent_id = s.parent_id, child_id = s.child_id, context = s.context or {} }
+      local ok, cerr = self:create{ definition_id = def, definition_fqn = fqn, id = s.child_id,
+                                    root_path = s.root_path, parent_id = s.parent_id, child_id = s.child_id,
+                                    context = context }
       done = ok ~= nil
       if ok == nil then self.log(format("spawn %s: %s", s.child_id, tostring(cerr))) end
     end

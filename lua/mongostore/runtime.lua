@@ -90,9 +90,10 @@ function Step:emit(target_id, event)
   self.emits[n] = { target_id = target_id, event = event }
 end
 
--- Sends the same control event to every region still running.
+-- Sends the same control event to every child still running: regions and
+-- invoked charts alike (a cancel, a suspend reaches them all).
 function Step:emit_to_regions(kind, data)
-  for _, cid in ipairs(self:live_children()) do
+  for _, cid in ipairs(self:live_children(true)) do
     self:emit(cid, { kind = kind, data = data or {} })
   end
 end
@@ -174,16 +175,23 @@ function Step:exit_state(node)
   self:run_hook(node, "on_exit")
   if node.timeout then self:timer("cancel", node.path) end
   if node.parent then self.exe.history[node.parent.path] = node.path end
-  if node.orthogonal then self:stop_regions(node) end
+  if node.joins then
+    self:stop_regions(node)
+  elseif node.invoke then
+    self:stop_invoke(node)
+  end
 end
 
 ------------------------------------------------------------------------
 -- Orthogonal regions: each region runs as a child execution
 
-function Step:live_children()
+-- The children still running, sorted: the regions, which share the chart
+-- and see its events, and with submachines also the invoked charts, which
+-- are black boxes to the parent's events.
+function Step:live_children(submachines)
   local out = {}
   for cid, ch in pairs(self.exe.children) do
-    if not ch.finished and not ch.submachine then out[#out + 1] = cid end
+    if not ch.finished and (submachines or not ch.submachine) then out[#out + 1] = cid end
   end
   sort(out)
   return out
@@ -212,24 +220,145 @@ function Step:spawn_regions(node)
     local cid = format("%s:%s:%d", exe.id, region.path, seq)
     exe.children[cid] = { root_path = region.path, finished = false, result = {}, submachine = false,
                           key = region.path }
-    self.spawns[#self.spawns + 1] = { child_id = cid, root_path = region.path, context = copy(exe.context) }
+    local context
+    if node.with then
+      -- the orthogonal state's `with`: each region starts with those keys only
+      context = {}
+      for ck, pk in pairs(node.with) do
+        if exe.context[pk] ~= nil then context[ck] = copy(exe.context[pk]) end
+      end
+    else
+      context = copy(exe.context)
+    end
+    self.spawns[#self.spawns + 1] = { child_id = cid, root_path = region.path, context = context }
   end
 end
 
--- Leaving an orthogonal state: a later entry spawns fresh children, and any
--- region still running is told to stop.
+-- Leaving an orthogonal state (or a fan-out): a later entry spawns fresh
+-- children, and any child still running is told to stop.
 function Step:stop_regions(node)
   local exe = self.exe
   exe.invoke_seq[node.path] = (exe.invoke_seq[node.path] or 0) + 1
   self:emit_to_regions("Cancel", { reason = "left " .. node.path })
 end
 
+------------------------------------------------------------------------
+-- Invoke: another chart runs as a child execution
+
+-- The child id of a single invoke at its current entry.
+function Step:invoke_id(node)
+  return format("%s:%s:%d", self.exe.id, node.path, self.exe.invoke_seq[node.path] or 0)
+end
+
+-- What a child of an invoke starts with: the keys `with` names, copied from
+-- the parent's context (a fan-out's `as` name standing for the entry), and
+-- the chart to run, which the spawn relay takes out (harel's form, so
+-- either side's relay can create the child).
+function Step:invoke_context(node, item)
+  local ctx, context = {}, self.exe.context
+  for ck, pk in pairs(node.with) do
+    if node.as ~= nil and pk == node.as then
+      ctx[ck] = copy(item)
+    elseif context[pk] ~= nil then
+      ctx[ck] = copy(context[pk])
+    elseif node.each then
+      ctx[ck] = null -- a fan-out's child gets the key, as harel passes it
+    end
+  end
+  if node.each and not node.with_given then ctx[node.as] = copy(item) end
+  ctx.__invoke_fqn__ = node.invoke
+  return ctx
+end
+
+function Step:spawn_child(cid, node, key, item)
+  self.exe.children[cid] = { root_path = "", finished = false, result = {}, submachine = true, key = key }
+  self.spawns[#self.spawns + 1] = { child_id = cid, root_path = "", context = self:invoke_context(node, item) }
+end
+
+-- Reaching an invoke state starts its child once per entry: one for a
+-- single invoke, one per entry of the context list for a fan-out (none for
+-- an empty list, and the join passes at once).
+function Step:spawn_invoke(node)
+  local exe = self.exe
+  if node.each == nil then
+    local cid = self:invoke_id(node)
+    if exe.children[cid] == nil then self:spawn_child(cid, node, node.path) end
+    return
+  end
+  local marker = self:invoke_id(node)
+  local owned = marker .. ":"
+  for c in pairs(exe.children) do
+    if c:sub(1, #owned) == owned then return end -- this entry fanned out already
+  end
+  exe.children = {}
+  local list = exe.context[node.each]
+  if type(list) ~= "table" or list == null then
+    if list ~= nil and list ~= null then
+      error(action_error(format("invoke of %s for each entry: context.%s must be a list, got %s", node.path,
+        node.each, type(list))), 0)
+    end
+    list = {}
+  end
+  for i, item in ipairs(list) do
+    self:spawn_child(format("%s:%d", marker, i - 1), node, format("%s:%d", node.path, i - 1), item)
+  end
+end
+
+-- Leaving a single invoke state before its child returned: the child is
+-- told to stop, and a later entry starts a fresh one.
+function Step:stop_invoke(node)
+  local exe = self.exe
+  local cid = self:invoke_id(node)
+  exe.invoke_seq[node.path] = (exe.invoke_seq[node.path] or 0) + 1
+  local ch = exe.children[cid]
+  if ch and not ch.finished then
+    self:emit(cid, { kind = "Cancel", data = { reason = "left " .. node.path } })
+  end
+end
+
+-- The child of the active single invoke finished: its outcome and result
+-- come to the chart as a Returned event. A chart with no transition for it
+-- stays where it is. True when a transition was taken.
+function Step:returned(node, cid)
+  local exe = self.exe
+  local ch = exe.children[cid]
+  local data = {}
+  for k, v in pairs(ch.result or {}) do data[k] = v end
+  data.outcome = ch.outcome == nil and null or ch.outcome
+  local event = { id = "returned:" .. cid, kind = "Returned", data = data }
+  local t = self:select_transition(event)
+  if not t then return false end
+  -- spent: leaving the state starts no Cancel, a later entry a fresh child
+  exe.children[cid] = nil
+  self.event = event
+  self:microstep(t, self:resolve_target(t, event), event)
+  return true
+end
+
 local function region_ok(outcome)
   return outcome == nil or outcome == "success"
 end
 
+-- A chart that reports carried keys (report = "carry", harel's form) keys
+-- every child's { outcome, carried keys... } and sets region_results only
+-- when some child reported something; the default keys each finished
+-- child's { outcome, context }.
 function Step:collect_region_results()
   local results = {}
+  if self.chart.report == "carry" then
+    local any = false
+    for _, ch in pairs(self.exe.children) do
+      local r = { outcome = ch.outcome == nil and null or ch.outcome }
+      if ch.outcome ~= nil then any = true end
+      for k, v in pairs(ch.result or {}) do
+        r[k] = v
+        any = true
+      end
+      results[ch.key ~= "" and ch.key or ch.root_path] = r
+    end
+    if any then self.exe.context.region_results = results end
+    return
+  end
   for _, ch in pairs(self.exe.children) do
     if ch.finished then
       results[ch.key ~= "" and ch.key or ch.root_path] = { outcome = ch.outcome or null, context = ch.result or {} }
@@ -402,6 +531,7 @@ function Step:enter_descendants(node)
       self:spawn_regions(node)
       return
     end
+    if node.invoke then return end -- its child starts when the macrostep settles here
     if #node.children == 0 then return end
     local child
     if node.history then child = self:node(exe.history[node.path]) end
@@ -478,7 +608,11 @@ function Step:complete_macrostep()
   for _ = 1, MAX_EVENTLESS do
     if FINISHED[exe.status] or exe.status ~= "RUNNING" then return end
     local active = self:node(exe.active_path)
-    local orthogonal = active.orthogonal and self:complete_orthogonal(active)
+    if active.invoke then
+      self:spawn_invoke(active)
+      if not active.each then return end -- waits for Returned
+    end
+    local orthogonal = active.joins and self:complete_orthogonal(active)
     if orthogonal == "wait" then return end
     if orthogonal ~= "taken" then
       local auto = self:select_eventless_transition(active)
@@ -515,17 +649,22 @@ end
 function Step:report_finished()
   local exe = self.exe
   if exe.parent_id == nil then return end
-  local result = copy(exe.context)
-  result.region_results = nil
   -- a region stopped from outside has no outcome of its own: say how it ended,
   -- so a join does not count it as a success
   local outcome = exe.outcome or (exe.status == "CANCELLED" and "cancelled") or
                   (exe.status == "FAILED" and "failed") or null
-  self:emit(exe.parent_id, {
-    id = "finished:" .. exe.id,
-    kind = "Finished",
-    data = { child_id = exe.child_id or exe.id, outcome = outcome, status = exe.status, result = result },
-  })
+  local data = { child_id = exe.child_id or exe.id, outcome = outcome }
+  if self.chart.report == "carry" then
+    -- harel's form: the carried keys beside the outcome, nothing else
+    for _, k in ipairs(self:root().carry or {}) do
+      if exe.context[k] ~= nil then data[k] = copy(exe.context[k]) end
+    end
+  else
+    local result = copy(exe.context)
+    result.region_results = nil
+    data.status, data.result = exe.status, result
+  end
+  self:emit(exe.parent_id, { id = "finished:" .. exe.id, kind = "Finished", data = data })
 end
 
 ------------------------------------------------------------------------
@@ -537,7 +676,7 @@ function Step:macrostep(event)
   local t = self:select_transition(event)
   if t then
     self:microstep(t, self:resolve_target(t, event), event)
-  elseif active.orthogonal and #self:live_children() > 0 then
+  elseif active.orthogonal and #self:live_children(false) > 0 then
     -- the regions run the chart below this state: they get the event
     for _, cid in ipairs(self:live_children()) do
       self:emit(cid, { id = event.id .. "@" .. cid, kind = event.kind, data = copy(event.data),
@@ -590,16 +729,35 @@ function Step:stop(status, child_event)
   self:report_finished()
 end
 
+-- What a child reported: ours carry its context as result; harel's (and a
+-- chart with report = "carry") put the carried keys beside the outcome.
+local FINISHED_KEYS = { child_id = true, outcome = true, status = true, result = true, __deferred__ = true }
+local function reported(data)
+  if type(data.result) == "table" and data.result ~= null then return data.result end
+  local out = {}
+  for k, v in pairs(data) do
+    if not FINISHED_KEYS[k] then out[k] = v end
+  end
+  return out
+end
+
 function Step:child_finished(event)
   local exe = self.exe
   local data = event.data or {}
-  local ch = exe.children[data.child_id]
+  local cid = data.child_id
+  local ch = exe.children[cid]
   if ch and not ch.finished then
     ch.finished = true
     ch.outcome = data.outcome ~= null and data.outcome or nil
-    ch.result = type(data.result) == "table" and data.result or {}
+    ch.result = reported(data)
   end
-  if exe.status == "RUNNING" then self:complete_macrostep() end
+  if exe.status ~= "RUNNING" then return end
+  local active = self:node(exe.active_path)
+  if active and active.invoke and not active.each then
+    -- only the child of this entry returns to it; an earlier one's is spent
+    if not (ch and cid == self:invoke_id(active) and self:returned(active, cid)) then return end
+  end
+  self:complete_macrostep()
 end
 
 function Step:timeout(event, armed, opts)
@@ -648,7 +806,11 @@ end
 function Step:reset()
   local exe = self.exe
   local active = self:node(exe.active_path)
-  if active and active.orthogonal then self:stop_regions(active) end
+  if active and active.joins then
+    self:stop_regions(active)
+  elseif active and active.invoke then
+    self:stop_invoke(active)
+  end
   self:cancel_all_timers()
   exe.children, exe.context, exe.history, exe.deferred = {}, {}, {}, array()
   exe.active_path, exe.outcome, exe.error, exe.finished_at = nil, nil, nil, nil
@@ -660,7 +822,7 @@ function Step:set_state(event)
   local exe = self.exe
   local path = event.data and event.data.path
   local node = type(path) == "string" and self:node(path)
-  if not node or #node.children > 0 or exe.status ~= "RUNNING" or #self:live_children() > 0 then return end
+  if not node or #node.children > 0 or exe.status ~= "RUNNING" or #self:live_children(true) > 0 then return end
   local root = self:root()
   if not (root == self.chart.root or is_ancestor(root, node)) then return end
   local p = node.parent

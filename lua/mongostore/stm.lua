@@ -62,7 +62,6 @@ end
 local UNRUNNABLE_EVENTS = {
   error = "harel routes a failed action to an `on error` transition; mongostore's engine fails the execution",
   Expired = "Expired comes from a machine's ttl, which mongostore's engine does not run",
-  Returned = "Returned comes from an invoked child machine (invoke), which mongostore's engine does not run",
 }
 
 -- harel's reserved kinds are never checked against declarations.
@@ -449,21 +448,25 @@ function Compiler:transition(t)
   return d
 end
 
+local function plain_list(l)
+  local out = {}
+  for i, v in ipairs(l) do out[i] = v end
+  return out
+end
+
 -- Constructs of a state (or the machine) the engine cannot run, by name.
 function Compiler:refusals(cfg, info, what, is_machine)
   local at = info.at
   local function p(key) return at[key] or cfg.__pos__ end
-  if at.invoke or cfg.invoke or cfg.invoke_each or cfg.invoke_inline then
-    self:refuse(at.invoke, "invoke", "a child chart execution (and `invoke ... for` fan-out) needs engine "
-      .. "support mongostore does not have yet")
+  if cfg.invoke_inline then
+    self:refuse(at.invoke, "an inline invoke body", "mongostore invokes a chart by its id: declare the body as "
+      .. "a machine of its own and `invoke` it by name")
   end
-  if cfg.invoke_with then
-    self:refuse(p("invoke_with"), "with", "it passes context to an invoked child (invoke), which mongostore's "
-      .. "engine does not run yet")
+  if at.invoke and not cfg.invoke and not cfg.invoke_inline then
+    self:fail(at.invoke, "`invoke` names no machine: `invoke NAME`")
   end
-  if cfg.carry then
-    self:refuse(p("carry"), "carry", "a region's Finished carries its whole context in mongostore (result), "
-      .. "not a chosen set of keys")
+  if cfg.invoke_with and not cfg.invoke and cfg.type ~= "OrthogonalState" then
+    self:fail(p("invoke_with"), "`with` passes context to an `invoke` or to an orthogonal state's regions")
   end
   if cfg.cancel_on_failure then
     self:refuse(p("cancel_on_failure"), "cancel_on_failure", "mongostore's joins wait for every region "
@@ -498,7 +501,16 @@ function Compiler:state(name, cfg, path)
   self.state_pos[path] = { cfg.__pos__, self.src }
   self:refusals(cfg, info, "state " .. path, false)
   local def = { name }
-  if cfg.type == "OrthogonalState" then def.orthogonal = true end
+  if cfg.type == "OrthogonalState" then
+    def.orthogonal = true
+    -- harel's regions start with what `with` passes down, nothing else
+    def.with = cfg.invoke_with or {}
+  elseif cfg.invoke then
+    def.invoke = cfg.invoke
+    def.with = cfg.invoke_with or {}
+    if cfg.invoke_each then def.as, def.each = cfg.invoke_each[1], cfg.invoke_each[2] end
+  end
+  if cfg.carry then def.carry = plain_list(cfg.carry) end
   if cfg.start then def.initial = cfg.start end
   for _, hook in ipairs { "on_enter", "on_exit", "on_activity" } do
     if cfg[hook] then def[hook] = self:hook(cfg[hook]) end
@@ -603,7 +615,9 @@ function M.to_chart(text, opts)
     state_pos = {}, transition_pos = {}, outcome_at = {},
   }, Compiler)
   self:refusals(cfg, meta[cfg], "machine " .. name, true)
-  local def = { id = opts.id or name, initial = cfg.start }
+  -- a child reports harel's way: its outcome and the keys it carries
+  local def = { id = opts.id or name, initial = cfg.start, report = "carry" }
+  if cfg.carry then def.carry = plain_list(cfg.carry) end
   if cfg.allow_history == false then def.history = false end
   self:children(def, cfg, meta[cfg], "")
   if def.states == nil then self:fail(cfg.__pos__, "machine %s has no states", name) end
