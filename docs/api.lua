@@ -3037,6 +3037,11 @@ local order = chart.define{
             { "history", "boolean?", "false: the top level has no history", default = "true" },
             { "external", "string[]?", "the kinds that may come from outside; each must be handled by some "
               .. "transition, and none may be reserved" },
+            { "report", "\"context\"|\"carry\"?", "what an execution of this chart started as a child reports to "
+              .. "its parent when it finishes: its whole context (`result`), or harel's form, its outcome and the "
+              .. "`carry` keys beside it (a .stm chart's)", default = "\"context\"" },
+            { "carry", "string[]?", "the context keys an invoked execution of this chart carries back, under "
+              .. "report = \"carry\"" },
           } },
         { class = "mongostore.StateDef",
           desc = "A state: `{ \"Name\", ... }`; an unknown key raises.",
@@ -3055,6 +3060,17 @@ local order = chart.define{
               "hook run, on the active state, for an event no transition takes and the state does not defer" },
             { "defer", "string[]?", "kinds held while nothing handles them, until a state that does is entered" },
             { "history", "boolean?", "false: enter at the initial state, not the remembered one", default = "true" },
+            { "invoke", "string?", "a leaf that runs the chart of this id as a child execution and waits for it; "
+              .. "its result comes back as a `Returned` event (`data.outcome` and what it reported)" },
+            { "with", "table<string, string>?", "child key -> parent key: what an invoked child (or, on an "
+              .. "orthogonal state, each region) starts with", default = "an invoked child: nothing; a region: a "
+              .. "copy of the whole context" },
+            { "each", "string?", "with `invoke`: the context list to fan out over, one child per entry, joined "
+              .. "like regions" },
+            { "as", "string?", "with `each`: the name an entry goes by in `with`; without `with`, each child gets "
+              .. "its entry under this key" },
+            { "carry", "string[]?", "on a region: the context keys it carries back under the chart's "
+              .. "report = \"carry\"" },
           } },
         { class = "mongostore.TransitionDef",
           desc = "A transition; an unknown key raises.",
@@ -3066,8 +3082,8 @@ local order = chart.define{
             { "select", "fun(context: table, event: mongostore.Event): string?", "picks a key of `to`" },
             { "action", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?",
               "runs between the exits and the entries" },
-            { "join", "\"all\"|\"any\"?", "out of an orthogonal state: when every region (or the first) has "
-              .. "finished", default = "\"all\"" },
+            { "join", "\"all\"|\"any\"?", "out of an orthogonal state (or an invoke with `each`): when every "
+              .. "region or child (or the first) has finished", default = "\"all\"" },
             { "else_to", "string?", "the join's target when a finished region's outcome is neither "
               .. "`success` nor nil" },
           } },
@@ -3178,7 +3194,15 @@ F(p = ...) as Name` (expanded as harel's loader does: a child state named by
 the alias, its parameters filled in, nested uses forwarding them), and `import
 "file.stm" [as alias]` with `opts.base_dir` (each file read once, relative to
 the one importing it; its events, bindings, guards and fragments merged in,
-the fragments named `alias.F` under an alias, all in one space as in harel). An action is
+the fragments named `alias.F` under an alias, all in one space as in harel),
+`invoke NAME [for V in LIST] with { child: parent ... }` (`invoke`, `each`,
+`as` and `with`: NAME is the id of a chart registered with the engine, so
+read each machine with its own `chart.from_stm(text, { machine = NAME })`;
+`on Returned where outcome == ...` routes on the child's result) and `carry
+KEY, ...` (what a region or an invoked machine reports back). A .stm chart
+runs harel's conventions for children: a region starts with what the
+orthogonal state's `with` passes (nothing without one), and a child reports
+its outcome with its carried keys (`report = "carry"`). An action is
 found in `opts.actions` by its handler name, then by the path a `bind` gives it
 (or the literal dotted path), then as the field of the module `require` finds;
 `opts.guards` overrides a `guard` declaration.
@@ -3186,9 +3210,9 @@ found in `opts.actions` by its handler name, then by the path a `bind` gives it
 Every error raises `stm: line L, column C: message` (`stm: FILE: line L, ...`
 in an imported file) followed by the line and a caret; harel's parser fails the same texts at the same place
 (`spec/02-store/stm_harel_spec.lua`). What mongostore's engine cannot run is
-refused by name, never dropped: `invoke` (and `invoke ... for`, `with`),
-`import` without `base_dir`, `carry`, `cancel_on_failure`,
-`ttl`, a typed `context` block, `on error`, `on Expired` and `on Returned`,
+refused by name, never dropped: an inline `invoke { ... }` body,
+`import` without `base_dir`, `cancel_on_failure`,
+`ttl`, a typed `context` block, `on error` and `on Expired`,
 `outcome` on a composite state, and hooks, a timeout, `defer` or `outcome` on
 the machine itself. A declared event's fields are checked by
 `stm.check_event`.]],
@@ -3334,6 +3358,11 @@ written and no hook has run.]],
           returns = {},
           raises = "a `c` that is not a chart",
           desc = "Adds a chart after construction." },
+        { method = "chart_of", of = "mongostore.Engine",
+          params = { { "exe", "mongostore.Execution", "an execution" } },
+          returns = { { "mongostore.Chart?", "the registered chart it runs, or nil" } },
+          desc = "The chart an execution runs: by its `definition_id`, else by the name it was invoked by "
+            .. "(`definition_fqn`, what harel's runner records on a child it started for an invoke)." },
         { class = "mongostore.Engine", desc = "An engine, from `engine.new`." },
       },
     },

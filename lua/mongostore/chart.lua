@@ -43,7 +43,7 @@ local function is_fn(v) return type(v) == "function" end
 -- carry = { "key", ... }: the context keys a child execution reports to its
 -- parent when it finishes (harel's `carry`), under a chart that reports
 -- carried keys (report = "carry").
-function M.check_carry(list, bad)
+local function check_carry(list, bad)
   if type(list) ~= "table" or #list == 0 then bad("carry must be a non-empty list of context keys") end
   local out = {}
   for i, k in ipairs(list) do
@@ -147,7 +147,7 @@ local function build_node(chart_id, def, parent, index)
     node.outcome = type(def.final) == "string" and def.final or nil
     if def.states then fail(chart_id, path, "a final state cannot have states") end
   end
-  if def.carry ~= nil then node.carry = M.check_carry(def.carry, function(m) fail(chart_id, path, "%s", m) end) end
+  if def.carry ~= nil then node.carry = check_carry(def.carry, function(m) fail(chart_id, path, "%s", m) end) end
   check_invoke(chart_id, path, def, node)
   local states = def.states
   if states ~= nil then
@@ -397,7 +397,7 @@ function M.define(def)
   local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, outgoing = {},
                  history = def.history ~= false, defer = {}, kind = "composite" }
   if def.carry ~= nil then
-    local ok, err = pcall(M.check_carry, def.carry, function(m) error(format("chart %s: %s", id, m), 0) end)
+    local ok, err = pcall(check_carry, def.carry, function(m) error(format("chart %s: %s", id, m), 0) end)
     if not ok then error(err, 2) end
     root.carry = err
   end

@@ -50,6 +50,10 @@ function M.expand(text, opts)
   local prog = load(text, opts)
   local order = meta[prog].machines
   local name = opts.machine or order[1]
+  if opts.machine == nil and #order > 1 then
+    -- as harel's loader: which one is for the caller to say
+    fail_at(text, 1, 1, "several machines (%s): pass machine = \"name\"", concat(order, ", "))
+  end
   if name == nil or prog.machines[name] == nil then
     fail_at(text, 1, 1, "no machine named '%s'", tostring(name))
   end

@@ -15,6 +15,8 @@
 ---@field transitions? mongostore.TransitionDef[] transitions between top-level states
 ---@field history? boolean false: the top level has no history
 ---@field external? string[] the kinds that may come from outside; each must be handled by some transition, and none may be reserved
+---@field report? "context"|"carry" what an execution of this chart started as a child reports to its parent when it finishes: its whole context (`result`), or harel's form, its outcome and the `carry` keys beside it (a .stm chart's)
+---@field carry? string[] the context keys an invoked execution of this chart carries back, under report = "carry"
 
 --- A state: `{ "Name", ... }`; an unknown key raises.
 ---@class mongostore.StateDef
@@ -30,6 +32,11 @@
 ---@field on_activity? fun(context: table, event: mongostore.Event, act: mongostore.Act) hook run, on the active state, for an event no transition takes and the state does not defer
 ---@field defer? string[] kinds held while nothing handles them, until a state that does is entered
 ---@field history? boolean false: enter at the initial state, not the remembered one
+---@field invoke? string a leaf that runs the chart of this id as a child execution and waits for it; its result comes back as a `Returned` event (`data.outcome` and what it reported)
+---@field with? table<string, string> child key -> parent key: what an invoked child (or, on an orthogonal state, each region) starts with
+---@field each? string with `invoke`: the context list to fan out over, one child per entry, joined like regions
+---@field as? string with `each`: the name an entry goes by in `with`; without `with`, each child gets its entry under this key
+---@field carry? string[] on a region: the context keys it carries back under the chart's report = "carry"
 
 --- A transition; an unknown key raises.
 ---@class mongostore.TransitionDef
@@ -39,7 +46,7 @@
 ---@field where? fun(data: table, context: table, event: mongostore.Event): boolean the guard
 ---@field select? fun(context: table, event: mongostore.Event): string picks a key of `to`
 ---@field action? fun(context: table, event: mongostore.Event, act: mongostore.Act) runs between the exits and the entries
----@field join? "all"|"any" out of an orthogonal state: when every region (or the first) has finished
+---@field join? "all"|"any" out of an orthogonal state (or an invoke with `each`): when every region or child (or the first) has finished
 ---@field else_to? string the join's target when a finished region's outcome is neither `success` nor nil
 
 --- What a hook gets as its third argument.

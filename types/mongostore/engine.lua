@@ -71,6 +71,11 @@ function engine.new(opts) end
 ---@param c mongostore.Chart a chart
 function Engine:register(c) end
 
+--- The chart an execution runs: by its `definition_id`, else by the name it was invoked by (`definition_fqn`, what harel's runner records on a child it started for an invoke).
+---@param exe mongostore.Execution an execution
+---@return the registered chart it runs, or nil mongostore.Chart?
+function Engine:chart_of(exe) end
+
 --- Creates the execution and applies `Start` in the same first commit. The same
 --- id again is the same execution; an id that holds another chart's execution is
 --- a `conflict`.
