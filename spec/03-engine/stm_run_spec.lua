@@ -217,3 +217,48 @@ function TestStmRun:test_a_chart_of_fragments_times_out_to_the_state_its_use_nam
   lu.assertEquals(exe.outcome, "success")
   lu.assertEquals(alerts, { { "Timeout", "high" } })
 end
+
+-- invoke.stm: checkout invokes charge with `with`, routes on the Returned
+-- outcome and the carried receipt, then fans out pack over its lines and
+-- joins them. Each machine is read as a chart of its own, by name.
+function TestStmRun:test_invoke_and_a_fan_out_from_stm()
+  local text = read("invoke.stm")
+  local charts = {}
+  for _, m in ipairs { "checkout", "charge", "pack" } do charts[#charts + 1] = chart.from_stm(text, { machine = m }) end
+  local e = engine_mod.new{ store = self.store, charts = charts, trace = true, log = function() end }
+  local lines = ms.array{ "a", "b" }
+  lu.assertEquals(e:start("checkout", { id = "i1", context = { total = 30, customer = "ann", lines = lines } }), "i1")
+  C.drain(e)
+  local charge = self:load("i1:Paying:0")
+  lu.assertEquals(charge.definition_id, "charge")
+  lu.assertEquals(charge.context, { amount = 30, customer = "ann" })
+  -- a declared event's fields are checked on the invoked chart too
+  local ok, _, code = e:send("i1:Paying:0", { kind = "Approve", data = { receipt = 5 } })
+  lu.assertNil(ok)
+  lu.assertEquals(code, "invalid")
+  lu.assertTrue(e:send("i1:Paying:0", { kind = "Approve", data = { receipt = "R-1" } }))
+  C.drain(e)
+  local exe = self:load("i1")
+  lu.assertEquals(exe.active_path, "Packing")
+  lu.assertEquals(exe.context.receipt, "R-1", "the carried receipt came back with Returned")
+  for i, sku in ipairs { "a", "b" } do
+    local cid = "i1:Packing:0:" .. (i - 1)
+    lu.assertEquals(self:load(cid).context, { sku = sku, customer = "ann" })
+    lu.assertTrue(e:send(cid, { kind = "Packed" }))
+  end
+  C.drain(e)
+  exe = self:load("i1")
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Done")
+  lu.assertEquals(exe.outcome, "success")
+  -- harel's form: each child's outcome beside the keys it carries
+  lu.assertEquals(exe.context.region_results, {
+    ["Packing:0"] = { outcome = "success", sku = "a" }, ["Packing:1"] = { outcome = "success", sku = "b" } })
+  -- a declined charge routes to Unpaid
+  e:start("checkout", { id = "i2", context = { total = 1, customer = "bo", lines = ms.array{} } })
+  C.drain(e)
+  lu.assertTrue(e:send("i2:Paying:0", { kind = "Decline" }))
+  C.drain(e)
+  lu.assertEquals(self:load("i2").active_path, "Unpaid")
+  lu.assertEquals(self:load("i2").outcome, "failure")
+end
