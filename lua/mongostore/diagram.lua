@@ -118,6 +118,10 @@ end
 local function state_notes(node, names)
   local lines = {}
   if node.orthogonal then lines[#lines + 1] = "orthogonal" end
+  if node.invoke then
+    -- the chart it runs as a child, and for a fan-out the list it runs over
+    lines[#lines + 1] = "invoke " .. node.invoke .. (node.each and (" for " .. node.as .. " in " .. node.each) or "")
+  end
   local t = node.timeout
   if type(t) == "number" then
     lines[#lines + 1] = format("timeout %ss", (t % 1 == 0) and format("%d", t) or format("%.14g", t))

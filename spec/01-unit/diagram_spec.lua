@@ -151,6 +151,30 @@ function TestStructure:test_names_label_guards_selectors_actions_and_hooks()
   lu.assertStrContains(m, "direction LR")
 end
 
+-- An invoke state names the chart it runs, and a fan-out the list; the
+-- fan-out's join is drawn as a region join is.
+local function invoke_chart()
+  return chart.define{ id = "invoking", initial = "Pay",
+    states = { { "Pay", invoke = "payment", with = { amount = "total" } },
+               { "Ship", invoke = "parcel", each = "parcels", as = "p" },
+               { "Done", final = "success" }, { "Lost", final = "lost" } },
+    transitions = { { from = "Pay", on = "Returned", to = "Ship" },
+                    { from = "Ship", join = "all", to = "Done", else_to = "Lost" } },
+  }
+end
+
+function TestStructure:test_invoke_states_name_their_chart()
+  local c = invoke_chart()
+  local dot = chart.to_dot(c)
+  lu.assertStrContains(dot, 'label="Pay\\ninvoke payment"')
+  lu.assertStrContains(dot, 'label="Ship\\ninvoke parcel for p in parcels"')
+  lu.assertStrContains(dot, 'label="else"')
+  svg_of(dot)
+  local m = chart.to_mermaid(c)
+  lu.assertStrContains(m, "invoke payment")
+  lu.assertStrContains(m, "invoke parcel for p in parcels")
+end
+
 function TestStructure:test_bad_arguments_raise_naming_them()
   local c = charts.flat()
   for _, fname in ipairs { "to_dot", "to_mermaid" } do
@@ -514,6 +538,7 @@ function TestMermaid:test_mermaid_parses_every_fixture_hostile_and_highlighted_d
   list[#list + 1] = charts.order()
   for _, c in ipairs(list) do texts[#texts + 1] = chart.to_mermaid(c) end
   texts[#texts + 1] = chart.to_mermaid(hostile_chart(), { title = 'a "title": {x}\n---' })
+  texts[#texts + 1] = chart.to_mermaid(invoke_chart())
   local c = charts.order()
   local exe, trace = run(c, { { "Start", { total = 5 } }, { "PlaceOrder" }, { "Declined" }, { "Paid", { amount = 5 } } })
   texts[#texts + 1] = chart.to_mermaid(c, { execution = exe, trace = trace, direction = "LR" })
