@@ -90,7 +90,9 @@ local function check_invoke(chart_id, path, def, node)
     fail(chart_id, path, "an invoke state is a leaf: no states, orthogonal or final")
   end
   local with = def.with ~= nil and with_map(chart_id, path, def.with) or {}
-  if (def.each == nil) ~= (def.as == nil) then fail(chart_id, path, "each and as go together: each = \"list key\", as = \"name\"") end
+  if (def.each == nil) ~= (def.as == nil) then
+    fail(chart_id, path, "each and as go together: each = \"list key\", as = \"name\"")
+  end
   if def.each ~= nil then
     if type(def.each) ~= "string" or def.each == "" or type(def.as) ~= "string" or def.as == "" then
       fail(chart_id, path, "each and as must be non-empty strings")

@@ -319,7 +319,7 @@ end
 -- The child of the active single invoke finished: its outcome and result
 -- come to the chart as a Returned event. A chart with no transition for it
 -- stays where it is. True when a transition was taken.
-function Step:returned(node, cid)
+function Step:returned(cid)
   local exe = self.exe
   local ch = exe.children[cid]
   local data = {}
@@ -755,7 +755,7 @@ function Step:child_finished(event)
   local active = self:node(exe.active_path)
   if active and active.invoke and not active.each then
     -- only the child of this entry returns to it; an earlier one's is spent
-    if not (ch and cid == self:invoke_id(active) and self:returned(active, cid)) then return end
+    if not (ch and cid == self:invoke_id(active) and self:returned(cid)) then return end
   end
   self:complete_macrostep()
 end
