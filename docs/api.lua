@@ -3037,11 +3037,14 @@ local order = chart.define{
             { "history", "boolean?", "false: the top level has no history", default = "true" },
             { "external", "string[]?", "the kinds that may come from outside; each must be handled by some "
               .. "transition, and none may be reserved" },
-            { "report", "\"context\"|\"carry\"?", "what an execution of this chart started as a child reports to "
-              .. "its parent when it finishes: its whole context (`result`), or harel's form, its outcome and the "
-              .. "`carry` keys beside it (a .stm chart's)", default = "\"context\"" },
+            { "dialect", "\"mongostore\"|\"harel\"?", "how children run (a .stm chart's is harel's): under "
+              .. "\"harel\" a finished child reports its outcome with its `carry` keys beside it (not its whole "
+              .. "context as `result`), `region_results` take that form and are set only when a child reported "
+              .. "something, a finished region rests on its final state, and while regions run a domain event "
+              .. "sent to the parent goes to them, with its own id, before any transition of the parent's",
+              default = "\"mongostore\"" },
             { "carry", "string[]?", "the context keys an invoked execution of this chart carries back, under "
-              .. "report = \"carry\"" },
+              .. "dialect = \"harel\"" },
           } },
         { class = "mongostore.StateDef",
           desc = "A state: `{ \"Name\", ... }`; an unknown key raises.",
@@ -3070,7 +3073,7 @@ local order = chart.define{
             { "as", "string?", "with `each`: the name an entry goes by in `with`; without `with`, each child gets "
               .. "its entry under this key" },
             { "carry", "string[]?", "on a region: the context keys it carries back under the chart's "
-              .. "report = \"carry\"" },
+              .. "dialect = \"harel\"" },
           } },
         { class = "mongostore.TransitionDef",
           desc = "A transition; an unknown key raises.",
@@ -3202,7 +3205,9 @@ read each machine with its own `chart.from_stm(text, { machine = NAME })`;
 KEY, ...` (what a region or an invoked machine reports back). A .stm chart
 runs harel's conventions for children: a region starts with what the
 orthogonal state's `with` passes (nothing without one), and a child reports
-its outcome with its carried keys (`report = "carry"`). An action is
+its outcome with its carried keys (`dialect = "harel"` in `chart.define`,
+which also gives an event sent to a parent with live regions to the regions
+first, as harel's runner does). An action is
 found in `opts.actions` by its handler name, then by the path a `bind` gives it
 (or the literal dotted path), then as the field of the module `require` finds;
 `opts.guards` overrides a `guard` declaration.

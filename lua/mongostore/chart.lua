@@ -41,8 +41,8 @@ end
 local function is_fn(v) return type(v) == "function" end
 
 -- carry = { "key", ... }: the context keys a child execution reports to its
--- parent when it finishes (harel's `carry`), under a chart that reports
--- carried keys (report = "carry").
+-- parent when it finishes (harel's `carry`), under harel's conventions
+-- (dialect = "harel").
 local function check_carry(list, bad)
   if type(list) ~= "table" or #list == 0 then bad("carry must be a non-empty list of context keys") end
   local out = {}
@@ -387,13 +387,13 @@ function M.define(def)
   if type(id) ~= "string" or id == "" then error("chart.define: id must be a non-empty string", 2) end
   for k in pairs(def) do
     if k ~= "id" and k ~= "initial" and k ~= "states" and k ~= "transitions" and k ~= "history"
-      and k ~= "external" and k ~= "report" and k ~= "carry" then
+      and k ~= "external" and k ~= "dialect" and k ~= "carry" then
       error(format("chart %s: unknown key '%s'", id, tostring(k)), 2)
     end
   end
   if def.states == nil then error(format("chart %s: states are required", id), 2) end
-  if def.report ~= nil and def.report ~= "context" and def.report ~= "carry" then
-    error(format("chart %s: report must be \"context\" or \"carry\"", id), 2)
+  if def.dialect ~= nil and def.dialect ~= "mongostore" and def.dialect ~= "harel" then
+    error(format("chart %s: dialect must be \"mongostore\" or \"harel\"", id), 2)
   end
   local index = {}
   local root = { name = "", path = "", depth = 0, children = {}, by_name = {}, outgoing = {},
@@ -432,7 +432,7 @@ function M.define(def)
     external = err3
   end
   local fields = setmetatable({ id = id, root = root, index = index, external = external,
-                                report = def.report or "context" }, { __index = Chart })
+                                dialect = def.dialect or "mongostore" }, { __index = Chart })
   return setmetatable({}, { __index = fields, __newindex = ChartMeta.__newindex, __name = ChartMeta.__name,
                             __metatable = ChartMeta })
 end

@@ -339,13 +339,13 @@ local function region_ok(outcome)
   return outcome == nil or outcome == "success"
 end
 
--- A chart that reports carried keys (report = "carry", harel's form) keys
+-- A chart of harel's conventions (dialect = "harel") keys
 -- every child's { outcome, carried keys... } and sets region_results only
 -- when some child reported something; the default keys each finished
 -- child's { outcome, context }.
 function Step:collect_region_results()
   local results = {}
-  if self.chart.report == "carry" then
+  if self.chart.dialect == "harel" then
     local any = false
     for _, ch in pairs(self.exe.children) do
       local r = { outcome = ch.outcome == nil and null or ch.outcome }
@@ -640,7 +640,12 @@ end
 function Step:finish()
   local exe = self.exe
   local root = self:root()
-  if exe.parent_id ~= nil and root ~= self.chart.root then self:exit_state(root) end
+  if exe.parent_id ~= nil and root ~= self.chart.root then
+    local at = exe.active_path
+    self:exit_state(root)
+    -- harel's region rests on the final state it reached
+    if self.chart.dialect == "harel" then exe.active_path = at end
+  end
   exe.status = "DONE"
   exe.finished_at = self.now
   self:report_finished()
@@ -654,7 +659,7 @@ function Step:report_finished()
   local outcome = exe.outcome or (exe.status == "CANCELLED" and "cancelled") or
                   (exe.status == "FAILED" and "failed") or null
   local data = { child_id = exe.child_id or exe.id, outcome = outcome }
-  if self.chart.report == "carry" then
+  if self.chart.dialect == "harel" then
     -- harel's form: the carried keys beside the outcome, nothing else
     for _, k in ipairs(self:root().carry or {}) do
       if exe.context[k] ~= nil then data[k] = copy(exe.context[k]) end
@@ -670,9 +675,22 @@ end
 ------------------------------------------------------------------------
 -- Macrostep: one event of the chart's own
 
+-- harel's conventions: while regions run, a domain event is theirs, before
+-- any transition of the parent's, with its own id (so either side's
+-- dedupe knows it), and the parent does not count it.
+function Step:forward_to_regions(event)
+  local live = self:live_children(false)
+  if #live == 0 then return false end
+  for _, cid in ipairs(live) do
+    self:emit(cid, { id = event.id, kind = event.kind, data = copy(event.data), created_time = event.created_time })
+  end
+  return true
+end
+
 function Step:macrostep(event)
   local exe = self.exe
   local active = self:node(exe.active_path)
+  if self.chart.dialect == "harel" and active.orthogonal and self:forward_to_regions(event) then return end
   local t = self:select_transition(event)
   if t then
     self:microstep(t, self:resolve_target(t, event), event)
@@ -730,7 +748,7 @@ function Step:stop(status, child_event)
 end
 
 -- What a child reported: ours carry its context as result; harel's (and a
--- chart with report = "carry") put the carried keys beside the outcome.
+-- chart with dialect = "harel") put the carried keys beside the outcome.
 local FINISHED_KEYS = { child_id = true, outcome = true, status = true, result = true, __deferred__ = true }
 local function reported(data)
   if type(data.result) == "table" and data.result ~= null then return data.result end

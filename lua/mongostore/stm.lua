@@ -619,8 +619,8 @@ function M.to_chart(text, opts)
     state_pos = {}, transition_pos = {}, outcome_at = {},
   }, Compiler)
   self:refusals(cfg, meta[cfg], "machine " .. name, true)
-  -- a child reports harel's way: its outcome and the keys it carries
-  local def = { id = opts.id or name, initial = cfg.start, report = "carry" }
+  -- children run and report harel's way (chart.define's dialect)
+  local def = { id = opts.id or name, initial = cfg.start, dialect = "harel" }
   if cfg.carry then def.carry = plain_list(cfg.carry) end
   if cfg.allow_history == false then def.history = false end
   self:children(def, cfg, meta[cfg], "")

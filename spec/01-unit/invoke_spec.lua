@@ -2,7 +2,7 @@
 -- that runs another chart as a child execution (README "Invoking a chart"):
 -- the spawn it asks for, the Returned event the parent gets back, a fan-out
 -- joined like regions, cancel and suspend reaching invoked children, the
--- report harel's way (report = "carry"), and the charts chart.define refuses.
+-- reports harel's way (dialect = "harel"), and the charts chart.define refuses.
 local lu = require "luaunit"
 local ms = require "mongostore"
 local chart = require "mongostore.chart"
@@ -31,8 +31,8 @@ end
 
 -- The child chart: it charges the amount it was given and ends "paid",
 -- or "declined" on Decline.
-local function pay_chart(report)
-  return chart.define{ id = "pay", report = report, carry = report == "carry" and { "receipt" } or nil,
+local function pay_chart(dialect)
+  return chart.define{ id = "pay", dialect = dialect, carry = dialect == "harel" and { "receipt" } or nil,
     initial = "Charging",
     states = { { "Charging" }, { "Paid", final = "paid" }, { "Declined", final = "declined" } },
     transitions = {
@@ -43,8 +43,8 @@ local function pay_chart(report)
   }
 end
 
-local function order_chart(report)
-  return chart.define{ id = "order", report = report, initial = "Paying",
+local function order_chart(dialect)
+  return chart.define{ id = "order", dialect = dialect, initial = "Paying",
     states = {
       { "Paying", invoke = "pay", with = { amount = "total" }, timeout = 60 },
       { "Done", final = "success" }, { "Failed", final = "failed" }, { "Gave_up", final = "gave_up" },
@@ -264,17 +264,17 @@ end
 
 TestInvokeCarry = {}
 
--- report = "carry" is harel's form: a child reports its outcome and the keys
+-- dialect = "harel": a child reports its outcome and the keys
 -- it carries, flat; the parent's region_results hold the same.
 function TestInvokeCarry:test_a_child_reports_its_carried_keys_beside_the_outcome()
-  local pay = pay_chart("carry")
+  local pay = pay_chart("harel")
   local finished, child = run_child(pay, { child_id = "o:Paying:0", context = { amount = 7 } }, "o", { "Ok" })
   lu.assertEquals(child.context.amount, 7)
   lu.assertEquals(finished.event.data, { child_id = "o:Paying:0", outcome = "paid", receipt = "r-7" })
 end
 
 function TestInvokeCarry:test_the_parent_reads_a_carried_report()
-  local order = order_chart("carry")
+  local order = order_chart("harel")
   local exe, fx = started(order, { total = 7 })
   runtime.apply(order, exe, { id = "f", kind = "Finished",
     data = { child_id = fx.spawns[1].child_id, outcome = "paid", receipt = "r-7" } }, 2)
@@ -283,7 +283,7 @@ function TestInvokeCarry:test_the_parent_reads_a_carried_report()
 end
 
 function TestInvokeCarry:test_region_results_are_set_only_when_a_child_reported_something()
-  local c = chart.define{ id = "b3", report = "carry", initial = "Each",
+  local c = chart.define{ id = "b3", dialect = "harel", initial = "Each",
     states = { { "Each", invoke = "pay", each = "lines", as = "line" }, { "Done", final = true } },
     transitions = { { from = "Each", to = "Done" } },
   }
@@ -309,6 +309,56 @@ function TestInvokeCarry:test_an_orthogonal_with_passes_only_its_keys_to_the_reg
   local _, fx = started(c, { count = 2, other = "x" })
   lu.assertEquals(#fx.spawns, 2)
   for _, s in ipairs(fx.spawns) do lu.assertEquals(s.context, { n = 2 }) end
+end
+
+-- A fork with a way out on Go, in either dialect.
+local function fork_chart(dialect)
+  return chart.define{ id = "fork_" .. dialect, dialect = dialect, initial = "Work",
+    states = {
+      { "Work", orthogonal = true, states = {
+        { "A", initial = "A1", states = { { "A1" }, { "A2", final = "success" } },
+          transitions = { { from = "A1", on = "Go", to = "A2" } } },
+        { "B", initial = "B1", states = { { "B1" } } } } },
+      { "Done", final = true },
+    },
+    transitions = { { from = "Work", on = "Go", to = "Done" } },
+  }
+end
+
+function TestInvokeCarry:test_under_harel_a_domain_event_goes_to_the_live_regions_first()
+  local c = fork_chart("harel")
+  local exe, fx = started(c)
+  lu.assertEquals(#fx.spawns, 2)
+  local before = exe.processed_events
+  local go = ev("Go")
+  local fx2 = runtime.apply(c, exe, go, 2)
+  lu.assertEquals(exe.active_path, "Work", "the parent's own Go waits while regions run")
+  lu.assertEquals(exe.processed_events, before, "the parent does not count an event its regions take")
+  lu.assertEquals(#fx2.emits, 2)
+  for i, e in ipairs(fx2.emits) do
+    lu.assertEquals(e.target_id, fx.spawns[i].child_id)
+    lu.assertEquals(e.event.id, go.id, "a region gets the event with its own id")
+    lu.assertEquals(e.event.kind, "Go")
+  end
+  -- the mongostore dialect: the parent's transition wins, the regions are cancelled
+  c = fork_chart("mongostore")
+  exe = started(c)
+  fx2 = runtime.apply(c, exe, ev("Go"), 2)
+  lu.assertEquals(exe.active_path, "Done")
+  lu.assertEquals(fx2.emits[1].event.kind, "Cancel")
+end
+
+function TestInvokeCarry:test_under_harel_a_finished_region_rests_on_its_final_state()
+  for dialect, want in pairs { harel = "Work.A.A2", mongostore = "Work.A" } do
+    local c = fork_chart(dialect)
+    local region = ms.execution{ id = "p:Work.A:0", definition_id = c.id, root_path = "Work.A", parent_id = "p",
+                                 child_id = "p:Work.A:0" }
+    runtime.apply(c, region, ev("Start"), 1)
+    runtime.apply(c, region, ev("Go"), 2)
+    lu.assertEquals(region.status, "DONE", dialect)
+    lu.assertEquals(region.outcome, "success", dialect)
+    lu.assertEquals(region.active_path, want, dialect)
+  end
 end
 
 ------------------------------------------------------------------------
@@ -341,7 +391,7 @@ function TestInvokeDefine:test_bad_invokes_are_refused_naming_the_state()
   refused("join is only for an orthogonal state or an invoke with each",
     one({ "S", invoke = "pay" }, { { from = "S", join = "all", to = "T" } }))
   refused("carry must be a non-empty list", one{ "S", invoke = "pay", carry = {} })
-  refused("report must be", { id = "r", report = "all", initial = "S", states = { { "S" } } })
+  refused("dialect must be", { id = "r", dialect = "xstate", initial = "S", states = { { "S" } } })
   refused("chart r: carry must be a non-empty list", { id = "r", carry = { 1 }, initial = "S", states = { { "S" } } })
 end
 

@@ -15,8 +15,8 @@
 ---@field transitions? mongostore.TransitionDef[] transitions between top-level states
 ---@field history? boolean false: the top level has no history
 ---@field external? string[] the kinds that may come from outside; each must be handled by some transition, and none may be reserved
----@field report? "context"|"carry" what an execution of this chart started as a child reports to its parent when it finishes: its whole context (`result`), or harel's form, its outcome and the `carry` keys beside it (a .stm chart's)
----@field carry? string[] the context keys an invoked execution of this chart carries back, under report = "carry"
+---@field dialect? "mongostore"|"harel" how children run (a .stm chart's is harel's): under "harel" a finished child reports its outcome with its `carry` keys beside it (not its whole context as `result`), `region_results` take that form and are set only when a child reported something, a finished region rests on its final state, and while regions run a domain event sent to the parent goes to them, with its own id, before any transition of the parent's
+---@field carry? string[] the context keys an invoked execution of this chart carries back, under dialect = "harel"
 
 --- A state: `{ "Name", ... }`; an unknown key raises.
 ---@class mongostore.StateDef
@@ -36,7 +36,7 @@
 ---@field with? table<string, string> child key -> parent key: what an invoked child (or, on an orthogonal state, each region) starts with
 ---@field each? string with `invoke`: the context list to fan out over, one child per entry, joined like regions
 ---@field as? string with `each`: the name an entry goes by in `with`; without `with`, each child gets its entry under this key
----@field carry? string[] on a region: the context keys it carries back under the chart's report = "carry"
+---@field carry? string[] on a region: the context keys it carries back under the chart's dialect = "harel"
 
 --- A transition; an unknown key raises.
 ---@class mongostore.TransitionDef
