@@ -3,7 +3,7 @@
 DurableRunner, driving the executions of one .stm chart beside mongostore's.
 
 usage: harel_fleet.py run  <uri> <db> <chart.stm> <plan.json>   create, send, then work (below)
-       harel_fleet.py dump <uri> <db>                           print every execution and what is pending
+       harel_fleet.py dump <uri> <db> [marks.json]              print every execution and what is pending
 
 plan.json: {"start": T, "deadline": seconds, "me": name,
             "create": [{"id": ..., "context": {...}}, ...],
@@ -13,6 +13,8 @@ plan.json: {"start": T, "deadline": seconds, "me": name,
 target another process creates), then loops recover + fire_due_timers until every
 id of "wait" is DONE and nothing is pending, or the deadline. It prints one JSON
 line: {"me", "ok", "created", "sent", "conflicts", "timers", "passes", "error"?}.
+`dump` with marks.json ({execution id: [event ids]}) also says, through the
+store's dedupe check, which of those events each execution has marked handled.
 Nothing here reimplements harel: every read and write goes through its classes.
 """
 
@@ -105,7 +107,11 @@ def run(uri, db, chart, plan_path):
         store.close()
 
 
-def dump(uri, db):
+def dump(uri, db, marks_path=None):
+    marks = {}
+    if marks_path is not None:
+        with open(marks_path, encoding="utf-8") as f:
+            marks = json.load(f)
     store = MongoStore.from_url(uri, db_name=db, connect_retries=5)
     try:
         exes, cursor = {}, None
@@ -137,6 +143,7 @@ def dump(uri, db):
             "outbox": [{"seq": e.seq, "target_id": e.target_id, "kind": e.event.kind} for e in store.pending_outbox()],
             "spawns": [s.child_id for s in store.pending_spawns()],
             "timers": [list(t) for t in store.due_timers(float("inf"))],
+            "marked": {eid: {ev: store.is_processed(eid, ev) for ev in evs} for eid, evs in marks.items()},
         })
     finally:
         store.close()
@@ -145,7 +152,7 @@ def dump(uri, db):
 def main(argv):
     if len(argv) == 5 and argv[0] == "run":
         run(*argv[1:])
-    elif len(argv) == 3 and argv[0] == "dump":
+    elif len(argv) in (3, 4) and argv[0] == "dump":
         dump(*argv[1:])
     else:
         sys.exit(__doc__)

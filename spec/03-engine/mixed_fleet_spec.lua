@@ -78,12 +78,24 @@ local function mongostore_process(db, plan)
   end }
 end
 
-local function harel_dump(db)
+local EXTERNAL = { "approve", "open", "ship", "pack" }
+
+-- Every execution of db as harel's store reads it, with the dedupe marks of
+-- each root's external events.
+local function harel_dump(db, roots)
+  local marks = {}
+  for _, id in ipairs(roots) do
+    local evs = {}
+    for i, k in ipairs(EXTERNAL) do evs[i] = id .. "-" .. k end
+    marks[id] = evs
+  end
+  local path = write_json(marks)
   local cmd = table.concat({ helper.shell_quote(python()), helper.shell_quote(helper.root() .. "/tools/harel_fleet.py"),
-    "dump", helper.shell_quote(helper.uri()), helper.shell_quote(db) }, " ")
+    "dump", helper.shell_quote(helper.uri()), helper.shell_quote(db), helper.shell_quote(path) }, " ")
   local f = assert(io.popen(cmd .. " 2>&1", "r"))
   local out = f:read("a")
   f:close()
+  os.remove(path)
   local v = core.json_decode(out)
   if v == nil then error("harel_fleet.py dump printed no JSON:\n" .. out, 2) end
   return v
@@ -143,7 +155,8 @@ local function run_fleet(db, kinds)
     lu.assertNil(s.error, out)
     stats[i] = s
   end
-  return harel_dump(db), stats
+  local _, roots = plans(0)
+  return harel_dump(db, roots), stats
 end
 
 local function sorted_keys(t)
@@ -216,8 +229,14 @@ local function assert_quiet(dump, what)
   lu.assertEquals(#dump.timers, 0, what .. ": timers left " .. ms.json.encode(dump.timers))
 end
 
+local function kinds(steps)
+  local n = {}
+  for _, st in ipairs(steps) do n[st.kind] = (n[st.kind] or 0) + 1 end
+  return n
+end
+
 -- Each root went where its events lead, with each external event applied once.
-local function assert_roots(exes, roots, what)
+local function assert_roots(exes, marked, roots, what)
   for _, id in ipairs(roots) do
     local e = exes[id]
     lu.assertNotNil(e, what .. ": " .. id .. " exists")
@@ -232,11 +251,20 @@ local function assert_roots(exes, roots, what)
     lu.assertEquals(e.context.carrier, "post")
     lu.assertEquals(e.deferred, 0, what .. ": " .. id .. ": nothing left deferred")
     lu.assertEquals(#sorted_keys(e.children), 2, what .. ": " .. id .. ": one child per region")
+    -- one commit (one trace step) per event: the four external ones, the
+    -- Start and each region's Finished
+    lu.assertEquals(kinds(e.steps), { Approve = 1, Finished = 2, Open = 1, Pack = 1, Ship = 1, Start = 1 },
+      what .. ": " .. id .. ": the steps applied")
+    for _, k in ipairs(EXTERNAL) do
+      lu.assertTrue(marked[id][id .. "-" .. k], what .. ": " .. id .. "-" .. k .. " is marked handled")
+    end
     for cid in pairs(e.children) do
       local child = exes[cid]
       lu.assertNotNil(child, what .. ": child " .. cid)
       lu.assertEquals(child.status, "DONE", what .. ": " .. cid)
       lu.assertEquals(child.parent_id, id)
+      lu.assertEquals(kinds(child.steps), cid:find(":Work.Clock:", 1, true) and { Start = 1, Timeout = 1 }
+        or { Start = 1 }, what .. ": " .. cid .. ": the steps applied (the timer fired once)")
     end
   end
 end
@@ -282,7 +310,7 @@ function TestMixedFleet:test_harel_and_mongostore_workers_share_executions()
   local _, roots = plans(0)
   for what, d in pairs { mixed = dm, harel = dh, mongostore = dms } do
     assert_quiet(d, what)
-    assert_roots(d.executions, roots, what)
+    assert_roots(d.executions, d.marked, roots, what)
   end
 
   -- the two runs alone: what differs between harel's runtime and ours
