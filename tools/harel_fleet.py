@@ -22,7 +22,7 @@ import json
 import sys
 import time
 
-from harel.dsl import definition_from_dsl_file
+from harel.dsl import definition_from_dsl_file, parse
 from harel.engine.durable import DurableRunner
 from harel.engine.execution import Status
 from harel.engine.store import StoreConflict
@@ -65,9 +65,16 @@ def send(runner, store, ev, deadline, stats):
 def run(uri, db, chart, plan_path):
     with open(plan_path, encoding="utf-8") as f:
         plan = json.load(f)
-    definition = definition_from_dsl_file(chart)
+    # every machine of the file: the first is the root's, the others are invoked
+    with open(chart, encoding="utf-8") as f:
+        names = list(parse(f.read()).machines)
+    definitions = {}
+    for name in names:
+        d = definition_from_dsl_file(chart, name)
+        definitions[d.id] = d
+    definition = definitions[names[0]]
     store = MongoStore.from_url(uri, db_name=db, connect_retries=5)
-    runner = DurableRunner(store, {definition.id: definition}, trace=True, execution="inline")
+    runner = DurableRunner(store, definitions, trace=True, execution="inline")
     stats = {"me": plan.get("me"), "created": 0, "sent": 0, "conflicts": 0, "timers": 0, "passes": 0}
     try:
         while time.time() < plan.get("start", 0):
@@ -127,6 +134,8 @@ def dump(uri, db, marks_path=None):
                     "context": exe.context,
                     "processed_events": exe.processed_events,
                     "parent_id": exe.parent_id,
+                    "definition_id": exe.definition_id,
+                    "definition_fqn": exe.definition_fqn,
                     "children": {k: v.model_dump(mode="json") for k, v in exe.children.items()},
                     "deferred": len(exe.deferred),
                     "version": exe.version,

@@ -385,7 +385,7 @@ function Compiler:transition(t)
   end
   if t.selector then
     local sel = t.selector
-    local fnspec = sel["function"]
+    local fnspec = sel
     if meta[t] and meta[t].join then
       -- harel's join: once every region has finished, pass when all (or any)
       -- of them ended with outcome "success", else the else target

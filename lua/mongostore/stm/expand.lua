@@ -127,8 +127,11 @@ function Expander:transition(t, ctx)
     t.on_event = { type = t.on_event.type, where = self:guards(t.on_event.where, ctx) }
   end
   if t.selector then
+    -- harel's loader merges the resolved handler into the selector itself
     local sel = shallow(t.selector)
-    sel["function"] = self:action(sel["function"], ctx)
+    local a = self:action(sel["function"], ctx)
+    sel["function"], sel.inputs = a["function"], a.inputs
+    meta[sel] = meta[a]
     t.selector = sel
   end
   if t.choice then
