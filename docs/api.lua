@@ -3200,7 +3200,9 @@ the one importing it; its events, bindings, guards and fragments merged in,
 the fragments named `alias.F` under an alias, all in one space as in harel),
 `invoke NAME [for V in LIST] with { child: parent ... }` (`invoke`, `each`,
 `as` and `with`: NAME is the id of a chart registered with the engine, so
-read each machine with its own `chart.from_stm(text, { machine = NAME })`;
+read each machine with its own `chart.from_stm(text, { machine = NAME })`; an
+inline `invoke [for V in LIST] { ... }` body becomes a chart of its own,
+`stm.submachines`, registered with its machine by the engine;
 `on Returned where outcome == ...` routes on the child's result) and `carry
 KEY, ...` (what a region or an invoked machine reports back). A .stm chart
 runs harel's conventions for children: a region starts with what the
@@ -3215,7 +3217,7 @@ found in `opts.actions` by its handler name, then by the path a `bind` gives it
 Every error raises `stm: line L, column C: message` (`stm: FILE: line L, ...`
 in an imported file) followed by the line and a caret; harel's parser fails the same texts at the same place
 (`spec/02-store/stm_harel_spec.lua`). What mongostore's engine cannot run is
-refused by name, never dropped: an inline `invoke { ... }` body,
+refused by name, never dropped:
 `import` without `base_dir`, `cancel_on_failure`,
 `ttl`, a typed `context` block, `on error` and `on Expired`,
 `outcome` on a composite state, and hooks, a timeout, `defer` or `outcome` on
@@ -3261,6 +3263,12 @@ machine order {
             .. "or a reserved one, is not checked; undeclared fields are allowed)" } },
           fails = { "invalid" },
           raises = "a `c` that is not a chart, a `kind` that is not a string, a `data` that is not a table" },
+        { fn = "submachines", module = "mongostore.stm",
+          params = { { "c", "mongostore.Chart", "a chart" } },
+          returns = { { "charts", "mongostore.Chart[]", "the charts of its inline `invoke { ... }` bodies, nested ones "
+            .. "included, with harel's ids (`<machine>#<state path>`); empty for any other chart" } },
+          raises = "a `c` that is not a chart",
+          desc = "`engine.new` and `engine:register` register these with the chart, so its inline invokes run." },
         { fn = "events", module = "mongostore.stm",
           params = { { "c", "mongostore.Chart", "a chart" } },
           returns = { { "events", "table<string, table<string, { type: string, required: boolean }>>?",

@@ -123,6 +123,15 @@ local START_OPTS = { id = true, context = true, priority = true }
 local ENQUEUE_OPTS = { priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
 
+-- A chart and, for a .stm chart, the charts of its inline invoke bodies.
+local function add_chart(charts, c)
+  charts[c.id] = c
+  local stm = package.loaded["mongostore.stm"]
+  if stm then
+    for _, sub in ipairs(stm.submachines(c)) do charts[sub.id] = sub end
+  end
+end
+
 -- engine.new{ store = store, charts = { chart, ... }, trace = false,
 --             now = mongostore.now, max_conflicts = 50, max_attempts = 100, max_event_bytes = 1048576,
 --             batch = 100, lease = 10, cache_size = 10000, batch_delivery = true,
@@ -157,7 +166,7 @@ function M.new(opts)
   local charts = {}
   for i, c in ipairs(opts.charts or {}) do
     if not chart_mod.is_chart(c) then error(format("engine.new: charts[%d] is not a chart (chart.define)", i), 2) end
-    charts[c.id] = c
+    add_chart(charts, c)
   end
   for _, name in ipairs { "now", "on_external", "on_dead_letter", "log" } do
     if opts[name] ~= nil and type(opts[name]) ~= "function" then
@@ -206,7 +215,7 @@ end
 -- Adds a chart after construction.
 function Engine:register(c)
   if not chart_mod.is_chart(c) then error("register: expected a chart (chart.define)", 2) end
-  self.charts[c.id] = c
+  add_chart(self.charts, c)
 end
 
 local function trace_step(event, fx, exe, now)

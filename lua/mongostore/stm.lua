@@ -174,6 +174,18 @@ local function problems(fields, data)
 end
 
 local chart_events = setmetatable({}, { __mode = "k" })
+-- chart -> the charts of its inline `invoke { ... }` bodies
+local submachines = setmetatable({}, { __mode = "k" })
+
+-- stm.submachines(c): the charts of c's inline `invoke { ... }` bodies (ids
+-- `<machine>#<state path>`, nested ones included), a fresh list; the engine
+-- registers them with c.
+function M.submachines(c)
+  if not chart_mod.is_chart(c) then error("stm.submachines: c must be a chart, got " .. type(c), 2) end
+  local out = {}
+  for i, s in ipairs(submachines[c] or {}) do out[i] = s end
+  return out
+end
 
 -- stm.check_event(c, kind, data) -> true | nil, msg, "invalid": whether data
 -- fits the fields the .stm declared for kind (an undeclared kind, or one of
@@ -458,18 +470,34 @@ local function plain_list(l)
   return out
 end
 
+-- An inline `invoke { ... }` body: a chart of its own, with harel's id for
+-- it (`<machine>#<state path>`), compiled beside the machine and registered
+-- with it (stm.submachines). Returns its id.
+function Compiler:inline_machine(body, path, cfg)
+  local id = self.machine .. "#" .. path
+  local sub = setmetatable({
+    main = self.main, src = self.src, machine_pos = body.__pos__ or cfg.__pos__, actions = self.actions,
+    state_pos = {}, transition_pos = {}, outcome_at = {}, machine = id, submachines = self.submachines,
+  }, Compiler)
+  sub:refusals(body, meta[body] or { order = {}, at = {} }, "the inline invoke of " .. path, true)
+  local def = { id = id, initial = body.start, dialect = "harel" }
+  if body.carry then def.carry = plain_list(body.carry) end
+  sub:children(def, body, meta[body] or { order = {}, at = {} }, "")
+  local pos = body.__pos__ or cfg.__pos__
+  if def.states == nil then self:fail(pos, "the inline invoke of %s has no states", path) end
+  if def.initial == nil then self:fail(pos, "the inline invoke of %s has no `initial`", path) end
+  self.submachines[#self.submachines + 1] = sub:define(def)
+  return id
+end
+
 -- Constructs of a state (or the machine) the engine cannot run, by name.
 function Compiler:refusals(cfg, info, what, is_machine)
   local at = info.at
   local function p(key) return at[key] or cfg.__pos__ end
-  if cfg.invoke_inline then
-    self:refuse(at.invoke, "an inline invoke body", "mongostore invokes a chart by its id: declare the body as "
-      .. "a machine of its own and `invoke` it by name")
-  end
   if at.invoke and not cfg.invoke and not cfg.invoke_inline then
     self:fail(at.invoke, "`invoke` names no machine: `invoke NAME`")
   end
-  if cfg.invoke_with and not cfg.invoke and cfg.type ~= "OrthogonalState" then
+  if cfg.invoke_with and not cfg.invoke and not cfg.invoke_inline and cfg.type ~= "OrthogonalState" then
     self:fail(p("invoke_with"), "`with` passes context to an `invoke` or to an orthogonal state's regions")
   end
   if cfg.cancel_on_failure then
@@ -509,6 +537,10 @@ function Compiler:state(name, cfg, path)
     def.orthogonal = true
     -- harel's regions start with what `with` passes down, nothing else
     def.with = cfg.invoke_with or {}
+  elseif cfg.invoke_inline then
+    def.invoke = self:inline_machine(cfg.invoke_inline, path, cfg)
+    def.with = cfg.invoke_with or {}
+    if cfg.invoke_each then def.as, def.each = cfg.invoke_each[1], cfg.invoke_each[2] end
   elseif cfg.invoke then
     def.invoke = cfg.invoke
     def.with = cfg.invoke_with or {}
@@ -616,7 +648,7 @@ function M.to_chart(text, opts)
   local main = { text = text }
   local self = setmetatable({
     main = main, src = main, machine_pos = cfg.__pos__, actions = opts.actions or {},
-    state_pos = {}, transition_pos = {}, outcome_at = {},
+    state_pos = {}, transition_pos = {}, outcome_at = {}, machine = name, submachines = {},
   }, Compiler)
   self:refusals(cfg, meta[cfg], "machine " .. name, true)
   -- children run and report harel's way (chart.define's dialect)
@@ -627,7 +659,10 @@ function M.to_chart(text, opts)
   if def.states == nil then self:fail(cfg.__pos__, "machine %s has no states", name) end
   if def.initial == nil then self:fail(cfg.__pos__, "machine %s has no `initial`", name) end
   local c = self:define(def)
-  if next(prog.events) ~= nil then chart_events[c] = deep_copy(prog.events) end
+  local events = next(prog.events) ~= nil and deep_copy(prog.events) or nil
+  chart_events[c] = events
+  for _, sub in ipairs(self.submachines) do chart_events[sub] = events end
+  if #self.submachines > 0 then submachines[c] = self.submachines end
   return c
 end
 

@@ -220,8 +220,6 @@ TestStmRefusals = {}
 local noop = function() end
 
 local REFUSED = {
-  { "  state C { invoke for x in xs { initial W state W {} } }\n  from A to C on Go", 5, 13,
-    "`an inline invoke body` is not supported", "by name" },
   { "  orthogonal C { cancel_on_failure state R { initial R1 final R1 success } }\n  from A to C on Go", 5, 18,
     "`cancel_on_failure` is not supported" },
   { "  from A to B on error", 5, 3, "`on error` is not supported", "fails the execution" },
@@ -246,6 +244,9 @@ function TestStmRefusals:test_invoke_and_with_mistakes()
     "`with` passes context to an `invoke` or to an orthogonal state's regions")
   build_fails(7, 3, machine("  state C { invoke pay }\n  from A to C on Go\n  from C to B"), nil,
     "an invoke state waits for its child")
+  build_fails(5, 3, machine("  state C { invoke { } }\n  from A to C on Go"), nil, "the inline invoke of C has no states")
+  build_fails(5, 3, machine("  state C { invoke { state X {} } }\n  from A to C on Go"), nil,
+    "the inline invoke of C has no `initial`")
 end
 
 function TestStmRefusals:test_machine_level_constructs()
@@ -595,7 +596,7 @@ end
 function TestStmFragments:test_errors_in_an_imported_file_name_it()
   local dir = files {
     ["bad.stm"] = "fragment F {\n  initial A\n  state A { @ }\n}\n",
-    ["refused.stm"] = "fragment G {\n  initial A\n  state A { invoke { initial X state X {} } }\n  final B success\n  from A to B on Go\n}\n",
+    ["refused.stm"] = "fragment G {\n  initial A\n  state A {}\n  from A to A on error\n  final B success\n  from A to B on Go\n}\n",
   }
   local main = "import \"bad.stm\"\n" .. machine("  use F as C\n  from A to C on Go")
   local ok, err = pcall(chart.from_stm, main, { base_dir = dir })
@@ -604,7 +605,7 @@ function TestStmFragments:test_errors_in_an_imported_file_name_it()
   main = "import \"refused.stm\"\n" .. machine("  use G as C\n  from A to C on Go")
   ok, err = pcall(chart.from_stm, main, { base_dir = dir })
   lu.assertFalse(ok)
-  lu.assertStrContains(tostring(err), "stm: " .. dir .. "/refused.stm: line 3, column 13: `an inline invoke body` is not supported")
+  lu.assertStrContains(tostring(err), "stm: " .. dir .. "/refused.stm: line 4, column 3: `on error` is not supported")
   build_fails(1, 1, "import \"none.stm\"\n" .. machine(""), { base_dir = dir }, "import not found: none.stm")
   lu.assertErrorMsgContains("opts.base_dir must be a non-empty string", chart.from_stm, "x", { base_dir = 1 })
   os.execute("rm -rf " .. helper.shell_quote(dir))

@@ -220,14 +220,18 @@ end
 
 -- invoke.stm: checkout invokes charge with `with`, routes on the Returned
 -- outcome and the carried receipt, then fans out pack over its lines and
--- joins them. Each machine is read as a chart of its own, by name.
+-- joins them, then an inline machine body per address to notify. Each
+-- machine is read as a chart of its own, by name; the engine registers the
+-- inline body with its machine.
 function TestStmRun:test_invoke_and_a_fan_out_from_stm()
   local text = read("invoke.stm")
   local charts = {}
   for _, m in ipairs { "checkout", "charge", "pack" } do charts[#charts + 1] = chart.from_stm(text, { machine = m }) end
   local e = engine_mod.new{ store = self.store, charts = charts, trace = true, log = function() end }
+  lu.assertEquals(stm.submachines(charts[1])[1].id, "checkout#Notifying", "harel's id for the inline body")
   local lines = ms.array{ "a", "b" }
-  lu.assertEquals(e:start("checkout", { id = "i1", context = { total = 30, customer = "ann", lines = lines } }), "i1")
+  lu.assertEquals(e:start("checkout", { id = "i1", context = { total = 30, customer = "ann", lines = lines,
+                                                                notify = ms.array{ "ann@x" } } }), "i1")
   C.drain(e)
   local charge = self:load("i1:Paying:0")
   lu.assertEquals(charge.definition_id, "charge")
@@ -248,12 +252,20 @@ function TestStmRun:test_invoke_and_a_fan_out_from_stm()
   end
   C.drain(e)
   exe = self:load("i1")
-  lu.assertEquals(exe.status, "DONE")
-  lu.assertEquals(exe.active_path, "Done")
-  lu.assertEquals(exe.outcome, "success")
+  lu.assertEquals(exe.active_path, "Notifying")
   -- harel's form: each child's outcome beside the keys it carries
   lu.assertEquals(exe.context.region_results, {
     ["Packing:0"] = { outcome = "success", sku = "a" }, ["Packing:1"] = { outcome = "success", sku = "b" } })
+  local note = self:load("i1:Notifying:0:0")
+  lu.assertEquals(note.definition_id, "checkout#Notifying")
+  lu.assertEquals(note.context, { address = "ann@x" })
+  lu.assertTrue(e:send("i1:Notifying:0:0", { kind = "Delivered", data = { to = "ann@x" } }))
+  C.drain(e)
+  exe = self:load("i1")
+  lu.assertEquals(exe.status, "DONE")
+  lu.assertEquals(exe.active_path, "Done")
+  lu.assertEquals(exe.outcome, "success")
+  lu.assertEquals(exe.context.region_results, { ["Notifying:0"] = { outcome = "success", sent_to = "ann@x" } })
   -- a declined charge routes to Unpaid
   e:start("checkout", { id = "i2", context = { total = 1, customer = "bo", lines = ms.array{} } })
   C.drain(e)

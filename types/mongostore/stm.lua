@@ -17,6 +17,13 @@ local stm = {}
 ---@return "invalid"? code
 function stm.check_event(c, kind, data) end
 
+--- `engine.new` and `engine:register` register these with the chart, so its inline invokes run.
+---
+--- Raises on a `c` that is not a chart.
+---@param c mongostore.Chart a chart
+---@return mongostore.Chart[] charts # the charts of its inline `invoke { ... }` bodies, nested ones included, with harel's ids (`<machine>#<state path>`); empty for any other chart
+function stm.submachines(c) end
+
 --- Raises on a `c` that is not a chart.
 ---@param c mongostore.Chart a chart
 ---@return table<string, table<string, { type: string, required: boolean }>>? events # the declared events and their fields (a copy); nil when the text declared none

@@ -279,7 +279,8 @@ function Expander:expand(cfg, ctx)
     for i, t in ipairs(cfg.transitions) do list[i] = self:transition(t, ctx) end
     cfg.transitions = list
   end
-  -- an inline `invoke` body is left as it is: chart.from_stm refuses invoke
+  -- an inline `invoke` body resolves in this scope, as harel's loader does it
+  if cfg.invoke_inline then cfg.invoke_inline = self:expand(cfg.invoke_inline, ctx) end
   local order = {}
   for i, n in ipairs(info.order or {}) do order[i] = n end
   local states
