@@ -552,11 +552,7 @@ function Compiler:state(name, cfg, path)
     if cfg[hook] then def[hook] = self:hook(cfg[hook]) end
   end
   if cfg.timeout ~= nil then def.timeout = cfg.timeout end
-  if cfg.defer then
-    local list = {}
-    for i, k in ipairs(cfg.defer) do list[i] = k end
-    def.defer = list
-  end
+  if cfg.defer then def.defer = plain_list(cfg.defer) end
   if cfg.allow_history == false then def.history = false end
   if cfg.outcome ~= nil then
     def.final = cfg.outcome

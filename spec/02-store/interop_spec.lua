@@ -13,21 +13,7 @@ local A = ms.array
 ------------------------------------------------------------------------
 -- Running harel
 
-local python_path
--- The virtualenv's python: MONGOSTORE_PYTHON, else what tools/pyenv prints
--- (it creates the virtualenv on first use).
-local function python()
-  if python_path then return python_path end
-  local py = os.getenv("MONGOSTORE_PYTHON")
-  if not py or py == "" then
-    local f = assert(io.popen(helper.shell_quote(helper.root() .. "/tools/pyenv"), "r"))
-    py = f:read("a"):gsub("%s+$", "")
-    local ok, _, status = f:close()
-    assert(ok and py ~= "", "tools/pyenv failed (exit " .. tostring(status) .. "); its notes are on stderr")
-  end
-  python_path = py
-  return py
-end
+local python = helper.python
 
 -- Runs one harel_interop.py command and returns its output, decoded.
 local function harel(cmd, db, ...)

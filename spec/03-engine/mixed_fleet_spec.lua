@@ -13,19 +13,7 @@ local rawdb = require "helpers.rawdb"
 local CHART = helper.root() .. "/spec/fixtures/stm/fleet.stm"
 local N = 10 -- executions each side creates
 
-local python_path
-local function python()
-  if python_path then return python_path end
-  local py = os.getenv("MONGOSTORE_PYTHON")
-  if not py or py == "" then
-    local f = assert(io.popen(helper.shell_quote(helper.root() .. "/tools/pyenv"), "r"))
-    py = f:read("l")
-    local ok, _, status = f:close()
-    assert(ok and py ~= "", "tools/pyenv failed (exit " .. tostring(status) .. "); its notes are on stderr")
-  end
-  python_path = py
-  return py
-end
+local python = helper.python
 
 local function write_json(v)
   local path = os.tmpname()

@@ -66,4 +66,21 @@ function M.shell_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
+-- The python of the pinned virtualenv, where harel 0.9.0 is installed:
+-- MONGOSTORE_PYTHON, else what tools/pyenv prints (it creates the
+-- virtualenv on first use). Raises when there is none.
+local python_path
+function M.python()
+  if python_path then return python_path end
+  local py = os.getenv("MONGOSTORE_PYTHON")
+  if not py or py == "" then
+    local f = assert(io.popen(M.shell_quote(M.root() .. "/tools/pyenv"), "r"))
+    py = f:read("a"):gsub("%s+$", "")
+    local ok, _, status = f:close()
+    assert(ok and py ~= "", "tools/pyenv failed (exit " .. tostring(status) .. "); its notes are on stderr")
+  end
+  python_path = py
+  return py
+end
+
 return M
