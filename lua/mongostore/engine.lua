@@ -202,6 +202,7 @@ function M.new(opts)
     lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
     attempts = new_lru(cache_size, true), -- outbox seq -> failed deliveries in this process
     definitions = new_lru(cache_size),    -- execution id -> definition id (for the spawn relay)
+    unresolved = new_lru(cache_size),     -- child id -> true once its unregistered chart was logged
   }, Engine)
 end
 
@@ -663,7 +664,11 @@ function Engine:relay_spawns()
     local done
     if not def then
       if fqn then
-        self.log(format("spawn %s: invoke of chart '%s', which is not registered", s.child_id, tostring(fqn)))
+        -- it waits in the spawns until the chart is registered: said once
+        if not self.unresolved:get(s.child_id) then
+          self.unresolved:set(s.child_id, true)
+          self.log(format("spawn %s: invoke of chart '%s', which is not registered", s.child_id, tostring(fqn)))
+        end
       else
         self.log(format("spawn %s: parent %s: %s", s.child_id, s.parent_id, tostring(derr or "not found")))
         done = derr == nil -- the parent is gone: nothing to spawn for

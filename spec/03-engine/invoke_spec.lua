@@ -135,11 +135,12 @@ function TestInvokeEngine:test_an_unregistered_chart_waits_until_it_is_registere
   e:start("inv_order", { id = "o5", context = { total = 5, parcels = ms.array{} } })
   C.drain(e)
   lu.assertNil((s:load("o5:Paying:0")))
-  local logged = false
+  C.drain(e)
+  local logged = 0
   for _, m in ipairs(e.spec_logs) do
-    if m:find("invoke of chart 'payment', which is not registered", 1, true) then logged = true end
+    if m:find("invoke of chart 'payment', which is not registered", 1, true) then logged = logged + 1 end
   end
-  lu.assertTrue(logged)
+  lu.assertEquals(logged, 1, "said once, however many passes find it waiting")
   e:register(pay_chart())
   lu.assertTrue(C.wait_for(function() return C.load(s, "o5").status == "DONE" end, e, 10))
   lu.assertEquals(C.load(s, "o5").context.receipt, "auto-5")
