@@ -58,6 +58,7 @@ build = {
       ["mongostore.transaction"] = "lua/mongostore/transaction.lua",
       ["mongostore.chart"] = "lua/mongostore/chart.lua",
       ["mongostore.runtime"] = "lua/mongostore/runtime.lua",
+      ["mongostore.runtime.children"] = "lua/mongostore/runtime/children.lua",
       ["mongostore.inbox"] = "lua/mongostore/inbox.lua",
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
