@@ -61,6 +61,7 @@ build = {
       ["mongostore.runtime.children"] = "lua/mongostore/runtime/children.lua",
       ["mongostore.inbox"] = "lua/mongostore/inbox.lua",
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
+      ["mongostore.engine.relays"] = "lua/mongostore/engine/relays.lua",
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
       ["mongostore.values"] = "lua/mongostore/values.lua",
