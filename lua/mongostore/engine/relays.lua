@@ -132,28 +132,38 @@ local function external(self, e)
   return true
 end
 
+-- The entries a pass claims, its round of attempt counts begun; nil (and
+-- logged) when the claim fails.
+local function claim_outbox(self)
+  local entries, err = self.store:pending_outbox(self.batch, self.lease)
+  if not entries then
+    self.log("pending_outbox: " .. tostring(err))
+    return nil
+  end
+  self.attempts:new_round() -- the counts this pass touches stay (see Bounded caches)
+  return entries
+end
+
+-- How entry k went: blocked behind an earlier entry of its target, handed
+-- to on_external when it has none, else deliver(e, k).
+local function settle(self, e, k, blocked, deliver)
+  if e.target_id == nil then return external(self, e) end
+  if blocked[e.target_id] then return false, nil, "blocked" end
+  return deliver(e, k)
+end
+
 -- Delivers each pending outbox entry (oldest first) and acks it. A target
 -- that does not exist yet (a child whose spawn is still pending) is retried
 -- on later passes, and given up after max_attempts.
 function Engine:relay_outbox()
   if self.batch_delivery then return self:relay_outbox_batch() end
-  local entries, err = self.store:pending_outbox(self.batch, self.lease)
-  if not entries then
-    self.log("pending_outbox: " .. tostring(err))
-    return 0
-  end
-  self.attempts:new_round() -- the counts this pass touches stay (see Bounded caches)
+  local entries = claim_outbox(self)
+  if not entries then return 0 end
   local n = 0
   local blocked = {} -- a target whose entry waits: its later entries wait too, in order
-  for _, e in ipairs(entries) do
-    local ok, derr, code
-    if e.target_id ~= nil and blocked[e.target_id] then
-      ok, code = false, "blocked"
-    elseif e.target_id == nil then
-      ok, derr, code = external(self, e)
-    else
-      ok, derr, code = self:deliver(e.target_id, e.event)
-    end
+  local function deliver(e) return self:deliver(e.target_id, e.event) end
+  for k, e in ipairs(entries) do
+    local ok, derr, code = settle(self, e, k, blocked, deliver)
     local done, acked = entry_outcome(self, e, ok, derr, code, blocked)
     if done then
       if not acked then self.store:ack_outbox(e.seq, e.token) end
@@ -173,12 +183,8 @@ function Engine:relay_outbox_batch()
   -- the claims are this pass's for self.lease seconds from here: the events
   -- are applied in the first half of it, so that the acks arrive in time
   local deadline = ms.now() + self.lease / 2
-  local entries, err = store:pending_outbox(self.batch, self.lease)
-  if not entries then
-    self.log("pending_outbox: " .. tostring(err))
-    return 0
-  end
-  self.attempts:new_round()
+  local entries = claim_outbox(self)
+  if not entries then return 0 end
   local items, item_of = {}, {}
   for k, e in ipairs(entries) do
     if e.target_id ~= nil then
@@ -187,20 +193,16 @@ function Engine:relay_outbox_batch()
     end
   end
   local got = self:deliver_many(items, deadline)
+  local function delivered(_, k)
+    local r = got[item_of[k]]
+    if r.ok then return true end
+    if r.blocked then return false, nil, "blocked" end
+    return false, r.err, r.code
+  end
   local n, blocked = 0, {}
   local acks, ack_of, open = {}, {}, {} -- source -> its ack; source -> an entry of it not done
   for k, e in ipairs(entries) do
-    local ok, derr, code
-    if e.target_id ~= nil and blocked[e.target_id] then
-      ok, code = false, "blocked"
-    elseif e.target_id == nil then
-      ok, derr, code = external(self, e)
-    else
-      local r = got[item_of[k]]
-      if r.ok then ok = true
-      elseif r.blocked then ok, code = false, "blocked"
-      else ok, derr, code = false, r.err, r.code end
-    end
+    local ok, derr, code = settle(self, e, k, blocked, delivered)
     local done, acked = entry_outcome(self, e, ok, derr, code, blocked)
     if done then
       n = n + 1
