@@ -85,7 +85,19 @@ typedef struct claim {
   size_t toklen;
   double now, until;             /* until: now + lease */
   char claim[32], untilkey[48];  /* "<field>_claim", "<field>_claim.until" */
+  int targeted;                  /* only entries with a target_id (a relay with no on_external) */
 } claim_t;
+
+/* Whether an entry (an array element) is one this pass takes: every entry,
+ * or with k->targeted only those addressed to an execution (a string
+ * target_id), so external entries stay pending for a relay that has a
+ * handler for them. */
+static int entry_taken(const claim_t *k, const bson_iter_t *entry) {
+  bson_iter_t e;
+  if (!k->targeted) return 1;
+  if (!BSON_ITER_HOLDS_DOCUMENT(entry) || !bson_iter_recurse(entry, &e)) return 0;
+  return bson_iter_find(&e, "target_id") && BSON_ITER_HOLDS_UTF8(&e);
+}
 
 /* The pass's find is the seq index alone (a server may plan any other
  * condition as a scan); it projects each claim's `until` and the entries'
@@ -103,6 +115,13 @@ static mongoc_cursor_t *claim_find(ms_store_t *s, const claim_t *k, lua_Integer 
   bson_append_int32(&proj, "_id", 3, 1);
   bson_append_int32(&proj, k->untilkey, -1, 1);
   bson_append_int32(&proj, seqkey, -1, 1);
+  if (k->targeted) {
+    /* which entries have a target is told here, not by the filter, so
+     * the find stays on the seq index */
+    char tkey[32];
+    snprintf(tkey, sizeof tkey, "%s.target_id", k->field);
+    bson_append_int32(&proj, tkey, -1, 1);
+  }
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
@@ -118,13 +137,19 @@ static int claimed_elsewhere(const bson_t *doc, const claim_t *k) {
          BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) > k->now;
 }
 
-/* How many entries the find saw in a document's array. */
-static lua_Integer entries_seen(const bson_t *doc, const claim_t *k) {
+/* How many entries the find saw in a document's array that this pass
+ * takes; *left counts up the ones it leaves. */
+static lua_Integer entries_seen(const bson_t *doc, const claim_t *k, lua_Integer *left) {
   bson_iter_t it, arr;
   lua_Integer n = 0;
   if (!bson_iter_init_find(&it, doc, k->field) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr))
     return 0;
-  while (bson_iter_next(&arr)) n++;
+  while (bson_iter_next(&arr)) {
+    if (entry_taken(k, &arr))
+      n++;
+    else
+      ++*left;
+  }
   return n;
 }
 
@@ -187,7 +212,7 @@ static int push_claimed(lua_State *L, const claim_t *k, const bson_t *doc, lua_I
   if (!(bson_iter_init_find(&arr, doc, k->field) && BSON_ITER_HOLDS_ARRAY(&arr))) return 0;
   bson_iter_recurse(&arr, &entries);
   while (bson_iter_next(&entries)) {
-    if (!BSON_ITER_HOLDS_DOCUMENT(&entries)) continue;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&entries) || !entry_taken(k, &entries)) continue;
     if (ms_push_bson_value(L, &entries, -1, e)) return -1;
     lua_pushlstring(L, k->token, k->toklen);
     lua_setfield(L, -2, "token");
@@ -265,17 +290,18 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
  * nothing once a later relay has claimed the document. Pushes the entries,
  * each with token, lease_until and source_id (unsorted). */
 static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
-                         const char *token, size_t toklen, const char *doing) {
+                         const char *token, size_t toklen, int targeted, const char *doing) {
   claim_t k;
   mongoc_cursor_t *cur;
   const bson_t *doc;
   bson_error_t be;
   ms_err_t e;
-  lua_Integer n = 0;
+  lua_Integer n = 0, left = 0;
   int more = 1;
   k.field = field;
   k.token = token;
   k.toklen = toklen;
+  k.targeted = targeted;
   k.now = ms_now();
   k.until = k.now + lease;
   snprintf(k.claim, sizeof k.claim, "%s_claim", field);
@@ -295,10 +321,13 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
         more = 0;
         break;
       }
+      lua_Integer seen;
       if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
+      seen = entries_seen(doc, &k, &left);
+      if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass) */
       bson_uint32_to_string(nids++, &kp, key, sizeof key);
       bson_append_value(&ids, kp, -1, bson_iter_value(&id_it));
-      want += entries_seen(doc, &k);
+      want += seen;
     }
     if (nids == 1) {
       /* one candidate: claimed and read back by one findAndModify */
@@ -343,6 +372,10 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
     return ms_store_push_bson_err(L, s, &be, doing);
   }
   mongoc_cursor_destroy(cur);
+  if (k.targeted) {
+    lua_pushinteger(L, left);
+    lua_setfield(L, -2, "external_left");
+  }
   return 1;
 }
 
@@ -351,8 +384,9 @@ static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char
   double lease = ms_arg_number(L, 3, "claim: lease");
   size_t toklen;
   const char *token = ms_arg_string(L, 4, "claim: token", &toklen);
+  int targeted = lua_toboolean(L, 5);
   if (limit < 1 || !(lease > 0) || toklen == 0) return luaL_error(L, "%s: limit >= 1, lease > 0 and a token", doing);
-  return claim_entries(L, s, field, limit, lease, token, toklen, doing);
+  return claim_entries(L, s, field, limit, lease, token, toklen, targeted, doing);
 }
 
 /* Gives a claimed document's entries back before the lease ends (a relay
@@ -401,7 +435,7 @@ static int l_release_spawn(lua_State *L) {
   return release_entry(L, s, "spawns", "release_spawn");
 }
 
-/* store:_claim_outbox(limit, lease, token) / _claim_spawns(...) */
+/* store:_claim_outbox(limit, lease, token[, targeted]) / _claim_spawns(...) */
 static int l_claim_outbox(lua_State *L) {
   STORE_OR_CLOSED(L, s, "pending_outbox");
   return claim_args(L, s, "outbox", "pending_outbox");

@@ -544,6 +544,9 @@ safety net.]],
           params = {
             { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
             { "lease", "number?", "seconds the claim holds (> 0, at most a day); needs a limit", default = "30" },
+            { "opts", "{ targeted: boolean? }?", "`targeted = true`: claim only entries with a target "
+              .. "(a relay with no handler for external events); `entries.external_left` counts the external "
+              .. "entries the claim saw and left pending" },
           },
           returns = { { "entries", "mongostore.OutboxEntry[]", "oldest first (by seq)" } },
           fails = fails("invalid"),
@@ -3360,7 +3363,10 @@ written and no hook has run.]],
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
             { "on_external", "fun(entry: mongostore.OutboxEntry)?", "receives emitted events with no target; "
-              .. "a raise counts as a failed delivery" },
+              .. "a raise is logged and the entry is tried again after a wait of its own (0.5 s doubled per "
+              .. "failure up to 60 s, with jitter), given up after `max_attempts`. An engine without it "
+              .. "(the CLI's) never claims external entries: they stay pending for a worker that has one, "
+              .. "which its log says once" },
             { "on_dead_letter", "fun(entry: mongostore.OutboxEntry, err: string)?", "receives entries given up "
               .. "on", default = "log them" },
             { "log", "fun(msg: string)?", "where the engine reports what it carries on through",
@@ -3522,7 +3528,8 @@ engine:run{ stop = function() return stopping end, idle_sleep = 0.05, sweep_inte
           desc = [[
 Claims pending outbox entries and delivers each, in order per target; a target
 that does not exist yet is retried on later passes and given up after
-`max_attempts`. Events without a target go to `on_external`. With
+`max_attempts`. Events without a target go to `on_external`; an engine
+without one leaves them pending (it claims only targeted entries). With
 `batch_delivery` (the default) the pass delivers its entries as `send_many`
 does and acks them in one bulk write, applying events only in the first half
 of its lease (what is left waits for the next pass), so that its acks land

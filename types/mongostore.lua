@@ -640,10 +640,11 @@ function Store:list_executions(q) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
+---@param opts? { targeted: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending
 ---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:pending_outbox(limit, lease) end
+function Store:pending_outbox(limit, lease, opts) end
 
 --- Raises on a wrong type for `seq` or `token`.
 ---

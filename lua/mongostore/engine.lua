@@ -202,6 +202,7 @@ function M.new(opts)
     batch = opts.batch or 100,  -- entries a relay pass claims
     lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
     attempts = new_lru(cache_size, true), -- outbox seq -> failed deliveries in this process
+    external_retry = new_lru(cache_size), -- outbox seq -> when a failed external entry is tried again
     definitions = new_lru(cache_size),    -- execution id -> definition id (for the spawn relay)
     unresolved = new_lru(cache_size),     -- child id -> true once its unregistered chart was logged
   }, Engine)

@@ -426,14 +426,22 @@ end
 -- store:pending_outbox(limit[, lease = 30]) claims up to limit entries for
 -- this caller: each comes with a token, no other relay gets it until the
 -- lease runs out, and ack_outbox(seq, token) removes it only while the claim
--- is still this caller's.
-function Store:pending_outbox(limit, lease)
+-- is still this caller's. With opts.targeted, only entries addressed to an
+-- execution are claimed: external entries (no target_id) stay pending for a
+-- relay that has an on_external handler, and rows.external_left counts the
+-- ones this claim saw and left.
+local CLAIM_OPTS = { targeted = true }
+function Store:pending_outbox(limit, lease, opts)
   no_lease_without_limit("pending_outbox", limit, lease)
   local rows, err, code
   if limit ~= nil then
     local bad = check_claim("pending_outbox", limit, lease)
     if bad then return invalid(bad) end
-    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid())
+    if opts ~= nil then
+      if type(opts) ~= "table" then error("pending_outbox: opts must be a table, got " .. type(opts), 2) end
+      check_keys(opts, CLAIM_OPTS, "pending_outbox", "option")
+    end
+    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid(), opts ~= nil and opts.targeted == true)
   else
     rows, err, code = self:_pending_outbox()
   end

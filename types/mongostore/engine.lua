@@ -18,7 +18,7 @@
 ---@field inbox? boolean `step` and `run` also run the inbox pass (`relay_inbox`); off by default because an idle pass still costs a find
 ---@field inbox_max_events? integer the queued events one inbox pass takes at most
 ---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
----@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise counts as a failed delivery
+---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise is logged and the entry is tried again after a wait of its own (0.5 s doubled per failure up to 60 s, with jitter), given up after `max_attempts`. An engine without it (the CLI's) never claims external entries: they stay pending for a worker that has one, which its log says once
 ---@field on_dead_letter? fun(entry: mongostore.OutboxEntry, err: string) receives entries given up on
 ---@field log? fun(msg: string) where the engine reports what it carries on through
 
@@ -163,7 +163,8 @@ function Engine:relay_spawns() end
 
 --- Claims pending outbox entries and delivers each, in order per target; a target
 --- that does not exist yet is retried on later passes and given up after
---- `max_attempts`. Events without a target go to `on_external`. With
+--- `max_attempts`. Events without a target go to `on_external`; an engine
+--- without one leaves them pending (it claims only targeted entries). With
 --- `batch_delivery` (the default) the pass delivers its entries as `send_many`
 --- does and acks them in one bulk write, applying events only in the first half
 --- of its lease (what is left waits for the next pass), so that its acks land

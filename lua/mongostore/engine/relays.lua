@@ -125,20 +125,52 @@ local function entry_outcome(self, e, ok, derr, code, blocked)
   return false, false
 end
 
+-- The wait before an external entry's next try after its a-th failure:
+-- 0.5 s doubled per failure up to 60 s, each drawn between half and all of
+-- that (jitter, so that entries failed together do not come back together).
+local EXTERNAL_BASE, EXTERNAL_CAP = 0.5, 60
+local function external_backoff(a)
+  local full = EXTERNAL_BASE * 2 ^ (a - 1)
+  if full > EXTERNAL_CAP then full = EXTERNAL_CAP end
+  return full * (0.5 + 0.5 * math.random())
+end
+
+-- Hands an external entry (no target) to on_external. Only a relay that
+-- has one claims such entries (claim_outbox), so this is never reached
+-- without it. A failure is logged and the entry waits out its backoff
+-- (its next try is "blocked" until then, without counting an attempt).
 local function external(self, e)
-  if not self.on_external then return true end
+  local wait = self.external_retry:get(e.seq)
+  if wait and self.now() < wait then return false, nil, "blocked" end
   local ok, derr = pcall(self.on_external, e)
-  if not ok then return false, tostring(derr), "external" end
-  return true
+  if ok then
+    self.external_retry:set(e.seq, nil)
+    return true
+  end
+  local a = (self.attempts:get(e.seq) or 0) + 1
+  local delay = external_backoff(a)
+  self.external_retry:set(e.seq, self.now() + delay)
+  self.log(format("outbox %d: on_external failed on %s (try %d, next in %.1fs): %s", e.seq,
+                  tostring(e.event and e.event.kind), a, delay, tostring(derr)))
+  return false, tostring(derr), "external"
 end
 
 -- The entries a pass claims, its round of attempt counts begun; nil (and
--- logged) when the claim fails.
+-- logged) when the claim fails. A relay with no on_external claims only
+-- entries addressed to an execution: external ones stay pending for a
+-- relay that can hand them over, which its log says once.
 local function claim_outbox(self)
-  local entries, err = self.store:pending_outbox(self.batch, self.lease)
+  local targeted = self.on_external == nil
+  local entries, err = self.store:pending_outbox(self.batch, self.lease, targeted and { targeted = true } or nil)
   if not entries then
     self.log("pending_outbox: " .. tostring(err))
     return nil
+  end
+  if targeted and (entries.external_left or 0) > 0 and not self.said_external then
+    self.said_external = true
+    self.log(format("outbox: %d external entr%s left pending: this engine has no on_external, "
+                    .. "a worker with one delivers them", entries.external_left,
+                    entries.external_left == 1 and "y" or "ies"))
   end
   self.attempts:new_round() -- the counts this pass touches stay (see Bounded caches)
   return entries
