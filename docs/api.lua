@@ -417,6 +417,8 @@ for fewer documents than it was sent, one find tells the items apart.]] },
             { "event_id", "string?", "the event id" },
             { "from", "string?", "the active path before" },
             { "to", "string?", "the active path after" },
+            { "outcome", "string?", "what the event did (`DeliveryResult.outcome`): `ignored` tells an event "
+              .. "that changed nothing from a self-transition (`transition`)" },
             { "status", "mongostore.Status?", "the status after" },
             { "at", "number?", "epoch seconds" },
             { "actions", "string[]?", "the hooks that ran" },
@@ -3396,13 +3398,17 @@ written and no hook has run.]],
           returns = {
             { "id", "string", "the execution's id" },
             { "created", "boolean", "true when this call created it; false when it existed (no second Start)" },
+            { "result", "mongostore.DeliveryResult", "what Start did; outcome `duplicate` when it existed" },
           },
           fails = fails("conflict", "invalid", "too_large"),
           raises = "a wrong type for an argument or an option, or an unknown option",
           desc = [[
 Creates the execution and applies `Start` in the same first commit. The same
 id again is the same execution; an id that holds another chart's execution is
-a `conflict`.]],
+a `conflict`. A context value that a state's `timeout = { context = "key" }`
+reads is checked here, before anything is written: it must be a number of
+seconds (>= 0, finite), or the start is `invalid` (a key left out is not
+refused, since a hook may set it before the state is entered).]],
           example = [[
 local id = engine:start("order", { id = "o-1", context = { total = 30 } })]] },
         { class = "mongostore.StartOptions",
@@ -3420,12 +3426,20 @@ local id = engine:start("order", { id = "o-1", context = { total = 30 } })]] },
           returns = {
             { "ok", "true", "" },
             { "how", "\"applied\"|\"duplicate\"", "applied now, or handled before (nothing changed)" },
+            { "result", "mongostore.DeliveryResult", "what the event did, and the execution after it" },
           },
           fails = fails("not_found", "conflict", "invalid", "too_large"),
           raises = "a wrong type for `id`, the event or one of its fields",
           desc = [[
 Applies the event once per event id: sending the same id again changes
-nothing. After `network` or `timeout`, send the same event again (same `id`).]],
+nothing. After `network` or `timeout`, send the same event again (same `id`).
+`how` says whether this call committed; `result.outcome` says what the event
+did: a transition, nothing (`ignored`: no transition takes it, its guard said
+no, a misspelt kind), `held`, `failed` (the execution is now FAILED, `error`
+says why), `finished` (the execution had ended before). An event that changes
+nothing is still committed as processed, one version and its dedupe mark, as
+harel does, so that sending it again is a `duplicate`; its trace step says
+`outcome = "ignored"`, which tells it from a self-transition (`"transition"`).]],
           example = [[
 engine:send("o-1", { kind = "PlaceOrder", data = {}, id = "evt-1" })]] },
         { method = "send_many", of = "mongostore.Engine",
@@ -3448,11 +3462,28 @@ for i, r in ipairs(engine:send_many{ { "o-1", { kind = "Pay", id = "p-1" } },
                                      { "o-2", { kind = "Pay", id = "p-2" } } }) do
   if not r.ok then print(i, r.code, r.err) end
 end]] },
+        { class = "mongostore.DeliveryResult",
+          desc = [[
+What a delivered event did: the third value of `send`, `start` and the
+control calls (and of their `msngx.*` forms), `result` of a `send_many` item.]],
+          fields = {
+            { "outcome", "\"transition\"|\"ignored\"|\"held\"|\"forwarded\"|\"failed\"|\"finished\"|\"duplicate\"",
+              "`transition`: a transition was taken or the status changed (Start, Cancel, Suspend, ...); "
+              .. "`ignored`: nothing changed; `held`: deferred by the active state, or held while suspended; "
+              .. "`forwarded`: handed to the live regions or invoked children; `failed`: a hook, guard, action "
+              .. "or timer raised and the execution is FAILED; `finished`: the execution was DONE, FAILED or "
+              .. "CANCELLED before; `duplicate`: handled before, nothing changed (the rest is the execution as "
+              .. "loaded)" },
+            { "status", "mongostore.Status", "the status after the commit" },
+            { "active_path", "string?", "the active state after the commit" },
+            { "error", "string?", "the error of a FAILED execution" },
+          } },
         { class = "mongostore.SendResult",
           desc = "The outcome of one pair of `send_many`.",
           fields = {
             { "ok", "true?", "applied now, or handled before" },
             { "how", "\"applied\"|\"duplicate\"?", "with `ok`" },
+            { "result", "mongostore.DeliveryResult?", "with `ok`: what the event did" },
             { "err", "string?", "why not" },
             { "code", "string?", "the code of `err`" },
             { "blocked", "true?", "not attempted: an earlier event for the same execution failed" },
@@ -3607,26 +3638,30 @@ left to it.]] },
       entries = {
         { method = "cancel", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
-          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
+                      { "result", "mongostore.DeliveryResult", "what the control event did" } },
           fails = fails("not_found", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Cooperative when the active configuration has a `Cancel` transition, which is taken; "
             .. "otherwise the execution ends `CANCELLED` at once." },
         { method = "terminate", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
-          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
+                      { "result", "mongostore.DeliveryResult", "what the control event did" } },
           fails = fails("not_found", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Ends the execution at once, running no hooks." },
         { method = "suspend", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
-          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
+                      { "result", "mongostore.DeliveryResult", "what the control event did" } },
           fails = fails("not_found", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Events that arrive are held, in order, until `resume`." },
         { method = "resume", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
-          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" } },
+          returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
+                      { "result", "mongostore.DeliveryResult", "what the control event did" } },
           fails = fails("not_found", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Releases the held events." },
@@ -3752,6 +3787,21 @@ extra read.]] },
           fails = fails("conflict", "invalid", "too_large"),
           fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
           desc = "`store:save` of the execution rebuilt from its fields." },
+        { fn = "load_many", module = "mongostore.ngx",
+          params = { { "ids", "string[]", "the executions" } },
+          returns = { { "executions", "table<string, mongostore.PlainExecution>", "by id; an id with no "
+                        .. "execution has no entry" } },
+          fails = fails("invalid"),
+          desc = "`store:load_many` in one find, each execution as its fields." },
+        { fn = "commit_many", module = "mongostore.ngx",
+          params = { { "items", "{ [1]: mongostore.PlainExecution, [2]: mongostore.CommitOptions? }[]",
+                       "pairs of an execution's fields (as `msngx.load` or `msngx.load_many` returned them) and "
+                       .. "its commit's options" } },
+          returns = { { "results", "{ ok: true?, version: integer?, err: string?, code: string?, found: integer? }[]",
+                        "one per item, in order: `ok` and the new `version`, or why not" } },
+          fails = fails("invalid"),
+          desc = "`store:commit_many` of the executions rebuilt from their fields: one bulk write, each item "
+            .. "atomic and guarded on its own." },
         { class = "mongostore.PlainExecution", parent = "mongostore.ExecutionFields",
           desc = [[
 An Execution as it crosses the thread boundary: a plain table of its fields
@@ -3777,7 +3827,8 @@ charts of `cfg.charts`.]],
           },
           returns = {
             { "ok", "true", "" },
-            { "how", "\"duplicate\"?", "`\"duplicate\"` for an event id already handled" },
+            { "how", "\"applied\"|\"duplicate\"", "`\"duplicate\"` for an event id already handled" },
+            { "result", "mongostore.DeliveryResult", "what the event did" },
           },
           fails = fails("not_found", "conflict", "invalid", "too_large"),
           desc = [[
@@ -3792,7 +3843,8 @@ or a forged `Timeout`.]] },
           },
           returns = {
             { "id", "string", "the execution's id" },
-            { "created", "boolean?", "true when this call created it" },
+            { "created", "boolean", "true when this call created it" },
+            { "result", "mongostore.DeliveryResult", "what Start did (outcome `duplicate` when it existed)" },
           },
           fails = fails("conflict", "invalid", "too_large"),
           desc = "The start for requests from outside: an `opts.id` that holds another chart's execution is "
@@ -3866,7 +3918,8 @@ close it.]] },
 }
 
 -- The Store and Engine calls mongostore.ngx forwards to a worker thread (its
--- own entries above cover commit, save, send_external and start_external);
+-- own entries above cover commit, save, load_many, commit_many, send_external
+-- and start_external);
 -- the Store's must be mongostore.store's CALLS less the "local" ones, which
 -- the spec checks. A forwarded call returns an Execution as ngx_execution.
 api.ngx_forwards = {

@@ -122,6 +122,7 @@
 ---@field event_id? string the event id
 ---@field from? string the active path before
 ---@field to? string the active path after
+---@field outcome? string what the event did (`DeliveryResult.outcome`): `ignored` tells an event that changed nothing from a self-transition (`transition`)
 ---@field status? mongostore.Status the status after
 ---@field at? number epoch seconds
 ---@field actions? string[] the hooks that ran

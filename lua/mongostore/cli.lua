@@ -401,19 +401,31 @@ local function json_object(text, what)
   return v
 end
 
-local function status_after(store, id)
-  local exe = store:load(id)
-  return exe and exe.status, exe and exe.active_path
+-- "applied" and what the event did when that was not a transition:
+-- "applied (ignored)", "applied (held)", "applied (failed)", ...
+local function said_how(how, outcome)
+  if outcome == nil or outcome == "transition" or outcome == "duplicate" then return how end
+  return how .. " (" .. outcome .. ")"
 end
 
-local function report(o, what, id, how, store)
-  local status, path = status_after(store, id)
+-- how: "applied", "duplicate", "created", ...; r: the engine's delivery
+-- result (outcome, status, active_path, error after the commit). Returns
+-- the exit code: 1 when the event left the execution FAILED.
+local function report(o, what, id, how, r)
+  local status, path = r.status, r.active_path
   if o.json then
-    json_out({ id = id, result = how, status = status, active_path = path })
+    json_out({ id = id, result = how, outcome = r.outcome, status = status, active_path = path, error = r.error })
   else
-    out(format("%s %s: %s; now %s%s", what, term.clean(id), how, tostring(status),
+    out(format("%s %s: %s; now %s%s", what, term.clean(id), said_how(how, r.outcome), tostring(status),
       path and path ~= "" and (" at " .. term.clean(path)) or ""))
   end
+  if r.outcome == "failed" then
+    if not o.json then
+      io.stderr:write("mongostore: ", term.clean(id), " is FAILED: ", term.clean(tostring(r.error)), "\n")
+    end
+    return 1
+  end
+  return 0
 end
 
 command("start", {
@@ -435,11 +447,10 @@ command("start", {
       fail(format("start: --charts %s has no chart '%s' (it has: %s)", charts.name, words[1], concat(charts.ids, ", ")))
     end
     local store = connect(o)
-    local id, created = new_engine(store, charts, o):start(words[1], { id = o.id, context = context,
-                                                                       priority = priority })
+    local id, created, r = new_engine(store, charts, o):start(words[1], { id = o.id, context = context,
+                                                                          priority = priority })
     if not id then fail("start: " .. tostring(created)) end
-    report(o, "start", id, created and "created" or "existed already", store)
-    return 0
+    return report(o, "start", id, created and "created" or "existed already", r)
   end,
 })
 
@@ -467,10 +478,9 @@ command("send", {
         id, kind, c.id, #kinds > 0 and concat(kinds, ", ") or "none"))
     end
     local event = { kind = kind, data = data, id = o["event-id"] }
-    local ok, how = new_engine(store, charts, o):send(id, event)
+    local ok, how, r = new_engine(store, charts, o):send(id, event)
     if not ok then fail(format("send %s %s: %s", kind, id, tostring(how))) end
-    report(o, "send " .. term.clean(kind) .. " (event " .. event.id .. ") to", id, how, store)
-    return 0
+    return report(o, "send " .. term.clean(kind) .. " (event " .. event.id .. ") to", id, how, r)
   end,
 })
 
@@ -517,11 +527,9 @@ With more than one execution a progress bar runs on a terminal; the exit code is
       end
       local engine = new_engine(store, charts, o)
       local progress = #ids > 1 and not o.json and term.progress(name, #ids)
-      -- the status after each is one more load: only where it is printed
-      local want_status = o.json or #ids == 1
       local results, failed, counts = {}, 0, {}
       for i, id in ipairs(ids) do
-        local ok, how
+        local ok, how, r
         -- a selection's chart is checked once above; named ids each here,
         -- so a missing chart is named before anything is sent
         local cok, cerr = true, nil
@@ -530,12 +538,11 @@ With more than one execution a progress bar runs on a terminal; the exit code is
           if getmetatable(cerr) ~= Failure then error(cerr, 0) end
           how = cerr.msg
         else
-          ok, how = engine[name](engine, id)
+          ok, how, r = engine[name](engine, id)
           if not ok then how = format("%s %s: %s", name, id, tostring(how)) end
         end
-        local status = ok and want_status and status_after(store, id) or nil
         results[i] = { id = id, ok = ok == true, result = ok and how or nil, error = (not ok) and how or nil,
-                       status = status }
+                       outcome = r and r.outcome, status = r and r.status }
         if ok then counts[how] = (counts[how] or 0) + 1 else failed = failed + 1 end
         if progress then progress.update(i) end
       end
@@ -543,7 +550,8 @@ With more than one execution a progress bar runs on a terminal; the exit code is
       if o.json then
         json_out({ results = list(results), failed = failed })
       elseif #ids == 1 and failed == 0 then
-        out(format("%s %s: %s; now %s", name, term.clean(ids[1]), results[1].result, tostring(results[1].status)))
+        local r1 = results[1]
+        out(format("%s %s: %s; now %s", name, term.clean(ids[1]), said_how(r1.result, r1.outcome), tostring(r1.status)))
       else
         for _, r in ipairs(results) do
           if not r.ok then io.stderr:write("mongostore: ", term.clean(r.error), "\n") end

@@ -223,9 +223,26 @@ end
 
 local function trace_step(event, fx, exe, now)
   return {
-    event = event.kind, event_id = event.id, from = fx.from, to = fx.to,
+    event = event.kind, event_id = event.id, from = fx.from, to = fx.to, outcome = fx.outcome,
     status = exe.status, at = now, actions = ms.array(fx.actions), error = fx.failed,
   }
+end
+
+-- What a delivery did (the third value of send, start and the control
+-- calls; `result` of a send_many item): fx.outcome, or "duplicate" when the
+-- event had been applied before (then exe is the copy as loaded), with the
+-- status and active path after the commit and the error of a failed
+-- execution.
+local function delivery_result(outcome, exe, failed)
+  return { outcome = outcome, status = exe.status, active_path = exe.active_path,
+           error = failed or (exe.status == "FAILED" and exe.error or nil) }
+end
+M.delivery_result = delivery_result
+
+-- The engine log's line for an event that left an execution FAILED: the
+-- hook, guard, action or timer it failed in.
+local function log_failed(self, id, kind, fx)
+  self.log(format("execution %s failed on %s in %s: %s", id, kind, fx.failed_in or "the chart", fx.failed))
 end
 
 local function commit_opts(self, exe, event, fx, now, fence)
@@ -276,16 +293,15 @@ function Engine:deliver(id, event, timer_path, from_outside, fence)
       if not fits then return nil, ferr, fcode end
     end
     local now = self.now()
+    local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
     local fx = runtime.apply(c, exe, event, now, { armed = armed, timer_checked = timer_path ~= nil })
     local ok, err
     ok, err, code = store:commit(exe, commit_opts(self, exe, event, fx, now, fence))
     if ok then
-      if fx.failed then
-        self.log(format("execution %s failed on %s in %s: %s", id, event.kind, tostring(fx.failed_in), fx.failed))
-      end
-      return true, "applied"
+      if fx.failed then log_failed(self, id, event.kind, fx) end
+      return true, "applied", delivery_result(fx.outcome, exe, fx.failed)
     end
-    if code == "duplicate" then return true, "duplicate" end
+    if code == "duplicate" then return true, "duplicate", delivery_result("duplicate", before) end
     if code ~= "conflict" then return nil, err, code end
   end
   return nil, format("deliver %s to %s: still conflicting after %d attempts", event.kind, id, self.max_conflicts),
@@ -313,7 +329,8 @@ end
 -- gets { err =, code = "blocked", deferred = true }; at least one event is
 -- always attempted. A relay pass sets it inside its lease, so that its acks
 -- reach the entries while the claim is still its own. Returns a result per
--- item: { ok = true, how = "applied" | "duplicate" } or { err = msg, code = code }.
+-- item: { ok = true, how = "applied" | "duplicate", result = delivery result }
+-- or { err = msg, code = code }.
 -- An item's fence (the inbox's) goes with each of its commits; a commit
 -- refused as "stale" stops its target's later events, with no retry.
 function Engine:deliver_many(items, deadline)
@@ -342,10 +359,11 @@ function Engine:deliver_many(items, deadline)
   end
   local alone = {} -- target -> true: its events go through deliver from now on
   local failed = {} -- target -> the result that stops its later events
+  -- ok, how, result (deliver's success) or nil, err, code
   local function settle(i, ok, derr, dcode)
     local id = items[i].id
     if ok then
-      results[i] = { ok = true, how = derr }
+      results[i] = { ok = true, how = derr, result = dcode }
     else
       results[i] = { err = derr, code = dcode }
       failed[id] = results[i]
@@ -384,9 +402,10 @@ function Engine:deliver_many(items, deadline)
           settle(i, fits_declared(c, items[i].event, id))
         else
           local ev, now = items[i].event, self.now()
+          local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
           local fx = runtime.apply(c, exe, ev, now, {})
           commits[#commits + 1] = { exe, commit_opts(self, exe, ev, fx, now, items[i].fence) }
-          which[#commits] = { i = i, fx = fx }
+          which[#commits] = { i = i, fx = fx, exe = exe, before = before }
         end
       end
     end
@@ -397,16 +416,14 @@ function Engine:deliver_many(items, deadline)
         local i, fx = which[k].i, which[k].fx
         local id = items[i].id
         if r.ok then
-          if fx.failed then
-            self.log(format("execution %s failed on %s in %s: %s", id, items[i].event.kind, tostring(fx.failed_in),
-              fx.failed))
-          end
-          settle(i, true, "applied")
+          if fx.failed then log_failed(self, id, items[i].event.kind, fx) end
+          settle(i, true, "applied", delivery_result(fx.outcome, which[k].exe, fx.failed))
         else
           -- the execution in hand went through the interpreter without its
           -- commit landing, or may be behind the stored one: reload from now on
           alone[id] = true
-          if r.code == "duplicate" then settle(i, true, "duplicate")
+          if r.code == "duplicate" then settle(i, true, "duplicate",
+                                                   delivery_result("duplicate", which[k].before))
           elseif r.code == "stale" then settle(i, nil, r.err, r.code)
           else one(i) end
         end
@@ -466,10 +483,12 @@ local function send_checked(self, id, event, fn)
   local ok
   ok, err, code = self:deliver(id, ev, nil, true)
   if not ok then return nil, err, code end
-  return true, err
+  return true, err, code
 end
 
--- engine:send(id, { kind, data, id }) -> true, "applied" | "duplicate" | nil, msg, code
+-- engine:send(id, { kind, data, id }) -> true, "applied" | "duplicate", result | nil, msg, code
+-- result: { outcome = "transition" | "ignored" | "held" | "forwarded" | "failed" | "finished" | "duplicate",
+--           status, active_path, error } (see delivery_result)
 -- Delivered once per event id: sending the same id again changes nothing.
 function Engine:send(id, event)
   return send_checked(self, id, event, "send")
@@ -541,7 +560,8 @@ function Engine:enqueue(id, event, opts)
 end
 
 -- Creates an execution from its spec and applies Start in the same first
--- commit. Returns true when this call created it, false when it existed.
+-- commit. Returns true and the delivery result when this call created it,
+-- false when it existed.
 function Engine:create(spec)
   local c = self.charts[spec.definition_id]
   if not c then return nil, format("start: no chart '%s' is registered", tostring(spec.definition_id)), "invalid" end
@@ -549,16 +569,37 @@ function Engine:create(spec)
   local event = { id = "start:" .. exe.id, kind = "Start", data = {} }
   local now = self.now()
   local fx = runtime.apply(c, exe, event, now)
-  if fx.failed then self.log(format("execution %s failed on Start: %s", exe.id, fx.failed)) end
+  if fx.failed then log_failed(self, exe.id, "Start", fx) end
   local ok, err, code = self.store:commit(exe, commit_opts(self, exe, event, fx, now))
-  if ok then return true end
+  if ok then return true, delivery_result(fx.outcome, exe, fx.failed) end
   if code == "conflict" then return false end -- someone created it first: no second Start
   return nil, err, code
 end
 
--- engine:start("order", { id = "o-1", context = {}, priority = 0 }) -> id, created | nil, msg, code
+-- The context values a state's timeout = { context = "key" } reads, checked
+-- when start is given them (a hook may set them later, so a key left out is
+-- not refused): a number of seconds, >= 0 and finite, or nil and the error.
+local function check_timeout_context(c, context)
+  local bad
+  local function visit(node)
+    local t = node.timeout
+    if type(t) == "table" and t.context ~= nil then
+      local v = context[t.context]
+      if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0 or v == math.huge) and not bad then
+        bad = format("start: opts.context.%s must be a number of seconds (the timeout of %s), got %s", t.context,
+          node.path, type(v) == "number" and tostring(v) or type(v))
+      end
+    end
+    for _, child in ipairs(node.children or {}) do visit(child) end
+  end
+  visit(c.root)
+  return bad
+end
+
+-- engine:start("order", { id = "o-1", context = {}, priority = 0 }) -> id, created, result | nil, msg, code
 -- The same id again is the same execution: no second Start (created is
--- false); an id that holds another chart's execution is a conflict.
+-- false, result.outcome "duplicate"); an id that holds another chart's
+-- execution is a conflict.
 function Engine:start(chart_id, opts)
   if type(chart_id) ~= "string" then error("start: chart id must be a string, got " .. type(chart_id), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table, got " .. type(opts), 2) end
@@ -590,6 +631,9 @@ function Engine:start(chart_id, opts)
     if text:sub(1, 1) ~= "{" then
       return nil, "start: opts.context must be a table with string keys", "invalid"
     end
+    local c = self.charts[chart_id]
+    local bad = c and check_timeout_context(c, opts.context)
+    if bad then return nil, bad, "invalid" end
   end
   local id = opts.id or ms.uuid()
   -- no read first: the first commit is an insert, and an id that exists
@@ -605,8 +649,9 @@ function Engine:start(chart_id, opts)
       return nil, format("start %s: the id holds an execution of chart '%s', not '%s'", id, exe.definition_id,
         chart_id), "conflict"
     end
+    return id, false, delivery_result("duplicate", exe or {})
   end
-  return id, ok
+  return id, true, err
 end
 
 ------------------------------------------------------------------------

@@ -107,6 +107,37 @@ local function with_execution(store, method, fields, ...)
   return nil, err, code, found
 end
 
+-- load_many and commit_many from a handler: the executions of the answer
+-- become their fields, and commit_many's items arrive as { fields, opts }
+-- and are rebuilt as with_execution rebuilds one; each item committed
+-- answers its new version.
+local function with_executions(store, method, list, ...)
+  local execution = require "mongostore.execution"
+  if method == "load_many" then
+    local got, err, code = store:load_many(list, ...)
+    if not got then return nil, err, code end
+    local out = {}
+    for id, exe in pairs(got) do out[id] = execution.fields(exe) end
+    return out
+  end
+  if type(list) ~= "table" then return nil, "commit_many: expected a list of { fields, opts }", "invalid" end
+  local items = {}
+  for i, item in ipairs(list) do
+    if type(item) ~= "table" or type(item[1]) ~= "table" then
+      return nil, "commit_many: item " .. i .. " must be { fields, opts }", "invalid"
+    end
+    local ok, exe = pcall(execution.from_fields, item[1])
+    if not ok then return nil, "commit_many: item " .. i .. ": " .. tostring(exe), "invalid" end
+    items[i] = { exe, item[2] }
+  end
+  local got, err, code = store:commit_many(items, ...)
+  if not got then return nil, err, code end
+  for i, r in ipairs(got) do
+    if r.ok then r.version = items[i][1].version end
+  end
+  return got
+end
+
 -- The arguments mongostore.ngx encoded (codec c, CODECS.json when nil):
 -- { n, v = [...] }, null for nil at the top level (null inside a value stays
 -- mongostore.null).
@@ -123,7 +154,8 @@ end
 -- execution's chart takes from outside (chart.is_external), checked on the
 -- execution as loaded, before anything is written. The load also tells
 -- whether the event id was handled already; a resend answers true,
--- "duplicate" (the engine would change nothing either).
+-- "duplicate" (the engine would change nothing either). The third value is
+-- the engine's delivery result (outcome, status, active path, error).
 local function send_external(h, id, event)
   local chart = require "mongostore.chart"
   if type(id) ~= "string" then error("send_external: id must be a string, got " .. type(id), 2) end
@@ -152,10 +184,8 @@ local function send_external(h, id, event)
       or "is not an event chart '" .. c.id .. "' takes from outside"
     return nil, "send_external: " .. event.kind .. " " .. why, "invalid"
   end
-  if processed == true then return true, "duplicate" end
-  local ok, how, ecode = h.engine:send(id, event)
-  if not ok then return nil, how, ecode end
-  return true, how == "duplicate" and "duplicate" or nil
+  if processed == true then return true, "duplicate", require("mongostore.engine").delivery_result("duplicate", exe) end
+  return h.engine:send(id, event)
 end
 
 -- engine:start for a request from outside, which may name its own id: the
@@ -172,7 +202,7 @@ local function start_external(h, chart_id, opts)
         return nil, "start_external: execution '" .. exe.id .. "' exists and runs chart '" ..
           tostring(exe.definition_id) .. "'", "conflict"
       end
-      return exe.id
+      return exe.id, false, require("mongostore.engine").delivery_result("duplicate", exe)
     end
     if type(lerr) == "string" then return nil, lerr, lcode end
   end
@@ -195,6 +225,7 @@ function M.store(cfg, method, args)
   local how = require("mongostore.store").CALLS[method]
   return with_args(method, args, function(...)
     if how == "execution" then return with_execution(h.store, method, ...) end
+    if how == "executions" then return with_executions(h.store, method, ...) end
     if how ~= "plain" then return nil, "no store method " .. tostring(method), "invalid" end
     return h.store[method](h.store, ...)
   end)

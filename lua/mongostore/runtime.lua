@@ -104,8 +104,10 @@ function Step:timer(action, path, fire_at)
 end
 
 -- Fails the step as an action would, with msg.
-function Step:fail(msg)
-  error(action_error(msg), 0)
+function Step:fail(msg, where)
+  local e = action_error(msg)
+  e.where = where
+  error(e, 0)
 end
 
 -- Runs a user function (hook, guard, selector) as an action: its error fails
@@ -159,8 +161,10 @@ function Step:timeout_seconds(node)
   if type(t) == "number" then return t end
   local v = self.exe.context[t.context]
   if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
-    error(action_error(format("timeout of %s: context.%s must be a number of seconds, got %s",
-      node.path, t.context, type(v))), 0)
+    local e = action_error(format("timeout of %s: context.%s must be a number of seconds, got %s",
+      node.path, t.context, type(v)))
+    e.where = "timeout of " .. node.path
+    error(e, 0)
   end
   return v
 end
@@ -272,7 +276,9 @@ function Step:resolve_target(t, event)
   local key = self:call(t.label .. " (select)", t.select, self.exe.context, event)
   local target = t.targets[tostring(key)]
   if not target then
-    error(action_error(format("%s: selector returned '%s', which names no target", t.label, tostring(key))), 0)
+    local e = action_error(format("%s: selector returned '%s', which names no target", t.label, tostring(key)))
+    e.where = t.label .. " (selector)"
+    error(e, 0)
   end
   return target
 end
@@ -337,6 +343,7 @@ end
 -- Takes transition t to target: exits up to its domain, runs its action,
 -- enters down to the target.
 function Step:microstep(t, target, event)
+  self.took = true
   local domain = transition_domain(t.source, target) or self.chart.root
   if not self:within(domain) then domain = self:root() end -- a region never leaves itself
   self:exit_states(domain)
@@ -408,7 +415,9 @@ function Step:complete_macrostep()
       end
     end
   end
-  error(action_error(format("the chart does not settle: more than %d automatic steps", MAX_EVENTLESS)), 0)
+  local e = action_error(format("the chart does not settle: more than %d automatic steps", MAX_EVENTLESS))
+  e.where = "automatic transitions from " .. tostring(exe.active_path)
+  error(e, 0)
 end
 
 -- The execution reached the end of its chart (or of its region).
@@ -432,7 +441,10 @@ end
 function Step:macrostep(event)
   local exe = self.exe
   local active = self:node(exe.active_path)
-  if self.chart.dialect == "harel" and active.orthogonal and self:forward_to_regions(event) then return end
+  if self.chart.dialect == "harel" and active.orthogonal and self:forward_to_regions(event) then
+    self.forwarded = true
+    return
+  end
   local t = self:select_transition(event)
   if t then
     self:microstep(t, self:resolve_target(t, event), event)
@@ -442,8 +454,10 @@ function Step:macrostep(event)
       self:emit(cid, { id = event.id .. "@" .. cid, kind = event.kind, data = copy(event.data),
                        created_time = event.created_time })
     end
+    self.forwarded = true
   elseif self:deferred_kinds()[event.kind] then
     exe.deferred[#exe.deferred + 1] = event
+    self.held = true
   else
     self:run_hook(active, "on_activity")
   end
@@ -606,6 +620,7 @@ end
 local function hold(step, event)
   local deferred = step.exe.deferred
   deferred[#deferred + 1] = event
+  step.held = true
 end
 
 -- The engine's events, which apply in any status (each handler says when it
@@ -648,13 +663,27 @@ end
 -- Returns the effects:
 --   { emits = { {target_id, event} }, spawns = { {child_id, root_path, context} },
 --     timers = { {action, path, fire_at} }, from = path, to = path, actions = {names},
---     failed = message|nil }
+--     failed = message|nil, failed_in = where|nil,
+--     outcome = "transition" | "ignored" | "held" | "forwarded" | "failed" | "finished" }
 -- An action that raises leaves the execution FAILED with its error, its
 -- timers cancelled and nothing else of the step kept.
+-- What the event did, for the caller and the trace: "finished" (the
+-- execution had ended before it), "transition" (a transition was taken, or
+-- the status changed: Start, Cancel, Suspend, ...), "held" (deferred, or held
+-- while suspended), "forwarded" (handed to the live regions or children),
+-- else "ignored" (nothing changed; the commit still marks it processed).
+local function outcome_of(step, status_before)
+  if FINISHED[status_before] then return "finished" end
+  if step.took or step.exe.status ~= status_before then return "transition" end
+  if step.held then return "held" end
+  if step.forwarded then return "forwarded" end
+  return "ignored"
+end
+
 function M.apply(chart, exe, event, now, opts)
   opts = opts or {}
   local step = new_step(chart, exe, event, now)
-  local from = exe.active_path
+  local from, status_before = exe.active_path, exe.status
   local ok, err = pcall(Step.apply, step, event, opts)
   local failed, failed_in
   if not ok then
@@ -684,6 +713,7 @@ function M.apply(chart, exe, event, now, opts)
     actions = step.actions,
     failed = failed,
     failed_in = failed_in,
+    outcome = failed and "failed" or outcome_of(step, status_before),
   }
 end
 

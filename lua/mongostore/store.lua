@@ -19,9 +19,11 @@ local Store = core.Store
 --                Execution in a result comes back as its fields)
 --   "execution"  forwarded; the first argument is an Execution, which crosses
 --                as its fields (execution.fields / execution.from_fields)
---   "local"      not forwarded: close would end the store a thread's VM keeps;
---                load_many and commit_many carry lists of Executions, which
---                the crossing does not convert (the engine's batches use them)
+--   "executions" forwarded; lists of Executions cross as their fields:
+--                load_many's answer (each execution), commit_many's items
+--                (each { fields, opts }; an item committed answers its new
+--                version too)
+--   "local"      not forwarded: close would end the store a thread's VM keeps
 -- A method missing here fails spec/01-unit/store_calls_spec.lua; names that
 -- start with "_" are the C core's, for this file only.
 M.CALLS = {
@@ -31,7 +33,8 @@ M.CALLS = {
   release_outbox = "plain", release_spawn = "plain", due_timers = "plain", delete_timer = "plain",
   append_trace = "plain", read_trace = "plain", info = "plain", stats = "plain",
   ack_outbox_many = "plain",
-  close = "local", load_many = "local", commit_many = "local",
+  load_many = "executions", commit_many = "executions",
+  close = "local",
 }
 
 -- An option table's keys, checked against the names a function takes: a

@@ -7,7 +7,7 @@ local ms = require "mongostore"
 local store = require "mongostore.store"
 local msngx = require "mongostore.ngx"
 
-local HOW = { plain = true, execution = true, ["local"] = true }
+local HOW = { plain = true, execution = true, executions = true, ["local"] = true }
 
 -- The Store's public methods: every function of its method table whose
 -- name does not start with "_" (those are the C core's, for store.lua).
@@ -33,7 +33,7 @@ end
 function TestStoreCalls:test_every_listed_call_is_a_method_with_a_known_kind()
   for name, how in pairs(store.CALLS) do
     lu.assertEquals(type(ms.Store[name]), "function", name .. " is listed but the Store has no such method")
-    lu.assertTrue(HOW[how], name .. ": " .. tostring(how) .. " is not plain, execution or local")
+    lu.assertTrue(HOW[how], name .. ": " .. tostring(how) .. " is not plain, execution, executions or local")
   end
 end
 
@@ -48,7 +48,7 @@ function TestStoreCalls:test_ngx_forwards_exactly_the_calls_not_marked_local()
 end
 
 function TestStoreCalls:test_the_calls_ngx_lacked_are_forwarded_now()
-  for _, name in ipairs { "save", "stats", "release_outbox", "release_spawn" } do
+  for _, name in ipairs { "save", "stats", "release_outbox", "release_spawn", "load_many", "commit_many" } do
     lu.assertEquals(type(msngx[name]), "function", name)
   end
   lu.assertEquals(store.CALLS.close, "local")

@@ -236,7 +236,7 @@ function TestApiRules:test_a_resent_event_id_is_accepted_once()
   start("order", "x-dup", { total = 3 })
   local status, body = event("x-dup", { kind = "PlaceOrder", id = "po-1" })
   lu.assertEquals(status, 202)
-  lu.assertEquals(body, { ok = true })
+  lu.assertEquals(body, { ok = true, outcome = "transition", status = "RUNNING" })
   local exe1 = show("x-dup")
   local before = H.snapshot(srv().db)
   for _ = 1, 2 do

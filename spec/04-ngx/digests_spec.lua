@@ -48,31 +48,10 @@ local PROBE = [[
 
 ]]
 
--- The example's config with the probe added before its /ping location.
-local function with_probe(fn)
-  local render = H.render.render
-  H.render.render = function(opts)
-    local conf = render(opts)
-    local f = assert(io.open(conf, "r"))
-    local text = f:read("a")
-    f:close()
-    local patched, n = text:gsub("(\n[ ]*location = /ping)", "\n" .. PROBE:gsub("%%", "%%%%") .. "%1", 1)
-    assert(n == 1, "the example config has no /ping location to put the probe before")
-    f = assert(io.open(conf, "w"))
-    f:write(patched)
-    f:close()
-    return conf
-  end
-  local ok, a = pcall(fn)
-  H.render.render = render
-  if not ok then error(a, 0) end
-  return a
-end
-
 TestNgxDigests = {}
 
 function TestNgxDigests:setUp()
-  self.server = with_probe(function() return H.start{ workers = 1, threads = 2 } end)
+  self.server = H.with_probe(PROBE, function() return H.start{ workers = 1, threads = 2 } end)
   self.store = assert(ms.connect(helper.uri(), { db = self.server.db, wait = 10 }))
 end
 

@@ -23,10 +23,13 @@ local function start_order(id, context)
   return id
 end
 
-local function send(id, kind, data, event_id)
+-- expect: the outcome the answer must say (transition unless given)
+local function send(id, kind, data, event_id, expect)
   local status, body = srv():post("/executions/" .. id .. "/events", { kind = kind, data = data, id = event_id })
   lu.assertEquals(status, 202, string.format("%s to %s: %s", kind, id, H.encode({ body })))
-  lu.assertEquals(body, { ok = true })
+  lu.assertEquals(body.ok, true)
+  lu.assertEquals(body.outcome, expect or "transition", kind .. " to " .. id)
+  lu.assertEquals(type(body.status), "string")
 end
 
 -- GET /executions/{id}: execution, trace.
@@ -127,7 +130,7 @@ function TestOrderFlow:test_order_runs_to_done()
   lu.assertEquals(exe.active_path, "AwaitingPayment")
   lu.assertEquals(exe.context.attempts, 1)
 
-  send(id, "Paid", {})                 -- no amount: the guard keeps it waiting
+  send(id, "Paid", {}, nil, "ignored") -- no amount: the guard keeps it waiting
   lu.assertEquals(show(id).active_path, "AwaitingPayment")
   send(id, "Paid", { amount = 30 })
   lu.assertEquals(show(id).active_path, "Fulfilling.Picking")
@@ -141,7 +144,7 @@ function TestOrderFlow:test_order_runs_to_done()
   -- Go is not the parent's: it goes to each live region (the worker's
   -- relays create the regions and deliver it); the same event id twice is
   -- applied once
-  send(id, "Go", nil, "go-1")
+  send(id, "Go", nil, "go-1", "forwarded") -- to the live regions
   local status, body = srv():post("/executions/" .. id .. "/events", { kind = "Go", id = "go-1" })
   lu.assertEquals(status, 202)
   lu.assertEquals(body, { ok = true, duplicate = true })
@@ -177,7 +180,7 @@ function TestOrderFlow:test_order_runs_to_done()
   end
 
   -- an event for a finished order is still accepted, and changes nothing
-  send(id, "Go", nil, "go-2")
+  send(id, "Go", nil, "go-2", "finished")
   exe = show(id)
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.active_path, "Done")
@@ -212,7 +215,7 @@ function TestOrderFlow:test_control_actions()
   local status, body = srv():post("/executions/" .. id .. "/suspend")
   lu.assertEquals(status, 202, H.encode({ body }))
   lu.assertEquals(show(id).status, "SUSPENDED")
-  send(id, "Paid", { amount = 7 })
+  send(id, "Paid", { amount = 7 }, nil, "held")
   local exe = show(id)
   lu.assertEquals(exe.status, "SUSPENDED")
   lu.assertEquals(exe.active_path, "AwaitingPayment")

@@ -96,6 +96,29 @@ end
 local render = dofile(root .. "/examples/openresty/render.lua")
 M.render = render
 
+-- Runs fn() (which starts a server) with the example's config given one more
+-- location, the text `probe`, put before its /ping location; returns what
+-- fn returns.
+function M.with_probe(probe, fn)
+  local original = render.render
+  render.render = function(opts)
+    local conf = original(opts)
+    local f = assert(io.open(conf, "r"))
+    local text = f:read("a")
+    f:close()
+    local patched, n = text:gsub("(\n[ ]*location = /ping)", "\n" .. probe:gsub("%%", "%%%%") .. "%1", 1)
+    assert(n == 1, "the example config has no /ping location to put the probe before")
+    f = assert(io.open(conf, "w"))
+    f:write(patched)
+    f:close()
+    return conf
+  end
+  local ok, a = pcall(fn)
+  render.render = original
+  if not ok then error(a, 0) end
+  return a
+end
+
 local Server = {}
 Server.__index = Server
 

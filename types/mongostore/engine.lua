@@ -32,10 +32,19 @@ local Engine = {}
 ---@field context? table<string, any> the starting context
 ---@field priority? integer 0 to 4
 
+--- What a delivered event did: the third value of `send`, `start` and the
+--- control calls (and of their `msngx.*` forms), `result` of a `send_many` item.
+---@class mongostore.DeliveryResult
+---@field outcome "transition"|"ignored"|"held"|"forwarded"|"failed"|"finished"|"duplicate" `transition`: a transition was taken or the status changed (Start, Cancel, Suspend, ...); `ignored`: nothing changed; `held`: deferred by the active state, or held while suspended; `forwarded`: handed to the live regions or invoked children; `failed`: a hook, guard, action or timer raised and the execution is FAILED; `finished`: the execution was DONE, FAILED or CANCELLED before; `duplicate`: handled before, nothing changed (the rest is the execution as loaded)
+---@field status mongostore.Status the status after the commit
+---@field active_path? string the active state after the commit
+---@field error? string the error of a FAILED execution
+
 --- The outcome of one pair of `send_many`.
 ---@class mongostore.SendResult
 ---@field ok? true applied now, or handled before
 ---@field how? "applied"|"duplicate" with `ok`
+---@field result? mongostore.DeliveryResult with `ok`: what the event did
 ---@field err? string why not
 ---@field code? string the code of `err`
 ---@field blocked? true not attempted: an earlier event for the same execution failed
@@ -78,7 +87,10 @@ function Engine:chart_of(exe) end
 
 --- Creates the execution and applies `Start` in the same first commit. The same
 --- id again is the same execution; an id that holds another chart's execution is
---- a `conflict`.
+--- a `conflict`. A context value that a state's `timeout = { context = "key" }`
+--- reads is checked here, before anything is written: it must be a number of
+--- seconds (>= 0, finite), or the start is `invalid` (a key left out is not
+--- refused, since a hook may set it before the state is entered).
 ---
 --- Raises on a wrong type for an argument or an option, or an unknown option.
 ---
@@ -87,11 +99,18 @@ function Engine:chart_of(exe) end
 ---@param opts? mongostore.StartOptions the id, context and priority
 ---@return string? id # the execution's id
 ---@return (boolean|string)? created # true when this call created it; false when it existed (no second Start); on failure, the message
----@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what Start did; outcome `duplicate` when it existed; on failure, the code
 function Engine:start(chart_id, opts) end
 
 --- Applies the event once per event id: sending the same id again changes
 --- nothing. After `network` or `timeout`, send the same event again (same `id`).
+--- `how` says whether this call committed; `result.outcome` says what the event
+--- did: a transition, nothing (`ignored`: no transition takes it, its guard said
+--- no, a misspelt kind), `held`, `failed` (the execution is now FAILED, `error`
+--- says why), `finished` (the execution had ended before). An event that changes
+--- nothing is still committed as processed, one version and its dedupe mark, as
+--- harel does, so that sending it again is a `duplicate`; its trace step says
+--- `outcome = "ignored"`, which tells it from a self-transition (`"transition"`).
 ---
 --- Raises on a wrong type for `id`, the event or one of its fields.
 ---
@@ -100,7 +119,7 @@ function Engine:start(chart_id, opts) end
 ---@param event mongostore.Event the event; a missing `id` is filled into this table
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # applied now, or handled before (nothing changed); on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did, and the execution after it; on failure, the code
 function Engine:send(id, event) end
 
 --- `send` for many events in a few round trips: one find loads every distinct
@@ -198,7 +217,7 @@ function Engine:sweep(now) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:cancel(id) end
 
 --- Ends the execution at once, running no hooks.
@@ -209,7 +228,7 @@ function Engine:cancel(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:terminate(id) end
 
 --- Events that arrive are held, in order, until `resume`.
@@ -220,7 +239,7 @@ function Engine:terminate(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:suspend(id) end
 
 --- Releases the held events.
@@ -231,7 +250,7 @@ function Engine:suspend(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:resume(id) end
 
 return engine

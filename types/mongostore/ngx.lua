@@ -91,6 +91,24 @@ function msngx.commit(fields, opts) end
 ---@return integer? found # with `conflict`: the version found
 function msngx.save(fields) end
 
+--- `store:load_many` in one find, each execution as its fields.
+---
+--- Fails with `nil, message, code`.
+---@param ids string[] the executions
+---@return table<string, mongostore.PlainExecution>? executions # by id; an id with no execution has no entry
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.load_many(ids) end
+
+--- `store:commit_many` of the executions rebuilt from their fields: one bulk write, each item atomic and guarded on its own.
+---
+--- Fails with `nil, message, code`.
+---@param items { [1]: mongostore.PlainExecution, [2]: mongostore.CommitOptions? }[] pairs of an execution's fields (as `msngx.load` or `msngx.load_many` returned them) and its commit's options
+---@return { ok: true?, version: integer?, err: string?, code: string?, found: integer? }[]? results # one per item, in order: `ok` and the new `version`, or why not
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.commit_many(items) end
+
 --- The send for events from an HTTP client: a kind the execution's chart does not
 --- take from outside (`chart.is_external`) is refused with `invalid` before
 --- anything is written, so a client cannot send `SetState`, `Reset`, `Terminate`
@@ -100,8 +118,8 @@ function msngx.save(fields) end
 ---@param id string the execution
 ---@param event mongostore.Event the event from outside
 ---@return true? ok
----@return ("duplicate"|string)? how # `"duplicate"` for an event id already handled; on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return ("applied"|"duplicate"|string)? how # `"duplicate"` for an event id already handled; on failure, the message
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did; on failure, the code
 function msngx.send_external(id, event) end
 
 --- The start for requests from outside: an `opts.id` that holds another chart's execution is `conflict`; the same id under the same chart answers that execution from one read.
@@ -111,7 +129,7 @@ function msngx.send_external(id, event) end
 ---@param opts? mongostore.StartOptions as `engine:start`
 ---@return string? id # the execution's id
 ---@return (boolean|string)? created # true when this call created it; on failure, the message
----@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what Start did (outcome `duplicate` when it existed); on failure, the code
 function msngx.start_external(chart_id, opts) end
 
 --- Calls `require(module)[fn](...)` in a worker thread (configure's
@@ -309,7 +327,7 @@ function msngx.stats() end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.cancel(id) end
 
 --- Runs [`engine:enqueue`](engine.md#engine-enqueue) in a worker thread.
@@ -329,7 +347,7 @@ function msngx.enqueue(id, event, opts) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.resume(id) end
 
 --- Runs [`engine:send`](engine.md#engine-send) in a worker thread.
@@ -339,7 +357,7 @@ function msngx.resume(id) end
 ---@param event mongostore.Event the event; a missing `id` is filled into this table
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # applied now, or handled before (nothing changed); on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did, and the execution after it; on failure, the code
 function msngx.send(id, event) end
 
 --- Runs [`engine:start`](engine.md#engine-start) in a worker thread.
@@ -349,7 +367,7 @@ function msngx.send(id, event) end
 ---@param opts? mongostore.StartOptions the id, context and priority
 ---@return string? id # the execution's id
 ---@return (boolean|string)? created # true when this call created it; false when it existed (no second Start); on failure, the message
----@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what Start did; outcome `duplicate` when it existed; on failure, the code
 function msngx.start(chart_id, opts) end
 
 --- Runs [`engine:suspend`](engine.md#engine-suspend) in a worker thread.
@@ -358,7 +376,7 @@ function msngx.start(chart_id, opts) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.suspend(id) end
 
 --- Runs [`engine:terminate`](engine.md#engine-terminate) in a worker thread.
@@ -367,7 +385,7 @@ function msngx.suspend(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return ("not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.terminate(id) end
 
 return msngx

@@ -234,17 +234,18 @@ local function post_event(id)
   end
   -- the kind is checked against the execution's chart in the same thread
   -- call that sends it (msngx.send_external)
-  local sent, how, code = call(msngx.send_external, id, { kind = body.kind, data = body.data or {}, id = body.id })
-  if not sent then return library_error(how, code) end -- how: the message
+  local sent, how, r = call(msngx.send_external, id, { kind = body.kind, data = body.data or {}, id = body.id })
+  if not sent then return library_error(how, r) end -- how: the message, r: the code
   if how == "duplicate" then return send(202, { ok = true, duplicate = true }) end
-  return send(202, { ok = true })
+  -- what the event did (transition, ignored, held, failed, finished) and the status after it
+  return send(202, { ok = true, outcome = r.outcome, status = r.status })
 end
 
 -- POST /executions/{id}/{cancel|terminate|suspend|resume} -> 202 {ok: true}
 local function post_action(id, action)
-  local ok, serr, code = call(ACTIONS[action], id)
-  if not ok then return library_error(serr, code) end
-  return send(202, { ok = true })
+  local ok, serr, r = call(ACTIONS[action], id)
+  if not ok then return library_error(serr, r) end
+  return send(202, { ok = true, outcome = r.outcome, status = r.status })
 end
 
 -- GET /executions/{id} -> 200 {execution, trace}

@@ -136,7 +136,7 @@ function Step:spawn_invoke(node)
   if type(list) ~= "table" or list == null then
     if list ~= nil and list ~= null then
       self:fail(format("invoke of %s for each entry: context.%s must be a list, got %s", node.path,
-        node.each, type(list)))
+        node.each, type(list)), "invoke of " .. node.path)
     end
     list = {}
   end

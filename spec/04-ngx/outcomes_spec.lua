@@ -1,0 +1,68 @@
+-- spec/04-ngx/outcomes_spec.lua - what a call did, across nginx's thread
+-- boundary: msngx.start, send, send_external, start_external and the control
+-- calls answer the engine's delivery result as their third value, and
+-- msngx.load_many and msngx.commit_many are forwarded, their executions
+-- crossing as fields (commit_many's committed items answer their version).
+local lu = require "luaunit"
+local ms = require "mongostore"
+local helper = require "helpers"
+local H = require "helpers.ngx"
+
+local PROBE = [[
+        location = /_outcomes_probe {
+            content_by_lua_block {
+                local msngx = require "mongostore.ngx"
+                local core = require "mongostore.core"
+                local id = ngx.var.arg_id
+                local out = {}
+                local function keep(name, ...) out[name] = core.array({ ... }) end
+                keep("start", msngx.start("refund", { id = id }))
+                keep("start_again", msngx.start_external("refund", { id = id }))
+                keep("nothing", msngx.send(id, { kind = "Nope", id = "e-nope" }))
+                keep("suspend", msngx.suspend(id))
+                keep("held", msngx.send_external(id, { kind = "Reject", id = "e-rej" }))
+                keep("resume", msngx.resume(id))
+                keep("again", msngx.send_external(id, { kind = "Reject", id = "e-rej" }))
+                keep("finished", msngx.cancel(id))
+                local many = msngx.load_many({ id, "nobody" })
+                out.many_ids = {}
+                for k, f in pairs(many) do out.many_ids[#out.many_ids + 1] = k .. "@" .. f.version end
+                local got = msngx.commit_many({ { many[id], { processed_event_id = "e-many" } } })
+                out.commit_many = got
+                ngx.say(core.json_encode(out))
+            }
+        }
+
+]]
+
+TestNgxOutcomes = {}
+
+function TestNgxOutcomes:setUp()
+  self.server = H.with_probe(PROBE, function() return H.start{ workers = 1, threads = 2 } end)
+  self.store = assert(ms.connect(helper.uri(), { db = self.server.db, wait = 10 }))
+end
+
+function TestNgxOutcomes:tearDown()
+  if self.store then self.store:close() end
+  if self.server then self.server:stop() end
+end
+
+function TestNgxOutcomes:test_each_call_answers_what_it_did()
+  local status, b = self.server:get("/_outcomes_probe?id=r-1")
+  lu.assertEquals(status, 200, tostring(b))
+  lu.assertEquals(type(b), "table", tostring(b))
+  lu.assertEquals(b.start, { "r-1", true, { outcome = "transition", status = "RUNNING", active_path = "Requested" } })
+  lu.assertEquals(b.start_again[2], false)
+  lu.assertEquals(b.start_again[3].outcome, "duplicate")
+  lu.assertEquals(b.nothing, { true, "applied", { outcome = "ignored", status = "RUNNING", active_path = "Requested" } })
+  lu.assertEquals(b.suspend[3], { outcome = "transition", status = "SUSPENDED", active_path = "Requested" })
+  lu.assertEquals(b.held[3].outcome, "held")
+  lu.assertEquals(b.resume[3], { outcome = "transition", status = "DONE", active_path = "Rejected" })
+  lu.assertEquals(b.again, { true, "duplicate", { outcome = "duplicate", status = "DONE", active_path = "Rejected" } })
+  lu.assertEquals(b.finished[3].outcome, "finished")
+  local v = assert(self.store:load("r-1")).version
+  lu.assertEquals(b.many_ids, { "r-1@" .. (v - 1) })
+  lu.assertEquals(b.commit_many, { { ok = true, version = v } })
+  lu.assertTrue(self.store:is_processed("r-1", "e-many"))
+  lu.assertEquals(self.server:errors(), {})
+end
