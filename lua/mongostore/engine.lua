@@ -237,7 +237,7 @@ local function delivery_result(outcome, exe, failed)
   return { outcome = outcome, status = exe.status, active_path = exe.active_path,
            error = failed or (exe.status == "FAILED" and exe.error or nil) }
 end
-M.delivery_result = delivery_result
+M._delivery_result = delivery_result -- for mongostore.ngx_thread
 
 -- The engine log's line for an event that left an execution FAILED: the
 -- hook, guard, action or timer it failed in.

@@ -184,7 +184,9 @@ local function send_external(h, id, event)
       or "is not an event chart '" .. c.id .. "' takes from outside"
     return nil, "send_external: " .. event.kind .. " " .. why, "invalid"
   end
-  if processed == true then return true, "duplicate", require("mongostore.engine").delivery_result("duplicate", exe) end
+  if processed == true then
+    return true, "duplicate", require("mongostore.engine")._delivery_result("duplicate", exe)
+  end
   return h.engine:send(id, event)
 end
 
@@ -202,7 +204,7 @@ local function start_external(h, chart_id, opts)
         return nil, "start_external: execution '" .. exe.id .. "' exists and runs chart '" ..
           tostring(exe.definition_id) .. "'", "conflict"
       end
-      return exe.id, false, require("mongostore.engine").delivery_result("duplicate", exe)
+      return exe.id, false, require("mongostore.engine")._delivery_result("duplicate", exe)
     end
     if type(lerr) == "string" then return nil, lerr, lcode end
   end
