@@ -123,6 +123,14 @@ end
 
 local function now() return date() end
 
+-- The field bulk_save stamps on every document it updates: a value unique to
+-- that one op of that one call (the call's ObjectId and the op's index). When
+-- fewer updates matched than were sent, the read that follows tells a write of
+-- this call from another writer's by it alone: a revision or a timestamp can be
+-- another writer's too (a single bump in the same millisecond). Tracked
+-- documents never hold it: reads drop it, saves and checks skip it.
+local TOKEN = "_bulk"
+
 local function class_of(doc)
   local mt = getmetatable(doc)
   return type(mt) == "table" and rawget(mt, "class") or nil
@@ -192,6 +200,7 @@ end
 local function adopt(C, raw)
   local soft = C._soft
   if soft and rawget(raw, soft) == null then rawset(raw, soft, nil) end
+  if rawget(raw, TOKEN) ~= nil then rawset(raw, TOKEN, nil) end
   snaps[raw] = copy(raw)
   return setmetatable(raw, C._imt)
 end
@@ -397,7 +406,7 @@ local function insert_doc(C, doc, opts, fn)
   ensure_defaults(C, doc)
   mark(C._schema, doc)
   if wants_validation(C, opts) then
-    local errs = check_doc(C._schema, doc, C._id_skip)
+    local errs = check_doc(C._schema, doc, C._check_skip)
     if errs then return validation_error(C, fn, errs) end
   end
   local raw, journal = session_of(opts)
@@ -457,11 +466,18 @@ local function delta(C, doc, snap, fn)
 end
 
 -- The update document of a save, and the filter that guards it.
-local function save_update(C, snap, set, unset, at)
+local function save_update(C, snap, set, unset, at, token)
   local u = {}
   local r = C._roles
   if r.updated_at then set[r.updated_at] = at end
-  if next(set) then u["$set"] = set end
+  if token then
+    -- a copy: `set` is what the snapshot takes after the write, the token is not
+    local s = { [TOKEN] = token }
+    for k, v in pairs(set) do s[k] = v end
+    u["$set"] = s
+  elseif next(set) then
+    u["$set"] = set
+  end
   if next(unset) then u["$unset"] = unset end
   local f = { _id = snap._id }
   if r.revision then
@@ -498,7 +514,7 @@ function Instance:save(opts)
   local set, unset, n = delta(C, self, snap, "save")
   if n == 0 then return self end
   if wants_validation(C, opts) then
-    local errs = check_doc(C._schema, self, C._id_skip)
+    local errs = check_doc(C._schema, self, C._check_skip)
     if errs then return validation_error(C, "save", errs) end
   end
   local raw, journal = session_of(opts)
@@ -580,6 +596,7 @@ function Instance:reload(opts)
   end
   for k in pairs(self) do rawset(self, k, nil) end
   if soft and rawget(doc, soft) == null then rawset(doc, soft, nil) end
+  rawset(doc, TOKEN, nil)
   for k, v in pairs(doc) do rawset(self, k, v) end
   snaps[self] = copy(doc)
   setmetatable(snaps[self], nil)
@@ -818,6 +835,7 @@ function Model:hydrate(raw)
   if type(raw) ~= "table" then error("hydrate: raw must be a table, got " .. type(raw), 2) end
   if rawget(raw, "_id") == nil then error("hydrate: raw has no _id (use Model:new for a new document)", 2) end
   if self._soft and rawget(raw, self._soft) == null then rawset(raw, self._soft, nil) end
+  rawset(raw, TOKEN, nil)
   local snap = copy(raw)
   setmetatable(snap, nil)
   snaps[raw] = snap
@@ -942,7 +960,7 @@ function Model:insert_many(list, opts)
       ensure_defaults(self, doc)
     end
     mark(self._schema, doc)
-    local errs = validate and check_doc(self._schema, doc, self._id_skip)
+    local errs = validate and check_doc(self._schema, doc, self._check_skip)
     if errs then
       local _, e = validation_error(self, "insert_many", errs)
       errors[#errors + 1] = { index = i, code = "validation", message = e.message, errors = errs }
@@ -994,6 +1012,7 @@ function Model:bulk_save(docs, opts)
   local raw, journal = session_of(opts)
   local at = now()
   local r = self._roles
+  local call = tostring(objectid())
   local ops, plan, failed = {}, {}, {}
   for i = 1, #docs do
     local doc = docs[i]
@@ -1004,7 +1023,7 @@ function Model:bulk_save(docs, opts)
     elseif snap == nil then
       ensure_defaults(self, doc)
       mark(self._schema, doc)
-      local errs = validate and check_doc(self._schema, doc, self._id_skip)
+      local errs = validate and check_doc(self._schema, doc, self._check_skip)
       if errs then
         local _, e = validation_error(self, "bulk_save", errs)
         failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
@@ -1023,14 +1042,15 @@ function Model:bulk_save(docs, opts)
       mark(self._schema, doc)
       local set, unset, n = delta(self, doc, snap, "bulk_save")
       if n > 0 then
-        local errs = validate and check_doc(self._schema, doc, self._id_skip)
+        local errs = validate and check_doc(self._schema, doc, self._check_skip)
         if errs then
           local _, e = validation_error(self, "bulk_save", errs)
           failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
         else
-          local u, f = save_update(self, snap, set, unset, at)
+          local token = call .. "." .. (#ops + 1)
+          local u, f, unscoped = save_update(self, snap, set, unset, at, token)
           ops[#ops + 1] = { update_one = { filter = f, update = u } }
-          plan[#ops] = { index = i, doc = doc, set = set, unset = unset }
+          plan[#ops] = { index = i, doc = doc, set = set, unset = unset, token = token, unscoped = unscoped }
         end
       end
     end
@@ -1047,9 +1067,10 @@ function Model:bulk_save(docs, opts)
     local refused = {}
     for _, e in ipairs(res.errors) do refused[e.index] = e end
     -- updates that matched nothing are not errors to the server: when fewer
-    -- matched than were sent, one read tells which. A written one is at its
-    -- new revision with this call's updated_at (the time tells ours from
-    -- another writer's single bump); without a revision, a missing one is gone.
+    -- matched than were sent, one read tells which. Only this op's token says
+    -- it was written: a revision one above the copy's, or this call's
+    -- updated_at, can be another writer's. Read unscoped: a document deleted
+    -- meanwhile is not_found, one at another revision stale.
     local updates, ok_updates = 0, {}
     for j = 1, #ops do
       if not plan[j].insert and not refused[j] then updates = updates + 1; ok_updates[#ok_updates + 1] = j end
@@ -1058,12 +1079,11 @@ function Model:bulk_save(docs, opts)
     if res.matched < updates then
       local ids = array {}
       for _, j in ipairs(ok_updates) do ids[#ids + 1] = rawget(plan[j].doc, "_id") end
-      local rev = r.revision
-      local upd = r.updated_at
-      local proj = { _id = 1 }
+      local rev, soft = r.revision, self._soft
+      local proj = { _id = 1, [TOKEN] = 1 }
       if rev then proj[rev] = 1 end
-      if upd then proj[upd] = 1 end
-      local cur, m2, c2, d2 = coll:find(scope(self, { _id = { ["$in"] = ids } }), { projection = proj, session = raw })
+      if soft then proj[soft] = 1 end
+      local cur, m2, c2, d2 = coll:find({ _id = { ["$in"] = ids } }, { projection = proj, session = raw })
       if not cur then return driver_fail(m2, c2, d2) end
       local found = {}
       local list
@@ -1071,13 +1091,20 @@ function Model:bulk_save(docs, opts)
       if not list then return driver_fail(m2, c2, d2) end
       for _, d in ipairs(list) do found[tostring(d._id)] = d end
       for _, j in ipairs(ok_updates) do
-        local doc = plan[j].doc
-        local d = found[tostring(rawget(doc, "_id"))]
+        local p = plan[j]
+        local id = tostring(rawget(p.doc, "_id"))
+        local d = found[id]
         if d == nil then
-          missed[j] = { code = "not_found", message = "no document " .. tostring(rawget(doc, "_id")) }
-        elseif rev and (d[rev] ~= (snaps[doc][rev] or 0) + 1 or (upd and d[upd] ~= at)) then
-          missed[j] = { code = "stale", message = format("document %s is at revision %s, this copy at %s: reload it",
-            tostring(rawget(doc, "_id")), tostring(d[rev]), tostring(snaps[doc][rev])) }
+          missed[j] = { code = "not_found", message = "no document " .. id }
+        elseif d[TOKEN] ~= p.token then
+          if soft and not p.unscoped and d[soft] ~= nil and d[soft] ~= null then
+            missed[j] = { code = "not_found", message = format("document %s was deleted", id) }
+          elseif rev then
+            missed[j] = { code = "stale", message = format("document %s is at revision %s, this copy at %s: reload it",
+              id, tostring(d[rev]), tostring(snaps[p.doc][rev])) }
+          else
+            missed[j] = { code = "stale", message = format("document %s was not written: reload it", id) }
+          end
         end
       end
     end
@@ -1152,7 +1179,7 @@ function Model:bulk_write(list, opts)
       local doc = b.doc
       if class_of(doc) ~= self then doc = self:new(doc) end
       mark(self._schema, doc)
-      local errs = validate and check_doc(self._schema, doc, self._id_skip)
+      local errs = validate and check_doc(self._schema, doc, self._check_skip)
       if errs then errors[#errors + 1] = { index = i, errs = errs } else
         if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
         local at = now()
@@ -1193,7 +1220,7 @@ end
 
 -- ------------------------------------------------------------ define
 
-local RESERVED = { id = true, is_new = true, class = true }
+local RESERVED = { id = true, is_new = true, class = true, [TOKEN] = true }
 
 local DEFINE_KEYS = { collection = true, fields = true, indexes = true, validate_writes = true, name = true,
                       methods = true }
@@ -1226,7 +1253,8 @@ function M.define(spec)
   end
   for fname in pairs(S.by_name) do
     if methods[fname] or RESERVED[fname] then
-      error(format("define: the field %s of %s has the name of a method or of id/is_new", fname, name), 2)
+      error(format("define: the field %s of %s has the name of a method or of one the model keeps "
+        .. "(id, is_new, class, %s)", fname, name, TOKEN), 2)
     end
   end
   local id_field
@@ -1242,7 +1270,7 @@ function M.define(spec)
     name = name, collection = spec.collection, validate_writes = spec.validate_writes ~= false,
     fields = S.by_name, _schema = S, _roles = roles, _soft = roles.deleted_at,
     _oid = id_field == nil or id_field.type == "objectid",
-    _id_skip = id_field == nil and { _id = true } or nil,
+    _check_skip = { _id = id_field == nil or nil, [TOKEN] = true },
     _immutable = {}, _auto = {}, _managed = { "_id" }, _defaults = {},
     _indexes = spec.indexes or {}, _coll = nil, _db = nil, _registry = nil,
   }
@@ -1264,7 +1292,7 @@ function M.define(spec)
   end
   -- what a save never diffs: the id and the fields the model writes itself
   -- (created_at is compared on its own: a change to it raises)
-  local skip = { _id = true }
+  local skip = { _id = true, [TOKEN] = true }
   for k in pairs(C._auto) do skip[k] = true end
   for k in pairs(C._immutable) do skip[k] = true end
   C._diff_opts = { skip = skip }
