@@ -503,9 +503,20 @@ local function applied(C, doc, snap, set, unset, at)
   end
 end
 
+-- The model of a document method's self; a dot for a colon (doc.save())
+-- raises naming the method.
+local function doc_class(doc, fn)
+  local C = class_of(doc)
+  if C == nil then
+    error(format("%s: call it with a colon, doc:%s(...), not with a dot (the document came as %s)", fn, fn,
+      type(doc)), 3)
+  end
+  return C
+end
+
 function Instance:save(opts)
+  local C = doc_class(self, "save")
   check_opts("save", opts, OPTS)
-  local C = class_of(self)
   local snap = snaps[self]
   if snap == nil then return insert_doc(C, self, opts, "save") end
   local coll = bound(C, "save")
@@ -529,15 +540,15 @@ function Instance:save(opts)
 end
 
 function Instance:insert(opts)
+  local C = doc_class(self, "insert")
   check_opts("insert", opts, OPTS)
-  local C = class_of(self)
   if snaps[self] then error(format("insert: this %s is stored already (save it)", C.name), 2) end
   return insert_doc(C, self, opts, "insert")
 end
 
 --- a:changes() -> { ["$set"] = {...}, ["$unset"] = {...} }, what save would send ({} when nothing).
 function Instance:changes()
-  local C = class_of(self)
+  local C = doc_class(self, "changes")
   mark(C._schema, self)  -- as save does, so what is shown is what save sends
   local set, unset, n = diff(snaps[self], self, C._diff_opts)
   local out = {}
@@ -549,8 +560,8 @@ function Instance:changes()
 end
 
 function Instance:delete(opts)
+  local C = doc_class(self, "delete")
   check_opts("delete", opts, OPTS)
-  local C = class_of(self)
   local coll = bound(C, "delete")
   local snap = snaps[self]
   if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
@@ -581,8 +592,8 @@ function Instance:delete(opts)
 end
 
 function Instance:reload(opts)
+  local C = doc_class(self, "reload")
   check_opts("reload", opts, OPTS)
-  local C = class_of(self)
   local coll = bound(C, "reload")
   local id = rawget(self, "_id")
   if id == nil then error("reload: the document has no id", 2) end
@@ -605,6 +616,7 @@ function Instance:reload(opts)
 end
 
 function Instance:to_table()
+  doc_class(self, "to_table")
   local t = {}
   for k, v in pairs(self) do t[k] = copy(v) end
   return t
@@ -803,9 +815,14 @@ end
 local Model = {}
 Model.__index = Model
 
+-- A class method called with a dot (Article.insert{...}) gets its first
+-- argument as the model: said as such, before anything inside trips on it.
+-- rawget: a plain table has no _meta, and nil == nil would let it through.
 local function check_class(C, fn)
-  if type(C) ~= "table" or getmetatable(C) ~= C._meta then
-    error(format("%s: call it on a model (Model:%s), not with a dot", fn, fn), 3)
+  local meta = type(C) == "table" and rawget(C, "_meta")
+  if not meta or getmetatable(C) ~= meta then
+    error(format("%s: call it with a colon, Model:%s(...), not with a dot (the model came as %s)", fn, fn,
+      class_of(C) and "a document" or type(C)), 3)
   end
 end
 
