@@ -565,11 +565,21 @@ function Instance:delete(opts)
   local coll = bound(C, "delete")
   local snap = snaps[self]
   if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
-  if gone[self] then return fail("not_found", format("delete %s: the document was deleted", C.collection)) end
+  if gone[self] then
+    return fail("not_found", format("delete %s: document %s is deleted already (for good)", C.collection,
+      tostring(rawget(self, "_id"))))
+  end
   local raw, journal = session_of(opts)
   local r = C._roles
   local soft = C._soft
   if soft and not (opts and opts.hard) then
+    -- soft-deleted as last read or written: nothing to delete, and deleted_at
+    -- and the revision stay where they are (delete { hard = true } removes it)
+    local was = snap[soft]
+    if was ~= nil and was ~= null then
+      return fail("not_found", format("delete %s: document %s is deleted already (at %s)", C.collection,
+        tostring(rawget(self, "_id")), tostring(was)))
+    end
     local at = now()
     local set = { [soft] = at }
     local u, f, unscoped = save_update(C, snap, set, {}, at)
