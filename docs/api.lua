@@ -1692,7 +1692,11 @@ assert(a:save())]] },
           params = { { "opts", "mongostore.ModelOptions?", "hard, session" } },
           returns = { { "ok", "true", "deleted (soft: `deleted_at` set, the revision bumped)" } },
           raises = "a document that is not stored",
-          desc = MODEL_FAILS .. ": `stale`, `not_found`, the document API's codes." },
+          desc = "`true` only when this call deleted it. A document deleted already (soft-deleted as last read or "
+            .. "written, or removed for good) is not written again: the call fails `not_found` (\"deleted "
+            .. "already\") and `deleted_at` and the revision stay as they were; `{ hard = true }` still removes a "
+            .. "soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. "
+            .. MODEL_FAILS .. ": `stale`, `not_found`, the document API's codes." },
         { method = "reload", of = "mongostore.Document",
           params = { { "opts", "mongostore.ModelOptions?", "session, unscoped" } },
           returns = { { "doc", "mongostore.Document", "itself, as stored now: pending changes dropped" } },
@@ -1894,7 +1898,12 @@ whole call).]] },
           desc = [[
 The delta of every changed document (and the new ones) in one unordered
 `bulk_write`, one round trip; when fewer updates matched than were sent, one
-read tells the stale ones apart. The writes are independent: the written
+read tells the stale ones apart. Each update also sets `_bulk` to a token
+unique to that op of that call, and only that token says an update was
+written (a revision or an `updated_at` can be another writer's, in the same
+millisecond): a copy another writer moved on is `stale` every time. Tracked
+reads drop `_bulk` and saves never send it; `lean` shows it, and a model may
+not declare a field of that name. The writes are independent: the written
 documents are in sync in memory (revision, snapshot), the others as they
 were, listed in `err.failed`. ]] .. MODEL_FAILS .. ": the first failure's code, `err.failed`, `err.written`." },
         { class = "mongostore.BulkSaveFailure",

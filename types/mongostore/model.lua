@@ -246,7 +246,7 @@ function Document:insert(opts) end
 ---@return table update # what `save` would send: `{ ["$set"] = ..., ["$unset"] = ... }`, `{}` when nothing changed (the revision and `updated_at` are added at the save)
 function Document:changes() end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `stale`, `not_found`, the document API's codes.
+--- `true` only when this call deleted it. A document deleted already (soft-deleted as last read or written, or removed for good) is not written again: the call fails `not_found` ("deleted already") and `deleted_at` and the revision stay as they were; `{ hard = true }` still removes a soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `stale`, `not_found`, the document API's codes.
 ---
 --- Raises on a document that is not stored.
 ---@param opts? mongostore.ModelOptions hard, session
@@ -477,7 +477,12 @@ function Model:insert_many(list, opts) end
 
 --- The delta of every changed document (and the new ones) in one unordered
 --- `bulk_write`, one round trip; when fewer updates matched than were sent, one
---- read tells the stale ones apart. The writes are independent: the written
+--- read tells the stale ones apart. Each update also sets `_bulk` to a token
+--- unique to that op of that call, and only that token says an update was
+--- written (a revision or an `updated_at` can be another writer's, in the same
+--- millisecond): a copy another writer moved on is `stale` every time. Tracked
+--- reads drop `_bulk` and saves never send it; `lean` shows it, and a model may
+--- not declare a field of that name. The writes are independent: the written
 --- documents are in sync in memory (revision, snapshot), the others as they
 --- were, listed in `err.failed`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): the first failure's code, `err.failed`, `err.written`.
 ---
