@@ -1622,7 +1622,11 @@ A model, from `model.define`. Its class methods are called with `:`
           params = { { "t", "table", "the fields" }, MOPTS },
           returns = { { "doc", "mongostore.Document", "stored: an ObjectId `_id` when it had none, `created_at`, "
             .. "`updated_at`, the revision at 0" } },
-          desc = MODEL_FAILS .. ": `validation` (nothing sent), `duplicate`, the document API's codes; on a "
+          desc = "Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s "
+            .. "`insert_one`) prepares a document the same way: the defaults, the check, an `id` required when "
+            .. "the model's ids are not ObjectIds (`validation`, field `id`: the server would make one up), the "
+            .. "transaction's journal, then the model's fields. "
+            .. MODEL_FAILS .. ": `validation` (nothing sent), `duplicate`, the document API's codes; on a "
             .. "failure the document is as it was, still new.",
           example = [[
 local a = assert(Article:insert { title = "Draft" })]] },
@@ -1918,9 +1922,11 @@ were, listed in `err.failed`. ]] .. MODEL_FAILS .. ": the first failure's code, 
         { method = "bulk_write", of = "mongostore.Model",
           params = { { "list", "mongostore.ModelBulkOp[]", "ops from `model.update_one` and the others" }, MOPTS },
           returns = { { "result", "mongostore.BulkWriteResult", "the document API's result" } },
-          raises = "an item that is not a model op, an unknown or immutable field",
+          raises = "an item that is not a model op, an unknown or immutable field, an insert of a stored document",
           desc = "Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of "
-            .. "a soft-deleting model marks. " .. MODEL_FAILS .. ": `validation` (any op: nothing sent), the "
+            .. "a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the "
+            .. "documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as "
+            .. "it was). " .. MODEL_FAILS .. ": `validation` (any op: nothing sent), the "
             .. "document API's codes." },
         { class = "mongostore.ModelBulkOp", desc = "One op of `Model:bulk_write`." },
         { fn = "insert_one", module = "mongostore.model", params = { { "doc", "table", "the document" } },

@@ -398,34 +398,55 @@ local NO_SNAPSHOT = "the document has no snapshot (it is not from a tracked read
   .. "so save tried to insert it and its _id is taken; read it with get or find, or adopt a raw document "
   .. "with %s:hydrate(raw)"
 
--- Inserts a new document (or one with no snapshot): validated, the id, the
--- timestamps and the revision set, all put back if the server refuses it.
-local function insert_doc(C, doc, opts, fn)
-  local coll = bound(C, fn)
-  if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
+-- The one preparation of a document about to be inserted, for every insert
+-- path (insert, a save of a new document, insert_many, bulk_save,
+-- bulk_write): its defaults, the array marks, the check (a model whose ids are
+-- not ObjectIds needs an id: the server would make one up), then the journal
+-- note and the model's own fields (the id, the timestamps, revision 0).
+-- Returns the values to put back if the write fails (restore_managed), or
+-- nil and the errors, with nothing set.
+local ID_REQUIRED = { field = "id", message = "id is required (the model's ids are not ObjectIds)" }
+
+local function prepare_insert(C, doc, validate, journal, at)
   ensure_defaults(C, doc)
   mark(C._schema, doc)
-  if wants_validation(C, opts) then
-    local errs = check_doc(C._schema, doc, C._check_skip)
-    if errs then return validation_error(C, fn, errs) end
+  local errs = validate and check_doc(C._schema, doc, C._check_skip) or nil
+  local no_id = rawget(doc, "_id") == nil
+  if no_id and not C._oid then
+    errs = errs or {}
+    table.insert(errs, 1, { field = ID_REQUIRED.field, message = ID_REQUIRED.message })
   end
-  local raw, journal = session_of(opts)
+  if errs then return nil, errs end
   journal_note(journal, C, doc)
   local vals = save_managed(C, doc)
-  local had_id = rawget(doc, "_id") ~= nil
-  if not had_id then
-    if not C._oid then
-      restore_managed(C, doc, vals)
-      return fail("validation", format("%s %s: id is required (the model's ids are not ObjectIds)", fn, C.collection),
-        { errors = { { field = "id", message = "id is required" } } })
-    end
-    rawset(doc, "_id", objectid())
-  end
+  if no_id then rawset(doc, "_id", objectid()) end
   local r = C._roles
-  local at = (r.created_at or r.updated_at) and now()
   if r.created_at then rawset(doc, r.created_at, at) end
   if r.updated_at then rawset(doc, r.updated_at, at) end
   if r.revision then rawset(doc, r.revision, 0) end
+  return vals
+end
+
+-- A bulk path's item to insert: a document of this model not stored yet, or
+-- a table of fields made one (Model:new).
+local function insert_item(C, doc, fn, i)
+  if type(doc) ~= "table" then error(format("%s: item %d must be a table, got %s", fn, i, type(doc)), 3) end
+  if class_of(doc) ~= C then return C:new(doc) end
+  if snaps[doc] then error(format("%s: item %d is stored already", fn, i), 3) end
+  return doc
+end
+
+-- Inserts a new document (or one with no snapshot), all put back if the
+-- server refuses it.
+local function insert_doc(C, doc, opts, fn)
+  local coll = bound(C, fn)
+  if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
+  local raw, journal = session_of(opts)
+  local r = C._roles
+  local vals, errs = prepare_insert(C, doc, wants_validation(C, opts), journal,
+    (r.created_at or r.updated_at) and now())
+  if not vals then return validation_error(C, fn, errs) end
+  local had_id = vals._id ~= nil
   local ok, msg, code, detail = coll:insert_one(doc, dopts(raw))
   if not ok then
     restore_managed(C, doc, vals)
@@ -978,30 +999,15 @@ function Model:insert_many(list, opts)
   local at = (r.created_at or r.updated_at) and now()
   local send, where, saved, errors = {}, {}, {}, {}
   for i = 1, #list do
-    local doc = list[i]
-    if type(doc) ~= "table" then error(format("insert_many: item %d must be a table, got %s", i, type(doc)), 2) end
-    if class_of(doc) ~= self then
-      doc = self:new(doc)
-    else
-      if snaps[doc] then error(format("insert_many: item %d is stored already", i), 2) end
-      ensure_defaults(self, doc)
-    end
-    mark(self._schema, doc)
-    local errs = validate and check_doc(self._schema, doc, self._check_skip)
-    if errs then
+    local doc = insert_item(self, list[i], "insert_many", i)
+    local vals, errs = prepare_insert(self, doc, validate, journal, at)
+    if not vals then
       local _, e = validation_error(self, "insert_many", errs)
       errors[#errors + 1] = { index = i, code = "validation", message = e.message, errors = errs }
       if ordered then break end
     else
-      if journal then journal_note(journal, self, doc) end
-      saved[#send + 1] = save_managed(self, doc)
-      if rawget(doc, "_id") == nil then
-        if self._oid then rawset(doc, "_id", objectid()) end
-      end
-      if r.created_at then rawset(doc, r.created_at, at) end
-      if r.updated_at then rawset(doc, r.updated_at, at) end
-      if r.revision then rawset(doc, r.revision, 0) end
       send[#send + 1] = doc
+      saved[#send] = vals
       where[#send] = i
     end
   end
@@ -1048,22 +1054,13 @@ function Model:bulk_save(docs, opts)
     if gone[doc] then
       failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
     elseif snap == nil then
-      ensure_defaults(self, doc)
-      mark(self._schema, doc)
-      local errs = validate and check_doc(self._schema, doc, self._check_skip)
-      if errs then
+      local vals, errs = prepare_insert(self, doc, validate, journal, at)
+      if not vals then
         local _, e = validation_error(self, "bulk_save", errs)
         failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
       else
-        journal_note(journal, self, doc)
-        local vals = save_managed(self, doc)
-        local had_id = rawget(doc, "_id") ~= nil
-        if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
-        if r.created_at then rawset(doc, r.created_at, at) end
-        if r.updated_at then rawset(doc, r.updated_at, at) end
-        if r.revision then rawset(doc, r.revision, 0) end
         ops[#ops + 1] = { insert_one = doc }
-        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = had_id }
+        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = vals._id ~= nil }
       end
     else
       mark(self._schema, doc)
@@ -1194,26 +1191,20 @@ function Model:bulk_write(list, opts)
   local coll = bound(self, "bulk_write")
   local validate = wants_validation(self, opts)
   local unscoped = opts and opts.unscoped
-  local raw = session_of(opts)
-  local r = self._roles
-  local out, errors = {}, {}
+  local raw, journal = session_of(opts)
+  local at = now()
+  local out, errors, inserts = {}, {}, {}
   for i, b in ipairs(list) do
     if getmetatable(b) ~= Bulk then
       error(format("bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
     end
     local kind = b.kind
     if kind == "insert_one" then
-      local doc = b.doc
-      if class_of(doc) ~= self then doc = self:new(doc) end
-      mark(self._schema, doc)
-      local errs = validate and check_doc(self._schema, doc, self._check_skip)
-      if errs then errors[#errors + 1] = { index = i, errs = errs } else
-        if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
-        local at = now()
-        if r.created_at then rawset(doc, r.created_at, at) end
-        if r.updated_at then rawset(doc, r.updated_at, at) end
-        if r.revision then rawset(doc, r.revision, 0) end
+      local doc = insert_item(self, b.doc, "bulk_write", i)
+      local vals, errs = prepare_insert(self, doc, validate, journal, at)
+      if not vals then errors[#errors + 1] = { index = i, errs = errs } else
         out[i] = { insert_one = doc }
+        inserts[#inserts + 1] = { index = i, doc = doc, vals = vals }
       end
     elseif kind == "delete_one" or kind == "delete_many" then
       local f = scope(self, to_filter(b.q, rename), unscoped)
@@ -1234,14 +1225,33 @@ function Model:bulk_write(list, opts)
     end
   end
   if #errors > 0 then
+    for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
     local all = {}
     for _, e in ipairs(errors) do
       for _, x in ipairs(e.errs) do all[#all + 1] = { field = x.field, message = x.message, index = e.index } end
     end
     return validation_error(self, "bulk_write", all)
   end
-  local res, msg, code, detail = coll:bulk_write(out, { ordered = not (opts and opts.ordered == false), session = raw })
-  if not res then return driver_fail(msg, code, detail) end
+  local ordered = not (opts and opts.ordered == false)
+  local res, msg, code, detail = coll:bulk_write(out, { ordered = ordered, session = raw })
+  if not res then
+    for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
+    return driver_fail(msg, code, detail)
+  end
+  -- the inserted documents tracked, as insert leaves them; a refused one (or,
+  -- ordered, one after the first refusal, never attempted) as it was
+  local refused, first = {}, math.huge
+  for _, e in ipairs(res.errors) do
+    refused[e.index] = true
+    if e.index < first then first = e.index end
+  end
+  for _, x in ipairs(inserts) do
+    if refused[x.index] or (ordered and x.index > first) then
+      restore_managed(self, x.doc, x.vals)
+    else
+      snaps[x.doc] = snapshot(x.doc)
+    end
+  end
   return res
 end
 

@@ -178,7 +178,7 @@ function model.snapshot(doc) end
 ---@return mongostore.Document doc # the table itself, with the model's metatable and its defaults: new, nothing sent
 function Model:new(t) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (nothing sent), `duplicate`, the document API's codes; on a failure the document is as it was, still new.
+--- Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s `insert_one`) prepares a document the same way: the defaults, the check, an `id` required when the model's ids are not ObjectIds (`validation`, field `id`: the server would make one up), the transaction's journal, then the model's fields. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (nothing sent), `duplicate`, the document API's codes; on a failure the document is as it was, still new.
 ---@param t table the fields
 ---@param opts? mongostore.ModelOptions session, validate, unscoped
 ---@return mongostore.Document doc # stored: an ObjectId `_id` when it had none, `created_at`, `updated_at`, the revision at 0
@@ -492,9 +492,9 @@ function Model:insert_many(list, opts) end
 ---@return integer n # documents written (unchanged ones send nothing)
 function Model:bulk_save(docs, opts) end
 
---- Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of a soft-deleting model marks. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (any op: nothing sent), the document API's codes.
+--- Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as it was). Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (any op: nothing sent), the document API's codes.
 ---
---- Raises on an item that is not a model op, an unknown or immutable field.
+--- Raises on an item that is not a model op, an unknown or immutable field, an insert of a stored document.
 ---@param list mongostore.ModelBulkOp[] ops from `model.update_one` and the others
 ---@param opts? mongostore.ModelOptions session, validate, unscoped
 ---@return mongostore.BulkWriteResult result # the document API's result
