@@ -67,6 +67,7 @@ build = {
       ["mongostore.values"] = "lua/mongostore/values.lua",
       ["mongostore.ejson"] = "lua/mongostore/ejson.lua",
       ["mongostore.model"] = "lua/mongostore/model.lua",
+      ["mongostore.model.bulk"] = "lua/mongostore/model/bulk.lua",
       ["mongostore.schema"] = "lua/mongostore/schema.lua",
       ["mongostore.query"] = "lua/mongostore/query.lua",
       ["mongostore.track"] = "lua/mongostore/track.lua",

@@ -1627,7 +1627,11 @@ A model, from `model.define`. Its class methods are called with `:`
           params = { { "t", "table", "the fields" }, MOPTS },
           returns = { { "doc", "mongostore.Document", "stored: an ObjectId `_id` when it had none, `created_at`, "
             .. "`updated_at`, the revision at 0" } },
-          desc = MODEL_FAILS .. ": `validation` (nothing sent), `duplicate`, the document API's codes; on a "
+          desc = "Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s "
+            .. "`insert_one`) prepares a document the same way: the defaults, the check, an `id` required when "
+            .. "the model's ids are not ObjectIds (`validation`, field `id`: the server would make one up), the "
+            .. "transaction's journal, then the model's fields. "
+            .. MODEL_FAILS .. ": `validation` (nothing sent), `duplicate`, the document API's codes; on a "
             .. "failure the document is as it was, still new.",
           example = [[
 local a = assert(Article:insert { title = "Draft" })]] },
@@ -1697,7 +1701,11 @@ assert(a:save())]] },
           params = { { "opts", "mongostore.ModelOptions?", "hard, session" } },
           returns = { { "ok", "true", "deleted (soft: `deleted_at` set, the revision bumped)" } },
           raises = "a document that is not stored",
-          desc = MODEL_FAILS .. ": `stale`, `not_found`, the document API's codes." },
+          desc = "`true` only when this call deleted it. A document deleted already (soft-deleted as last read or "
+            .. "written, or removed for good) is not written again: the call fails `not_found` (\"deleted "
+            .. "already\") and `deleted_at` and the revision stay as they were; `{ hard = true }` still removes a "
+            .. "soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. "
+            .. MODEL_FAILS .. ": `stale`, `not_found`, the document API's codes." },
         { method = "reload", of = "mongostore.Document",
           params = { { "opts", "mongostore.ModelOptions?", "session, unscoped" } },
           returns = { { "doc", "mongostore.Document", "itself, as stored now: pending changes dropped" } },
@@ -1899,7 +1907,12 @@ whole call).]] },
           desc = [[
 The delta of every changed document (and the new ones) in one unordered
 `bulk_write`, one round trip; when fewer updates matched than were sent, one
-read tells the stale ones apart. The writes are independent: the written
+read tells the stale ones apart. Each update also sets `_bulk` to a token
+unique to that op of that call, and only that token says an update was
+written (a revision or an `updated_at` can be another writer's, in the same
+millisecond): a copy another writer moved on is `stale` every time. Tracked
+reads drop `_bulk` and saves never send it; `lean` shows it, and a model may
+not declare a field of that name. The writes are independent: the written
 documents are in sync in memory (revision, snapshot), the others as they
 were, listed in `err.failed`. ]] .. MODEL_FAILS .. ": the first failure's code, `err.failed`, `err.written`." },
         { class = "mongostore.BulkSaveFailure",
@@ -1914,9 +1927,11 @@ were, listed in `err.failed`. ]] .. MODEL_FAILS .. ": the first failure's code, 
         { method = "bulk_write", of = "mongostore.Model",
           params = { { "list", "mongostore.ModelBulkOp[]", "ops from `model.update_one` and the others" }, MOPTS },
           returns = { { "result", "mongostore.BulkWriteResult", "the document API's result" } },
-          raises = "an item that is not a model op, an unknown or immutable field",
+          raises = "an item that is not a model op, an unknown or immutable field, an insert of a stored document",
           desc = "Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of "
-            .. "a soft-deleting model marks. " .. MODEL_FAILS .. ": `validation` (any op: nothing sent), the "
+            .. "a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the "
+            .. "documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as "
+            .. "it was). " .. MODEL_FAILS .. ": `validation` (any op: nothing sent), the "
             .. "document API's codes." },
         { class = "mongostore.ModelBulkOp", desc = "One op of `Model:bulk_write`." },
         { fn = "insert_one", module = "mongostore.model", params = { { "doc", "table", "the document" } },

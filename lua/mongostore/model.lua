@@ -123,6 +123,14 @@ end
 
 local function now() return date() end
 
+-- The field bulk_save stamps on every document it updates: a value unique to
+-- that one op of that one call (the call's ObjectId and the op's index). When
+-- fewer updates matched than were sent, the read that follows tells a write of
+-- this call from another writer's by it alone: a revision or a timestamp can be
+-- another writer's too (a single bump in the same millisecond). Tracked
+-- documents never hold it: reads drop it, saves and checks skip it.
+local TOKEN = "_bulk"
+
 local function class_of(doc)
   local mt = getmetatable(doc)
   return type(mt) == "table" and rawget(mt, "class") or nil
@@ -192,6 +200,7 @@ end
 local function adopt(C, raw)
   local soft = C._soft
   if soft and rawget(raw, soft) == null then rawset(raw, soft, nil) end
+  if rawget(raw, TOKEN) ~= nil then rawset(raw, TOKEN, nil) end
   snaps[raw] = copy(raw)
   return setmetatable(raw, C._imt)
 end
@@ -389,34 +398,55 @@ local NO_SNAPSHOT = "the document has no snapshot (it is not from a tracked read
   .. "so save tried to insert it and its _id is taken; read it with get or find, or adopt a raw document "
   .. "with %s:hydrate(raw)"
 
--- Inserts a new document (or one with no snapshot): validated, the id, the
--- timestamps and the revision set, all put back if the server refuses it.
-local function insert_doc(C, doc, opts, fn)
-  local coll = bound(C, fn)
-  if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
+-- The one preparation of a document about to be inserted, for every insert
+-- path (insert, a save of a new document, insert_many, bulk_save,
+-- bulk_write): its defaults, the array marks, the check (a model whose ids are
+-- not ObjectIds needs an id: the server would make one up), then the journal
+-- note and the model's own fields (the id, the timestamps, revision 0).
+-- Returns the values to put back if the write fails (restore_managed), or
+-- nil and the errors, with nothing set.
+local ID_REQUIRED = { field = "id", message = "id is required (the model's ids are not ObjectIds)" }
+
+local function prepare_insert(C, doc, validate, journal, at)
   ensure_defaults(C, doc)
   mark(C._schema, doc)
-  if wants_validation(C, opts) then
-    local errs = check_doc(C._schema, doc, C._id_skip)
-    if errs then return validation_error(C, fn, errs) end
+  local errs = validate and check_doc(C._schema, doc, C._check_skip) or nil
+  local no_id = rawget(doc, "_id") == nil
+  if no_id and not C._oid then
+    errs = errs or {}
+    table.insert(errs, 1, { field = ID_REQUIRED.field, message = ID_REQUIRED.message })
   end
-  local raw, journal = session_of(opts)
+  if errs then return nil, errs end
   journal_note(journal, C, doc)
   local vals = save_managed(C, doc)
-  local had_id = rawget(doc, "_id") ~= nil
-  if not had_id then
-    if not C._oid then
-      restore_managed(C, doc, vals)
-      return fail("validation", format("%s %s: id is required (the model's ids are not ObjectIds)", fn, C.collection),
-        { errors = { { field = "id", message = "id is required" } } })
-    end
-    rawset(doc, "_id", objectid())
-  end
+  if no_id then rawset(doc, "_id", objectid()) end
   local r = C._roles
-  local at = (r.created_at or r.updated_at) and now()
   if r.created_at then rawset(doc, r.created_at, at) end
   if r.updated_at then rawset(doc, r.updated_at, at) end
   if r.revision then rawset(doc, r.revision, 0) end
+  return vals
+end
+
+-- A bulk path's item to insert: a document of this model not stored yet, or
+-- a table of fields made one (Model:new).
+local function insert_item(C, doc, fn, i)
+  if type(doc) ~= "table" then error(format("%s: item %d must be a table, got %s", fn, i, type(doc)), 3) end
+  if class_of(doc) ~= C then return C:new(doc) end
+  if snaps[doc] then error(format("%s: item %d is stored already", fn, i), 3) end
+  return doc
+end
+
+-- Inserts a new document (or one with no snapshot), all put back if the
+-- server refuses it.
+local function insert_doc(C, doc, opts, fn)
+  local coll = bound(C, fn)
+  if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
+  local raw, journal = session_of(opts)
+  local r = C._roles
+  local vals, errs = prepare_insert(C, doc, wants_validation(C, opts), journal,
+    (r.created_at or r.updated_at) and now())
+  if not vals then return validation_error(C, fn, errs) end
+  local had_id = vals._id ~= nil
   local ok, msg, code, detail = coll:insert_one(doc, dopts(raw))
   if not ok then
     restore_managed(C, doc, vals)
@@ -457,11 +487,18 @@ local function delta(C, doc, snap, fn)
 end
 
 -- The update document of a save, and the filter that guards it.
-local function save_update(C, snap, set, unset, at)
+local function save_update(C, snap, set, unset, at, token)
   local u = {}
   local r = C._roles
   if r.updated_at then set[r.updated_at] = at end
-  if next(set) then u["$set"] = set end
+  if token then
+    -- a copy: `set` is what the snapshot takes after the write, the token is not
+    local s = { [TOKEN] = token }
+    for k, v in pairs(set) do s[k] = v end
+    u["$set"] = s
+  elseif next(set) then
+    u["$set"] = set
+  end
   if next(unset) then u["$unset"] = unset end
   local f = { _id = snap._id }
   if r.revision then
@@ -487,9 +524,20 @@ local function applied(C, doc, snap, set, unset, at)
   end
 end
 
+-- The model of a document method's self; a dot for a colon (doc.save())
+-- raises naming the method.
+local function doc_class(doc, fn)
+  local C = class_of(doc)
+  if C == nil then
+    error(format("%s: call it with a colon, doc:%s(...), not with a dot (the document came as %s)", fn, fn,
+      type(doc)), 3)
+  end
+  return C
+end
+
 function Instance:save(opts)
+  local C = doc_class(self, "save")
   check_opts("save", opts, OPTS)
-  local C = class_of(self)
   local snap = snaps[self]
   if snap == nil then return insert_doc(C, self, opts, "save") end
   local coll = bound(C, "save")
@@ -498,7 +546,7 @@ function Instance:save(opts)
   local set, unset, n = delta(C, self, snap, "save")
   if n == 0 then return self end
   if wants_validation(C, opts) then
-    local errs = check_doc(C._schema, self, C._id_skip)
+    local errs = check_doc(C._schema, self, C._check_skip)
     if errs then return validation_error(C, "save", errs) end
   end
   local raw, journal = session_of(opts)
@@ -513,15 +561,15 @@ function Instance:save(opts)
 end
 
 function Instance:insert(opts)
+  local C = doc_class(self, "insert")
   check_opts("insert", opts, OPTS)
-  local C = class_of(self)
   if snaps[self] then error(format("insert: this %s is stored already (save it)", C.name), 2) end
   return insert_doc(C, self, opts, "insert")
 end
 
 --- a:changes() -> { ["$set"] = {...}, ["$unset"] = {...} }, what save would send ({} when nothing).
 function Instance:changes()
-  local C = class_of(self)
+  local C = doc_class(self, "changes")
   mark(C._schema, self)  -- as save does, so what is shown is what save sends
   local set, unset, n = diff(snaps[self], self, C._diff_opts)
   local out = {}
@@ -533,16 +581,26 @@ function Instance:changes()
 end
 
 function Instance:delete(opts)
+  local C = doc_class(self, "delete")
   check_opts("delete", opts, OPTS)
-  local C = class_of(self)
   local coll = bound(C, "delete")
   local snap = snaps[self]
   if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
-  if gone[self] then return fail("not_found", format("delete %s: the document was deleted", C.collection)) end
+  if gone[self] then
+    return fail("not_found", format("delete %s: document %s is deleted already (for good)", C.collection,
+      tostring(rawget(self, "_id"))))
+  end
   local raw, journal = session_of(opts)
   local r = C._roles
   local soft = C._soft
   if soft and not (opts and opts.hard) then
+    -- soft-deleted as last read or written: nothing to delete, and deleted_at
+    -- and the revision stay where they are (delete { hard = true } removes it)
+    local was = snap[soft]
+    if was ~= nil and was ~= null then
+      return fail("not_found", format("delete %s: document %s is deleted already (at %s)", C.collection,
+        tostring(rawget(self, "_id")), tostring(was)))
+    end
     local at = now()
     local set = { [soft] = at }
     local u, f, unscoped = save_update(C, snap, set, {}, at)
@@ -565,8 +623,8 @@ function Instance:delete(opts)
 end
 
 function Instance:reload(opts)
+  local C = doc_class(self, "reload")
   check_opts("reload", opts, OPTS)
-  local C = class_of(self)
   local coll = bound(C, "reload")
   local id = rawget(self, "_id")
   if id == nil then error("reload: the document has no id", 2) end
@@ -580,6 +638,7 @@ function Instance:reload(opts)
   end
   for k in pairs(self) do rawset(self, k, nil) end
   if soft and rawget(doc, soft) == null then rawset(doc, soft, nil) end
+  rawset(doc, TOKEN, nil)
   for k, v in pairs(doc) do rawset(self, k, v) end
   snaps[self] = copy(doc)
   setmetatable(snaps[self], nil)
@@ -588,6 +647,7 @@ function Instance:reload(opts)
 end
 
 function Instance:to_table()
+  doc_class(self, "to_table")
   local t = {}
   for k, v in pairs(self) do t[k] = copy(v) end
   return t
@@ -786,9 +846,14 @@ end
 local Model = {}
 Model.__index = Model
 
+-- A class method called with a dot (Article.insert{...}) gets its first
+-- argument as the model: said as such, before anything inside trips on it.
+-- rawget: a plain table has no _meta, and nil == nil would let it through.
 local function check_class(C, fn)
-  if type(C) ~= "table" or getmetatable(C) ~= C._meta then
-    error(format("%s: call it on a model (Model:%s), not with a dot", fn, fn), 3)
+  local meta = type(C) == "table" and rawget(C, "_meta")
+  if not meta or getmetatable(C) ~= meta then
+    error(format("%s: call it with a colon, Model:%s(...), not with a dot (the model came as %s)", fn, fn,
+      class_of(C) and "a document" or type(C)), 3)
   end
 end
 
@@ -818,6 +883,7 @@ function Model:hydrate(raw)
   if type(raw) ~= "table" then error("hydrate: raw must be a table, got " .. type(raw), 2) end
   if rawget(raw, "_id") == nil then error("hydrate: raw has no _id (use Model:new for a new document)", 2) end
   if self._soft and rawget(raw, self._soft) == null then rawset(raw, self._soft, nil) end
+  rawset(raw, TOKEN, nil)
   local snap = copy(raw)
   setmetatable(snap, nil)
   snaps[raw] = snap
@@ -919,281 +985,40 @@ function Model:upsert(q, ...)
   return adopt(self, doc)
 end
 
---- Model:insert_many(list, { ordered = true }) -> { inserted = { doc... },
---   errors = { { index =, code =, message =, errors = }... } }
-function Model:insert_many(list, opts)
-  check_class(self, "insert_many")
-  check_opts("insert_many", opts, OPTS)
-  if type(list) ~= "table" then error("insert_many: list must be a table, got " .. type(list), 2) end
-  local coll = bound(self, "insert_many")
-  local ordered = not (opts and opts.ordered == false)
-  local validate = wants_validation(self, opts)
-  local raw, journal = session_of(opts)
-  local r = self._roles
-  local at = (r.created_at or r.updated_at) and now()
-  local send, where, saved, errors = {}, {}, {}, {}
-  for i = 1, #list do
-    local doc = list[i]
-    if type(doc) ~= "table" then error(format("insert_many: item %d must be a table, got %s", i, type(doc)), 2) end
-    if class_of(doc) ~= self then
-      doc = self:new(doc)
-    else
-      if snaps[doc] then error(format("insert_many: item %d is stored already", i), 2) end
-      ensure_defaults(self, doc)
-    end
-    mark(self._schema, doc)
-    local errs = validate and check_doc(self._schema, doc, self._id_skip)
-    if errs then
-      local _, e = validation_error(self, "insert_many", errs)
-      errors[#errors + 1] = { index = i, code = "validation", message = e.message, errors = errs }
-      if ordered then break end
-    else
-      if journal then journal_note(journal, self, doc) end
-      saved[#send + 1] = save_managed(self, doc)
-      if rawget(doc, "_id") == nil then
-        if self._oid then rawset(doc, "_id", objectid()) end
-      end
-      if r.created_at then rawset(doc, r.created_at, at) end
-      if r.updated_at then rawset(doc, r.updated_at, at) end
-      if r.revision then rawset(doc, r.revision, 0) end
-      send[#send + 1] = doc
-      where[#send] = i
-    end
-  end
-  local inserted = {}
-  if #send > 0 then
-    local res, msg, code, detail = coll:insert_many(send, { ordered = ordered, session = raw })
-    if not res then
-      for j = 1, #send do restore_managed(self, send[j], saved[j]) end
-      return driver_fail(msg, code, detail)
-    end
-    for _, e in ipairs(res.errors) do
-      errors[#errors + 1] = { index = where[e.index], code = e.code, message = e.message, server_code = e.server_code }
-    end
-    for j = 1, #send do
-      local doc = send[j]
-      if res.inserted[j] ~= nil then
-        snaps[doc] = snapshot(doc)
-        inserted[#inserted + 1] = doc
-      else
-        restore_managed(self, doc, saved[j])
-      end
-    end
-  end
-  table.sort(errors, function(a, b) return a.index < b.index end)
-  return { inserted = inserted, errors = errors }
-end
+-- ------------------------------------------------------------ bulk paths
 
---- Model:bulk_save(docs) -> n written; or nil, err with err.failed = { { index =, doc =, code =, message = }... }
-function Model:bulk_save(docs, opts)
-  check_class(self, "bulk_save")
-  check_opts("bulk_save", opts, OPTS)
-  if type(docs) ~= "table" then error("bulk_save: docs must be a table, got " .. type(docs), 2) end
-  local coll = bound(self, "bulk_save")
-  local validate = wants_validation(self, opts)
-  local raw, journal = session_of(opts)
-  local at = now()
-  local r = self._roles
-  local ops, plan, failed = {}, {}, {}
-  for i = 1, #docs do
-    local doc = docs[i]
-    if class_of(doc) ~= self then error(format("bulk_save: item %d is not a %s", i, self.name), 2) end
-    local snap = snaps[doc]
-    if gone[doc] then
-      failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
-    elseif snap == nil then
-      ensure_defaults(self, doc)
-      mark(self._schema, doc)
-      local errs = validate and check_doc(self._schema, doc, self._id_skip)
-      if errs then
-        local _, e = validation_error(self, "bulk_save", errs)
-        failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
-      else
-        journal_note(journal, self, doc)
-        local vals = save_managed(self, doc)
-        local had_id = rawget(doc, "_id") ~= nil
-        if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
-        if r.created_at then rawset(doc, r.created_at, at) end
-        if r.updated_at then rawset(doc, r.updated_at, at) end
-        if r.revision then rawset(doc, r.revision, 0) end
-        ops[#ops + 1] = { insert_one = doc }
-        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = had_id }
-      end
-    else
-      mark(self._schema, doc)
-      local set, unset, n = delta(self, doc, snap, "bulk_save")
-      if n > 0 then
-        local errs = validate and check_doc(self._schema, doc, self._id_skip)
-        if errs then
-          local _, e = validation_error(self, "bulk_save", errs)
-          failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
-        else
-          local u, f = save_update(self, snap, set, unset, at)
-          ops[#ops + 1] = { update_one = { filter = f, update = u } }
-          plan[#ops] = { index = i, doc = doc, set = set, unset = unset }
-        end
-      end
-    end
-  end
-  local written = 0
-  if #ops > 0 then
-    local res, msg, code, detail = coll:bulk_write(ops, { ordered = false, session = raw })
-    if not res then
-      for j = 1, #ops do
-        if plan[j].insert then restore_managed(self, plan[j].doc, plan[j].vals) end
-      end
-      return driver_fail(msg, code, detail)
-    end
-    local refused = {}
-    for _, e in ipairs(res.errors) do refused[e.index] = e end
-    -- updates that matched nothing are not errors to the server: when fewer
-    -- matched than were sent, one read tells which. A written one is at its
-    -- new revision with this call's updated_at (the time tells ours from
-    -- another writer's single bump); without a revision, a missing one is gone.
-    local updates, ok_updates = 0, {}
-    for j = 1, #ops do
-      if not plan[j].insert and not refused[j] then updates = updates + 1; ok_updates[#ok_updates + 1] = j end
-    end
-    local missed = {}
-    if res.matched < updates then
-      local ids = array {}
-      for _, j in ipairs(ok_updates) do ids[#ids + 1] = rawget(plan[j].doc, "_id") end
-      local rev = r.revision
-      local upd = r.updated_at
-      local proj = { _id = 1 }
-      if rev then proj[rev] = 1 end
-      if upd then proj[upd] = 1 end
-      local cur, m2, c2, d2 = coll:find(scope(self, { _id = { ["$in"] = ids } }), { projection = proj, session = raw })
-      if not cur then return driver_fail(m2, c2, d2) end
-      local found = {}
-      local list
-      list, m2, c2, d2 = cur:all()
-      if not list then return driver_fail(m2, c2, d2) end
-      for _, d in ipairs(list) do found[tostring(d._id)] = d end
-      for _, j in ipairs(ok_updates) do
-        local doc = plan[j].doc
-        local d = found[tostring(rawget(doc, "_id"))]
-        if d == nil then
-          missed[j] = { code = "not_found", message = "no document " .. tostring(rawget(doc, "_id")) }
-        elseif rev and (d[rev] ~= (snaps[doc][rev] or 0) + 1 or (upd and d[upd] ~= at)) then
-          missed[j] = { code = "stale", message = format("document %s is at revision %s, this copy at %s: reload it",
-            tostring(rawget(doc, "_id")), tostring(d[rev]), tostring(snaps[doc][rev])) }
-        end
-      end
-    end
-    for j = 1, #ops do
-      local p = plan[j]
-      local doc = p.doc
-      local e = refused[j] or missed[j]
-      if e then
-        local message = e.message
-        if p.insert then
-          restore_managed(self, doc, p.vals)
-          if e.code == "duplicate" and p.had_id then
-            message = tostring(message) .. "; " .. format(NO_SNAPSHOT, self.name)
-          end
-        end
-        failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = message,
-                                server_code = e.server_code }
-      else
-        if not p.insert then journal_note(journal, self, doc) end
-        if p.insert then
-          snaps[doc] = snapshot(doc)
-        else
-          applied(self, doc, snaps[doc], p.set, p.unset, at)
-        end
-        written = written + 1
-      end
-    end
-  end
-  if #failed > 0 then
-    table.sort(failed, function(a, b) return a.index < b.index end)
-    local words = {}
-    for i, f in ipairs(failed) do words[i] = format("%d: %s", f.index, tostring(f.message)) end
-    return fail(failed[1].code, format("bulk_save %s: %d of %d not written (%s)", self.collection, #failed, #docs,
-      concat(words, "; ")), { failed = failed, written = written })
-  end
-  return written
-end
-
--- bulk_write's constructors: plain descriptions, turned into the document
--- API's ops by the model they are given to (which adds its scope, revision
--- and timestamps and checks the fields).
-local Bulk = { __name = "mongostore.model.BulkOp" }
-
-function M.insert_one(doc) return setmetatable({ kind = "insert_one", doc = doc }, Bulk) end
-function M.update_one(q, ...) return setmetatable({ kind = "update_one", q = q, list = { ... } }, Bulk) end
-function M.update_many(q, ...) return setmetatable({ kind = "update_many", q = q, list = { ... } }, Bulk) end
-function M.upsert_one(q, ...) return setmetatable({ kind = "upsert_one", q = q, list = { ... } }, Bulk) end
-function M.delete_one(q, opts)
-  return setmetatable({ kind = "delete_one", q = q, hard = opts and opts.hard }, Bulk)
-end
-function M.delete_many(q, opts)
-  return setmetatable({ kind = "delete_many", q = q, hard = opts and opts.hard }, Bulk)
-end
-
---- Model:bulk_write{ model.update_one(q, ...), ... } -> the document API's BulkWriteResult.
-function Model:bulk_write(list, opts)
-  check_class(self, "bulk_write")
-  check_opts("bulk_write", opts, OPTS)
-  if type(list) ~= "table" then error("bulk_write: list must be a table, got " .. type(list), 2) end
-  local coll = bound(self, "bulk_write")
-  local validate = wants_validation(self, opts)
-  local unscoped = opts and opts.unscoped
-  local raw = session_of(opts)
-  local r = self._roles
-  local out, errors = {}, {}
-  for i, b in ipairs(list) do
-    if getmetatable(b) ~= Bulk then
-      error(format("bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
-    end
-    local kind = b.kind
-    if kind == "insert_one" then
-      local doc = b.doc
-      if class_of(doc) ~= self then doc = self:new(doc) end
-      mark(self._schema, doc)
-      local errs = validate and check_doc(self._schema, doc, self._id_skip)
-      if errs then errors[#errors + 1] = { index = i, errs = errs } else
-        if rawget(doc, "_id") == nil and self._oid then rawset(doc, "_id", objectid()) end
-        local at = now()
-        if r.created_at then rawset(doc, r.created_at, at) end
-        if r.updated_at then rawset(doc, r.updated_at, at) end
-        if r.revision then rawset(doc, r.revision, 0) end
-        out[i] = { insert_one = doc }
-      end
-    elseif kind == "delete_one" or kind == "delete_many" then
-      local f = scope(self, to_filter(b.q, rename), unscoped)
-      if self._soft and not b.hard then
-        local u = build_update(self, { { [self._soft] = now() } }, "bulk_write", false)
-        out[i] = { [kind == "delete_one" and "update_one" or "update_many"] = { filter = f, update = u } }
-      else
-        out[i] = { [kind] = { filter = f } }
-      end
-    else
-      local filter = to_filter(b.q, rename)
-      local upsert = kind == "upsert_one"
-      local u, errs = build_update(self, b.list, "bulk_write", validate, upsert and filter or nil)
-      if not u then errors[#errors + 1] = { index = i, errs = errs } else
-        out[i] = { [upsert and "update_one" or kind] = { filter = scope(self, filter, unscoped), update = u,
-                                                        upsert = upsert or nil } }
-      end
-    end
-  end
-  if #errors > 0 then
-    local all = {}
-    for _, e in ipairs(errors) do
-      for _, x in ipairs(e.errs) do all[#all + 1] = { field = x.field, message = x.message, index = e.index } end
-    end
-    return validation_error(self, "bulk_write", all)
-  end
-  local res, msg, code, detail = coll:bulk_write(out, { ordered = not (opts and opts.ordered == false), session = raw })
-  if not res then return driver_fail(msg, code, detail) end
-  return res
-end
+-- insert_many, bulk_save, bulk_write and its constructors (mongostore.model.bulk)
+require("mongostore.model.bulk").install(Model, M, {
+  NO_SNAPSHOT = NO_SNAPSHOT,
+  OPTS = OPTS,
+  TOKEN = TOKEN,
+  applied = applied,
+  bound = bound,
+  build_update = build_update,
+  check_class = check_class,
+  check_opts = check_opts,
+  class_of = class_of,
+  delta = delta,
+  driver_fail = driver_fail,
+  fail = fail,
+  gone = gone,
+  insert_item = insert_item,
+  journal_note = journal_note,
+  now = now,
+  prepare_insert = prepare_insert,
+  rename = rename,
+  restore_managed = restore_managed,
+  save_update = save_update,
+  scope = scope,
+  session_of = session_of,
+  snaps = snaps,
+  validation_error = validation_error,
+  wants_validation = wants_validation,
+})
 
 -- ------------------------------------------------------------ define
 
-local RESERVED = { id = true, is_new = true, class = true }
+local RESERVED = { id = true, is_new = true, class = true, [TOKEN] = true }
 
 local DEFINE_KEYS = { collection = true, fields = true, indexes = true, validate_writes = true, name = true,
                       methods = true }
@@ -1226,7 +1051,8 @@ function M.define(spec)
   end
   for fname in pairs(S.by_name) do
     if methods[fname] or RESERVED[fname] then
-      error(format("define: the field %s of %s has the name of a method or of id/is_new", fname, name), 2)
+      error(format("define: the field %s of %s has the name of a method or of one the model keeps "
+        .. "(id, is_new, class, %s)", fname, name, TOKEN), 2)
     end
   end
   local id_field
@@ -1242,7 +1068,7 @@ function M.define(spec)
     name = name, collection = spec.collection, validate_writes = spec.validate_writes ~= false,
     fields = S.by_name, _schema = S, _roles = roles, _soft = roles.deleted_at,
     _oid = id_field == nil or id_field.type == "objectid",
-    _id_skip = id_field == nil and { _id = true } or nil,
+    _check_skip = { _id = id_field == nil or nil, [TOKEN] = true },
     _immutable = {}, _auto = {}, _managed = { "_id" }, _defaults = {},
     _indexes = spec.indexes or {}, _coll = nil, _db = nil, _registry = nil,
   }
@@ -1264,7 +1090,7 @@ function M.define(spec)
   end
   -- what a save never diffs: the id and the fields the model writes itself
   -- (created_at is compared on its own: a change to it raises)
-  local skip = { _id = true }
+  local skip = { _id = true, [TOKEN] = true }
   for k in pairs(C._auto) do skip[k] = true end
   for k in pairs(C._immutable) do skip[k] = true end
   C._diff_opts = { skip = skip }

@@ -124,3 +124,52 @@ function TestModelSoftDelete:test_scope_without_revision()
   ok(n:save())
   lu.assertEquals(ok(Note:get(n.id, { unscoped = true })).text, "edited while deleted")
 end
+
+-- Issue 21, item 8c: a second delete of the same document deletes nothing and
+-- says so (nil, err, "not_found"); deleted_at and the revision do not move,
+-- in memory or in the database. Soft then soft, soft then via an unscoped
+-- read's copy, hard then hard, and a model without soft delete.
+function TestModelSoftDelete:test_a_second_delete_reports_nothing_deleted()
+  local A = self.Article
+  local coll = self.db:collection("articles")
+  local function stored(id) return ok(coll:find_one { _id = id }) end
+  -- soft, then the same copy again
+  local d = ok(A:insert { title = "twice" })
+  lu.assertTrue(ok(d:delete()))
+  local at, rev = d.deleted_at, d.rev
+  local before = stored(d.id)
+  local v, err, code = d:delete()
+  lu.assertEquals({ v, code, err.code }, { nil, "not_found", "not_found" })
+  lu.assertStrContains(tostring(err), "deleted already")
+  lu.assertEquals({ d.deleted_at, d.rev }, { at, rev }, "in memory: unmoved")
+  local after = stored(d.id)
+  lu.assertEquals({ after.deleted_at, after.rev, after.updated_at }, { before.deleted_at, before.rev, before.updated_at })
+  lu.assertEquals(d:changes(), {})
+  -- a copy read unscoped, after the delete: the same answer
+  local copy = ok(A:get(d.id, { unscoped = true }))
+  v, err, code = copy:delete()
+  lu.assertEquals({ v, code }, { nil, "not_found" })
+  lu.assertStrContains(tostring(err), "deleted already")
+  lu.assertEquals(stored(d.id).rev, rev)
+  -- the copy from before the delete: hidden by the scope, not_found too
+  local e = ok(A:insert { title = "old copy" })
+  local early = ok(A:get(e.id))
+  ok(e:delete())
+  lu.assertEquals(select(3, early:delete()), "not_found")
+  lu.assertEquals(stored(e.id).rev, e.rev)
+  -- a soft-deleted one can still be removed for good, once
+  lu.assertTrue(ok(d:delete { hard = true }))
+  lu.assertNil(coll:find_one { _id = d.id })
+  v, err, code = d:delete { hard = true }
+  lu.assertEquals({ v, code }, { nil, "not_found" })
+  lu.assertStrContains(tostring(err), "deleted already")
+  lu.assertEquals(select(3, d:delete()), "not_found")
+  -- a model without soft delete: hard every time
+  local Tag = model.define { name = "Tag", collection = "tags", fields = { name = "string", rev = "revision" } }
+  ok(model.registry(self.db, { Tag }))
+  local t = ok(Tag:insert { name = "t" })
+  local t2 = ok(Tag:get(t.id))
+  lu.assertTrue(ok(t:delete()))
+  lu.assertEquals(select(3, t:delete()), "not_found")
+  lu.assertEquals(select(3, t2:delete()), "not_found")
+end

@@ -120,6 +120,37 @@ function TestModelTransactions:test_abort_restores_new_deleted_and_revision()
   lu.assertEquals(ok(A:count()), 2)
 end
 
+-- Issue 21, item 8a: bulk_write's insert goes through the journal as insert
+-- does: on abort the document is new again, nothing the model set left on it;
+-- after a commit it is tracked.
+function TestModelTransactions:test_bulk_write_insert_is_rolled_back_in_memory()
+  self:need_tx()
+  local A = self.Article
+  local fresh, plain = A:new { title = "bw fresh" }, { title = "bw plain" }
+  local v, _, code = self.registry:transaction(function(tx)
+    ok(A:bulk_write({ model.insert_one(fresh), model.insert_one(plain) }, { session = tx }))
+    lu.assertFalse(fresh.is_new, "inside, the insert is applied")
+    lu.assertEquals(plain.rev, 0)
+    return nil, "changed my mind", "conflict"
+  end)
+  lu.assertEquals({ v, code }, { nil, "conflict" })
+  for _, d in ipairs { fresh, plain } do
+    lu.assertTrue(d.is_new, "the insert is undone in memory")
+    lu.assertNil(rawget(d, "_id"))
+    lu.assertNil(d.rev)
+    lu.assertNil(d.created_at)
+  end
+  lu.assertEquals(ok(A:count(Q.title:prefix("bw"))), 0)
+  -- committed: tracked, and it saves
+  ok(self.registry:transaction(function(tx)
+    return ok(A:bulk_write({ model.insert_one(fresh) }, { session = tx }))
+  end))
+  lu.assertFalse(fresh.is_new)
+  fresh.views = 2
+  ok(fresh:save())
+  lu.assertEquals({ ok(A:get(fresh.id)).views, fresh.rev }, { 2, 1 })
+end
+
 -- A real write conflict: another handle's transaction writes the document
 -- after ours read it; ours fails TransientTransactionError and runs again.
 -- The document ours saved in the first attempt is put back first, so the

@@ -178,7 +178,7 @@ function model.snapshot(doc) end
 ---@return mongostore.Document doc # the table itself, with the model's metatable and its defaults: new, nothing sent
 function Model:new(t) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (nothing sent), `duplicate`, the document API's codes; on a failure the document is as it was, still new.
+--- Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s `insert_one`) prepares a document the same way: the defaults, the check, an `id` required when the model's ids are not ObjectIds (`validation`, field `id`: the server would make one up), the transaction's journal, then the model's fields. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (nothing sent), `duplicate`, the document API's codes; on a failure the document is as it was, still new.
 ---@param t table the fields
 ---@param opts? mongostore.ModelOptions session, validate, unscoped
 ---@return mongostore.Document doc # stored: an ObjectId `_id` when it had none, `created_at`, `updated_at`, the revision at 0
@@ -246,7 +246,7 @@ function Document:insert(opts) end
 ---@return table update # what `save` would send: `{ ["$set"] = ..., ["$unset"] = ... }`, `{}` when nothing changed (the revision and `updated_at` are added at the save)
 function Document:changes() end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `stale`, `not_found`, the document API's codes.
+--- `true` only when this call deleted it. A document deleted already (soft-deleted as last read or written, or removed for good) is not written again: the call fails `not_found` ("deleted already") and `deleted_at` and the revision stay as they were; `{ hard = true }` still removes a soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `stale`, `not_found`, the document API's codes.
 ---
 --- Raises on a document that is not stored.
 ---@param opts? mongostore.ModelOptions hard, session
@@ -477,7 +477,12 @@ function Model:insert_many(list, opts) end
 
 --- The delta of every changed document (and the new ones) in one unordered
 --- `bulk_write`, one round trip; when fewer updates matched than were sent, one
---- read tells the stale ones apart. The writes are independent: the written
+--- read tells the stale ones apart. Each update also sets `_bulk` to a token
+--- unique to that op of that call, and only that token says an update was
+--- written (a revision or an `updated_at` can be another writer's, in the same
+--- millisecond): a copy another writer moved on is `stale` every time. Tracked
+--- reads drop `_bulk` and saves never send it; `lean` shows it, and a model may
+--- not declare a field of that name. The writes are independent: the written
 --- documents are in sync in memory (revision, snapshot), the others as they
 --- were, listed in `err.failed`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): the first failure's code, `err.failed`, `err.written`.
 ---
@@ -487,9 +492,9 @@ function Model:insert_many(list, opts) end
 ---@return integer n # documents written (unchanged ones send nothing)
 function Model:bulk_save(docs, opts) end
 
---- Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of a soft-deleting model marks. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (any op: nothing sent), the document API's codes.
+--- Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as it was). Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (any op: nothing sent), the document API's codes.
 ---
---- Raises on an item that is not a model op, an unknown or immutable field.
+--- Raises on an item that is not a model op, an unknown or immutable field, an insert of a stored document.
 ---@param list mongostore.ModelBulkOp[] ops from `model.update_one` and the others
 ---@param opts? mongostore.ModelOptions session, validate, unscoped
 ---@return mongostore.BulkWriteResult result # the document API's result
