@@ -3374,8 +3374,10 @@ written and no hook has run.]],
               .. "target, one bulk write of the commits, one of the acks (see `send_many`); false delivers them "
               .. "one at a time", default = "true" },
             { "lease", "number?", "seconds a claimed entry (or an inbox claim) is this worker's", default = "10" },
-            { "inbox", "boolean?", "`step` and `run` also run the inbox pass (`relay_inbox`); off by default "
-              .. "because an idle pass still costs a find", default = "false" },
+            { "inbox", "boolean?", "`step` and `run` also run the inbox pass (`relay_inbox`), so what "
+              .. "`enqueue` accepts is delivered; `run` backs off while the inbox is idle (50 ms doubling up to "
+              .. "1 s: an idle worker pays the claim's find at most once a second), `step` always runs it; "
+              .. "`false` opts out", default = "true" },
             { "inbox_max_events", "integer?", "the queued events one inbox pass takes at most", default = "1000" },
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
@@ -3736,8 +3738,8 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "thread_pool", "string?", "the nginx `thread_pool` to run calls in", default = "\"mongostore\"" },
             { "charts", "string?", "the name of a module returning the list of charts" },
             { "trace", "boolean?", "the engine writes trace steps", default = "false" },
-            { "inbox", "boolean?", "`start_worker`'s passes also deliver the inbox (`engine:relay_inbox`)",
-              default = "false" },
+            { "inbox", "boolean?", "`start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), "
+              .. "backing off while it is idle (50 ms doubling up to 1 s); `false` opts out", default = "true" },
             { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
               .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
             { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },

@@ -8,6 +8,7 @@ local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
+local inbox = require "mongostore.inbox"
 
 local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
   type, pairs, ipairs, error, tostring, setmetatable, getmetatable
@@ -141,9 +142,10 @@ end
 -- batch_delivery: true (the default) makes a relay pass deliver its entries
 -- together (Batched delivery), within the first half of its lease so that
 -- its acks land while its claims hold; false delivers them one at a time.
--- inbox: step and run also run the inbox pass (relay_inbox). Off by
--- default: an idle pass still costs its find of candidates, a round trip
--- per idle step that an engine with no producers would pay for nothing.
+-- inbox: step and run also run the inbox pass (relay_inbox); on by
+-- default, so that what engine:enqueue accepts is delivered. run backs off
+-- while the inbox is idle (inbox.idle_pass: 50 ms doubling to 1 s); step
+-- always runs it. false opts out (no producer enqueues: save the find).
 -- inbox_max_events: the queued events one inbox pass takes at most (1000).
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
@@ -190,7 +192,7 @@ function M.new(opts)
     charts = charts,
     trace = opts.trace == true,
     batch_delivery = opts.batch_delivery ~= false,
-    inbox = opts.inbox == true,
+    inbox = opts.inbox ~= false,
     inbox_max_events = opts.inbox_max_events or 1000,
     now = opts.now or ms.now,
     max_conflicts = opts.max_conflicts or 50,
@@ -529,7 +531,7 @@ end
 
 -- engine:enqueue(id, event[, { priority = 0 }]) -> true, "queued" | "duplicate" | nil, msg, code
 -- Hands the event over to the inbox in one insert, without loading the
--- execution: a worker with inbox = true (or relay_inbox) delivers it. The
+-- execution: a worker (inbox is on by default; or relay_inbox) delivers it. The
 -- event is checked as send checks it (kind, id, data, size), not against a
 -- chart's declared types, since the execution is not read. The event id is
 -- the entry's key: the same event enqueued again is one entry ("duplicate";
@@ -725,7 +727,7 @@ function Engine:run(opts)
   local last_sweep = -math.huge
   while not (stop and stop()) do
     local n = self:relay_spawns() + self:relay_outbox()
-    if self.inbox then n = n + self:relay_inbox() end
+    if self.inbox then n = n + inbox.idle_pass(self) end
     local now = self.now()
     if now - last_sweep >= interval then
       last_sweep = now

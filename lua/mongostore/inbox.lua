@@ -7,6 +7,7 @@ local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 
 local ipairs, pairs, next, tostring, format = ipairs, pairs, next, tostring, string.format
+local ms_now = core.now
 
 local M = {}
 
@@ -115,6 +116,27 @@ function M.pass(engine)
   if not acked then engine.log("ack_inbox: " .. tostring(aerr)) end
   local ok, rerr = M.release(engine, claim)
   if not ok then engine.log("release_inbox: " .. tostring(rerr)) end
+  return n
+end
+
+-- The idle backoff of the worker loops (engine:run, msngx.start_worker):
+-- after a pass that found nothing the next one waits 50 ms, doubling up to
+-- 1 s while the inbox stays empty, and a pass that finds work resets it. An
+-- idle worker so pays its claim's find at most once a second, and an event
+-- enqueued into an idle inbox waits at most about a second.
+local IDLE_FIRST, IDLE_MAX = 0.05, 1
+
+-- idle_pass(engine) -> entries handled (0 when this pass was skipped)
+function M.idle_pass(engine)
+  local now = ms_now()
+  if engine.inbox_idle_until and now < engine.inbox_idle_until then return 0 end
+  local n = M.pass(engine)
+  if n > 0 then
+    engine.inbox_idle, engine.inbox_idle_until = nil, nil
+  else
+    local wait = engine.inbox_idle and math.min(engine.inbox_idle * 2, IDLE_MAX) or IDLE_FIRST
+    engine.inbox_idle, engine.inbox_idle_until = wait, now + wait
+  end
   return n
 end
 

@@ -82,7 +82,8 @@ end
 --                  thread_pool = "mongostore", charts = "module.returning.charts",
 --                  trace = false, max_inflight = 32, call_timeout = 30,
 --                  run_modules = { "app.", "shop.orders" }, inbox = false }
--- inbox: msngx.start_worker's passes also deliver the inbox (engine inbox).
+-- inbox: msngx.start_worker's passes also deliver the inbox (engine inbox),
+-- backing off while it is idle; on by default, false opts out.
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
@@ -124,7 +125,7 @@ function M.configure(cfg)
     wait = cfg.wait or 0,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
-    call_timeout = cfg.call_timeout or 30, inbox = cfg.inbox == true,
+    call_timeout = cfg.call_timeout or 30, inbox = cfg.inbox ~= false,
   }
   return true
 end
@@ -346,7 +347,7 @@ function M.start_worker(opts)
       local e = state.engine
       e:relay_spawns()
       e:relay_outbox()
-      if e.inbox then e:relay_inbox() end
+      if e.inbox then require("mongostore.inbox").idle_pass(e) end
       if sweep then e:sweep() end
     end)
     if dict:get("step") == me then dict:delete("step") end

@@ -352,7 +352,7 @@ function M.worker_step(cfg, sweep)
   local h, err = handles(cfg)
   if not h then error(err, 0) end
   local n = h.engine:relay_spawns() + h.engine:relay_outbox()
-  if h.engine.inbox then n = n + h.engine:relay_inbox() end
+  if h.engine.inbox then n = n + require("mongostore.inbox").idle_pass(h.engine) end
   if sweep then n = n + h.engine:sweep() end
   return n
 end

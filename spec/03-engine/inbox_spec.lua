@@ -308,21 +308,51 @@ function TestInbox:test_a_stale_worker_is_refused_before_the_new_one_commits_its
   lu.assertEquals(fcode, "invalid")
 end
 
-function TestInbox:test_step_and_run_take_the_inbox_when_asked()
+function TestInbox:test_step_and_run_deliver_the_inbox_by_default_unless_opted_out()
   local id = self:start(1)[1]
   assert(self.engine:enqueue(id, add(1)))
-  local off = engine_mod.new{ store = self.store, charts = charts, log = function() end }
-  lu.assertEquals(off:step(), 0, "inbox is off by default")
-  lu.assertEquals(self.engine:step(), 1)
+  local off = engine_mod.new{ store = self.store, charts = charts, log = function() end, inbox = false }
+  lu.assertEquals(off:step(), 0, "inbox = false opts out")
+  local default = engine_mod.new{ store = self.store, charts = charts, log = function() end }
+  lu.assertEquals(default:step(), 1, "a default engine delivers the inbox")
   lu.assertEquals(seen(self.store, id), "1,")
   assert(self.engine:enqueue(id, add(2)))
   local passes = 0
-  self.engine:run{ idle_sleep = 0, stop = function()
+  default:run{ idle_sleep = 0, stop = function()
     passes = passes + 1
     return passes > 2
   end }
   lu.assertEquals(seen(self.store, id), "1,2,")
   lu.assertErrorMsgContains("inbox must be a boolean", engine_mod.new, { store = self.store, inbox = 1 })
+end
+
+-- The worker loop's idle inbox pass backs off, 50 ms doubling to 1 s, and
+-- work resets it; an event enqueued into an idle inbox still goes within
+-- the wait. step always runs the pass.
+function TestInbox:test_an_idle_inbox_pass_backs_off_and_work_resets_it()
+  local id = self:start(1)[1]
+  local e = self.engine
+  local waits = {}
+  for _ = 1, 7 do
+    e.inbox_idle_until = nil -- as if the wait were over
+    lu.assertEquals(inbox.idle_pass(e), 0)
+    waits[#waits + 1] = e.inbox_idle
+  end
+  lu.assertEquals(waits, { 0.05, 0.1, 0.2, 0.4, 0.8, 1, 1 })
+  local finds = commands(self.store, function() lu.assertEquals(inbox.idle_pass(e), 0) end)
+  lu.assertEquals(finds.total, 0, "within the wait a pass sends nothing")
+  assert(e:enqueue(id, add(7)))
+  lu.assertEquals(e:step(), 1, "step does not wait")
+  assert(e:enqueue(id, add(8)))
+  local got = 0
+  local deadline = ms.now() + 3
+  while got == 0 and ms.now() < deadline do
+    got = inbox.idle_pass(e)
+    ms.sleep(0.02)
+  end
+  lu.assertEquals(got, 1, "delivered once the wait was over")
+  lu.assertNil(e.inbox_idle, "work resets the backoff")
+  lu.assertEquals(seen(self.store, id), "7,8,")
 end
 
 -- kill -9 a worker process that holds claims: its events come back after

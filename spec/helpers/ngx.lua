@@ -124,9 +124,10 @@ Server.__index = Server
 
 -- The rendered config with a spec's additions (M.start's opts): `http`,
 -- directives put before init_by_lua; `locations`, put before /ping;
--- `package_path`, entries put first in lua_package_path.
+-- `package_path`, entries put first in lua_package_path; `configure`, Lua
+-- text (fields such as `inbox = false,`) added to msngx.configure's table.
 local function add_to_config(conf, opts)
-  if not (opts.http or opts.locations or opts.package_path) then return end
+  if not (opts.http or opts.locations or opts.package_path or opts.configure) then return end
   local text = assert(read(conf))
   local function put(pattern, add, what)
     local n
@@ -135,6 +136,7 @@ local function add_to_config(conf, opts)
   end
   if opts.http then put("\n[ ]*init_by_lua_block", "\n" .. opts.http, "init_by_lua_block") end
   if opts.locations then put("\n[ ]*location = /ping", "\n" .. opts.locations, "/ping location") end
+  if opts.configure then put("\n[ ]*run_modules = ", "\n" .. opts.configure, "run_modules in msngx.configure") end
   if opts.package_path then
     local entries = type(opts.package_path) == "table" and table.concat(opts.package_path, ";") or opts.package_path
     local n

@@ -15,7 +15,7 @@
 ---@field batch? integer entries a relay pass claims
 ---@field batch_delivery? boolean a relay pass delivers its entries together: one load of every target, one bulk write of the commits, one of the acks (see `send_many`); false delivers them one at a time
 ---@field lease? number seconds a claimed entry (or an inbox claim) is this worker's
----@field inbox? boolean `step` and `run` also run the inbox pass (`relay_inbox`); off by default because an idle pass still costs a find
+---@field inbox? boolean `step` and `run` also run the inbox pass (`relay_inbox`), so what `enqueue` accepts is delivered; `run` backs off while the inbox is idle (50 ms doubling up to 1 s: an idle worker pays the claim's find at most once a second), `step` always runs it; `false` opts out
 ---@field inbox_max_events? integer the queued events one inbox pass takes at most
 ---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
 ---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise is logged and the entry is tried again after a wait of its own (0.5 s doubled per failure up to 60 s, with jitter), given up after `max_attempts`. An engine without it (the CLI's) never claims external entries: they stay pending for a worker that has one, which its log says once

@@ -14,7 +14,7 @@
 ---@field thread_pool? string the nginx `thread_pool` to run calls in
 ---@field charts? string the name of a module returning the list of charts
 ---@field trace? boolean the engine writes trace steps
----@field inbox? boolean `start_worker`'s passes also deliver the inbox (`engine:relay_inbox`)
+---@field inbox? boolean `start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), backing off while it is idle (50 ms doubling up to 1 s); `false` opts out
 ---@field max_inflight? integer calls in flight per process (keep it at or below `lua_worker_thread_vm_pool_size`)
 ---@field call_timeout? number seconds a call waits for a free slot
 ---@field run_modules? string[] the modules `msngx.run` may call: module names, or prefixes ending in `.` (`"app."`: every module below `app`)
