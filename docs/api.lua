@@ -2413,8 +2413,14 @@ local books = assert(q:all())]] },
             .. "(up to 9 fractional digits)" } },
           returns = { { "rq", "mongostore.RecordQuery", "only records stored at or before `t` (a record "
             .. "without a timestamp never)" } },
-          raises = "a store opened with `store_timestamps = false`, a number with a fraction, text that is not "
-            .. "ISO-8601" },
+          raises = "a store opened with `store_timestamps = false`, a number with a fraction; text that is not "
+            .. "ISO-8601 with its zone raises a records error of code `invalid` naming the value",
+          desc = [[
+Text must carry its zone, `Z` or an offset (`+01:00`, `-0500`): a date alone
+(`"2026-01-01"`) or a time without a zone (`"2026-01-01T00:00:00"`) names no
+instant and is refused, never read as UTC. The error raised is a records
+error object: `err.code` is `"invalid"`, `err.value` the text, `tostring(err)`
+the message.]] },
         { method = "order_by", of = "mongostore.RecordQuery",
           params = { { "keys", "{ [1]: string, [2]: integer }[]", "`{ { field, 1 | -1 }, ... }`: declared "
             .. "scalar fields, or `\"_ts\"`" } },

@@ -290,7 +290,13 @@ function RecordQuery:where(cond) end
 ---@return mongostore.RecordQuery rq # only records without a successor (with `as_of`: without one stored by then)
 function RecordQuery:only_latest() end
 
---- Raises on a store opened with `store_timestamps = false`, a number with a fraction, text that is not ISO-8601.
+--- Text must carry its zone, `Z` or an offset (`+01:00`, `-0500`): a date alone
+--- (`"2026-01-01"`) or a time without a zone (`"2026-01-01T00:00:00"`) names no
+--- instant and is refused, never read as UTC. The error raised is a records
+--- error object: `err.code` is `"invalid"`, `err.value` the text, `tostring(err)`
+--- the message.
+---
+--- Raises on a store opened with `store_timestamps = false`, a number with a fraction; text that is not ISO-8601 with its zone raises a records error of code `invalid` naming the value.
 ---@param t integer|string nanoseconds since the epoch, or ISO-8601 text with its zone (up to 9 fractional digits)
 ---@return mongostore.RecordQuery rq # only records stored at or before `t` (a record without a timestamp never)
 function RecordQuery:as_of(t) end
