@@ -2272,9 +2272,10 @@ print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a stan
               .. "it out (false: fails at once)", default = "true" },
             { "allow_clock_regression", "boolean?", "turn the clock guard off: a timestamp may go back",
               default = "false" },
-            { "lease_ttl", "number?", "seconds the writer lease lasts unless renewed", default = "30" },
-            { "fsck_wait", "number?", "seconds a save waits for a running fsck before `unavailable`",
-              default = "10" },
+            { "lease_ttl", "number?", "seconds the writer lease lasts unless renewed (finite, > 0; else it raises)",
+              default = "30" },
+            { "fsck_wait", "number?", "seconds a save waits for a running fsck before `unavailable` (>= 0; "
+              .. "NaN or below raises)", default = "10" },
             { "log", "fun(level: string, msg: string)?", "where the degraded-mode warning goes",
               default = "a line on stderr" },
             { "write_concern", "table?", "the write concern of every write",
@@ -2514,9 +2515,10 @@ print(summary.clean, summary.totals.examined, summary.totals.deleted)]] },
               .. "their processes are known dead", default = "false" },
             { "clamp_future_timestamps", "boolean?", "with `repair`: set a timestamp in the future to now",
               default = "false" },
-            { "wait", "number?", "seconds to wait for other writers' leases to expire", default = "0" },
+            { "wait", "number?", "seconds to wait for other writers' leases to expire (>= 0; NaN or below "
+              .. "raises)", default = "0" },
             { "future_slack", "number?", "seconds a timestamp may run ahead of this clock before it is "
-              .. "reported", default = "5" },
+              .. "reported (>= 0; NaN or below raises)", default = "5" },
             { "verify_content", "boolean?", "read every reachable record of a declared type whole and compute "
               .. "its content id again: a document edited behind the store's back is a violation",
               default = "false" },

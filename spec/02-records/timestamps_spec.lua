@@ -199,3 +199,23 @@ function TestRecordsTimestamps:test_as_of_refuses_text_without_a_zone()
   end
   lu.assertEquals(ok(store:query(Book):as_of("2025-12-31T23:59:58Z"):count()), 0)
 end
+
+-- The records layer's other time inputs, the durations: NaN passes every
+-- comparison, so it was taken wherever only "< 0" was refused; a lease of no
+-- length or a negative one is expired as written, an endless one never ends.
+function TestRecordsTimestamps:test_other_time_inputs_are_checked()
+  local nan = 0 / 0
+  for _, bad in ipairs({ { lease_ttl = -5 }, { lease_ttl = 0 }, { lease_ttl = nan }, { lease_ttl = math.huge },
+                         { fsck_wait = -1 }, { fsck_wait = nan } }) do
+    local k = next(bad)
+    bad.types, bad.log = { Book }, function() end
+    lu.assertErrorMsgContains("open: opts." .. k .. " must be", function() records.open(self.db, bad) end)
+  end
+  local store = self:open({ lease_ttl = 0.5, fsck_wait = 0 })
+  ok(store:save(Book, { title = "A" }))
+  for _, bad in ipairs({ { wait = -1 }, { wait = nan }, { future_slack = -1 }, { future_slack = nan } }) do
+    local k = next(bad)
+    lu.assertErrorMsgContains("fsck: opts." .. k .. " must be", function() store:fsck(bad) end)
+  end
+  ok(store:fsck({ wait = 0, future_slack = 0 }))
+end
