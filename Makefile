@@ -20,10 +20,28 @@ MONGO_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 MONGO_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LUA_CFLAGS   = $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null)
 
+.DEFAULT_GOAL := all
+
 # Lua itself is never linked into the module: the host process provides it.
-mongostore/core.so: $(SRCS) $(HDRS) $(ROCKSPEC)
+# The module for $(LUA_PC) is built under build/$(LUA_PC)/, a folder only make
+# writes, and copied to mongostore/core.so, where the specs, tools and
+# bin/mongostore load it from the checkout. `luarocks make` (the builtin
+# build) writes its own mongostore/core.so and csrc/*.o in the checkout, for
+# whichever Lua it was given: so the copy is compared with the build on every
+# make (not by its date, a rock build is newer) and put back when they differ.
+LUA_SO = build/$(LUA_PC)/mongostore/core.so
+$(LUA_SO): $(SRCS) $(HDRS) $(ROCKSPEC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(OPT) $(LUA_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
+
+# Replaced by a rename, never rewritten in place: a process that has the old
+# one loaded keeps its mapping.
+mongostore/core.so: $(LUA_SO) FORCE
+	@mkdir -p $(dir $@)
+	@cmp -s $(LUA_SO) $@ || { cp $(LUA_SO) $@.tmp && mv -f $@.tmp $@ && echo "cp $(LUA_SO) $@"; }
+
+.PHONY: FORCE
+FORCE:
 
 # The same sources for LuaJIT (OpenResty): LuaJIT's headers first, then
 # lua-compat53's compat-5.3.h from /usr/include/lua5.1 for the 5.3 C API.
@@ -107,5 +125,6 @@ fuzz:
 demo: deps mongostore/core.so
 	@tools/with-server $(LUA) examples/order.lua
 
+# Every build output, a rock build's objects beside the sources among them.
 clean:
-	rm -rf mongostore build .run
+	rm -rf mongostore build .run csrc/*.o

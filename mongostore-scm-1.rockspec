@@ -2,6 +2,9 @@
 -- driver headers live in versioned folders, so pass them in:
 --   luarocks make MONGOC_INCDIR=/usr/include/libmongoc-1.0 BSON_INCDIR=/usr/include/libbson-1.0
 -- and for LuaJIT (OpenResty) add --lua-version 5.1 LUA_INCDIR=/usr/include/luajit-2.1
+-- The builtin build leaves csrc/*.o and a mongostore/core.so for that Lua in
+-- the checkout; the Makefile's own build lives under build/ and puts its copy
+-- back (make), and make clean removes both.
 rockspec_format = "3.0"
 package = "mongostore"
 -- The one version string: core.version is this less its rockspec revision

@@ -101,7 +101,10 @@ int ms_document_push_error(lua_State *L, ms_database_t *db, const bson_error_t *
     name_duplicate_key(&e, reply);
   }
   transient = reply && mongoc_error_has_label(reply, "TransientTransactionError");
-  if (transient) e.code = "transient";
+  if (transient) {
+    e.code = "transient";
+    ms_session_note_transient(L, db);
+  }
   ms_scrub(db->password, &e);
   ms_push_error(L, &e);
   if (!server_code && !transient) return 3;

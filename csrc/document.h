@@ -61,6 +61,8 @@ typedef struct ms_session {
   ms_database_t *db;
   int db_ref;
   mongoc_client_session_t *cs;  /* NULL once closed */
+  int txn_failed;               /* an operation of the current transaction failed with the
+                                 * TransientTransactionError label: it cannot commit */
 } ms_session_t;
 
 /* ---- from database.c ---- */
@@ -106,6 +108,10 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db);
 /* Ends every open session of db (their transactions aborted): db:close()
  * and the Database's __gc call it before the client goes back to the pool. */
 void ms_session_close_all(lua_State *L, ms_database_t *db);
+/* An operation of db failed with the TransientTransactionError label, which
+ * only an operation inside a transaction gets: marks db's sessions that are
+ * in one (s:transaction_failed(), what db:transaction reads after fn raised). */
+void ms_session_note_transient(lua_State *L, ms_database_t *db);
 
 /* ---- from collection.c: what the Collection's methods share (bulk.c's
  * among them). The Lua half has checked argument types and option keys;

@@ -2,7 +2,8 @@
  * session.c - the Session userdata (mongostore.Session, from db:session()):
  * a libmongoc client session on its database's client, its transaction
  * (start, commit, abort), and opts.session for every other operation
- * (ms_session_append). The retry loop of db:transaction is Lua's
+ * (ms_session_append), and whether an operation of its transaction failed
+ * transiently (ms_session_note_transient). The retry loop of db:transaction is Lua's
  * (lua/mongostore/transaction.lua): nothing here calls back into Lua.
  */
 #include "document.h"
@@ -137,6 +138,25 @@ void ms_session_close_all(lua_State *L, ms_database_t *db) {
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
+void ms_session_note_transient(lua_State *L, ms_database_t *db) {
+  int t;
+  push_sessions(L, db, 0);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  t = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    if (lua_tointeger(L, -1) == OPEN) {
+      ms_session_t *s = (ms_session_t *)lua_touserdata(L, -2);
+      if (s->cs && mongoc_client_session_in_transaction(s->cs)) s->txn_failed = 1;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
 /* ---- errors ---- */
 
 static int reply_has_label(const bson_t *reply, const char *label) {
@@ -223,6 +243,7 @@ int ms_session_new(lua_State *L, int db_idx, ms_database_t *db) {
   s->db = NULL;
   s->cs = NULL;
   s->db_ref = LUA_NOREF;
+  s->txn_failed = 0;
   luaL_setmetatable(L, MS_SESSION_MT);
   lua_pushvalue(L, db_idx);
   s->db_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -459,6 +480,7 @@ static int l_start_transaction(lua_State *L) {
   if (commit_ms >= 0) mongoc_transaction_opts_set_max_commit_time_ms(topts, commit_ms);
   ok = mongoc_client_session_start_transaction(s->cs, topts, &be);
   mongoc_transaction_opts_destroy(topts);
+  if (ok) s->txn_failed = 0;
   if (!ok) {
     ms_err_t e;
     /* a transaction already open, or a server (a standalone, an old
@@ -511,6 +533,17 @@ static int l_in_transaction(lua_State *L) {
   return 1;
 }
 
+/* s:transaction_failed() -> boolean: whether an operation of the current (or
+ * the last) transaction failed with TransientTransactionError, which the
+ * server gives when it aborted the transaction or may have; such a
+ * transaction cannot commit, and is run again from start_transaction.
+ * start_transaction clears it. */
+static int l_transaction_failed(lua_State *L) {
+  ms_session_t *s = (ms_session_t *)luaL_checkudata(L, 1, MS_SESSION_MT);
+  lua_pushboolean(L, s->cs && s->txn_failed);
+  return 1;
+}
+
 /* s:close() -> true; ends the session (an open transaction is aborted);
  * closing twice is harmless */
 static int l_close(lua_State *L) {
@@ -539,6 +572,7 @@ void ms_open_session(lua_State *L) {
     { "commit", l_commit },
     { "abort", l_abort },
     { "in_transaction", l_in_transaction },
+    { "transaction_failed", l_transaction_failed },
     { "close", l_close },
     { NULL, NULL }
   };

@@ -1356,8 +1356,14 @@ nothing. Pass the session to every operation of the transaction as
 Starts a session and a transaction and calls `fn(session)`, protected; when
 `fn` returns, commits, and returns `true` followed by `fn`'s values.
 
-- `fn` raises: the transaction is aborted and `nil, "transaction: fn raised:
-  ...", "invalid", { error = <the raised value> }` comes back; never retried.
+- An operation of the transaction failed with TransientTransactionError (a
+  write conflict, or the server aborted the transaction; the session knows,
+  `s:transaction_failed()`): `fn` runs again from the start whatever it did
+  with the failure: returned it, raised it (`assert(coll:update_one(...))`),
+  or returned or raised something else. The transaction could not commit.
+- `fn` raises with no such failure behind it: the transaction is aborted and
+  `nil, "transaction: fn raised: ...", "invalid", { error = <the raised value> }`
+  comes back; never retried (the error is the code's, not the server's).
 - `fn` returns `nil, msg, code[, detail]`: the transaction is aborted and that
   comes back, unless the error is transient, which runs `fn` again.
 - An error labelled TransientTransactionError (from an operation or the
@@ -1427,6 +1433,11 @@ its methods then return `nil, msg, "closed"`, and as `opts.session` it is
             .. "open is `invalid`." },
         { method = "in_transaction", of = "mongostore.Session", params = {},
           returns = { { "yes", "boolean", "whether a transaction is open (false once closed)" } } },
+        { method = "transaction_failed", of = "mongostore.Session", params = {},
+          returns = { { "yes", "boolean", "whether an operation of the current transaction failed with "
+            .. "TransientTransactionError (false once closed)" } },
+          desc = "Such a transaction cannot commit: abort it and run it again from `s:start_transaction()`, "
+            .. "which clears this. `db:transaction` reads it when `fn` raised." },
         { method = "close", of = "mongostore.Session", params = {},
           returns = { { "ok", "true", "" } },
           desc = "Ends the session, aborting an open transaction. Idempotent." },
@@ -2281,9 +2292,10 @@ print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a stan
               .. "it out (false: fails at once)", default = "true" },
             { "allow_clock_regression", "boolean?", "turn the clock guard off: a timestamp may go back",
               default = "false" },
-            { "lease_ttl", "number?", "seconds the writer lease lasts unless renewed", default = "30" },
-            { "fsck_wait", "number?", "seconds a save waits for a running fsck before `unavailable`",
-              default = "10" },
+            { "lease_ttl", "number?", "seconds the writer lease lasts unless renewed (finite, > 0; else it raises)",
+              default = "30" },
+            { "fsck_wait", "number?", "seconds a save waits for a running fsck before `unavailable` (>= 0; "
+              .. "NaN or below raises)", default = "10" },
             { "log", "fun(level: string, msg: string)?", "where the degraded-mode warning goes",
               default = "a line on stderr" },
             { "write_concern", "table?", "the write concern of every write",
@@ -2433,8 +2445,14 @@ local books = assert(q:all())]] },
             .. "(up to 9 fractional digits)" } },
           returns = { { "rq", "mongostore.RecordQuery", "only records stored at or before `t` (a record "
             .. "without a timestamp never)" } },
-          raises = "a store opened with `store_timestamps = false`, a number with a fraction, text that is not "
-            .. "ISO-8601" },
+          raises = "a store opened with `store_timestamps = false`, a number with a fraction; text that is not "
+            .. "ISO-8601 with its zone raises a records error of code `invalid` naming the value",
+          desc = [[
+Text must carry its zone, `Z` or an offset (`+01:00`, `-0500`): a date alone
+(`"2026-01-01"`) or a time without a zone (`"2026-01-01T00:00:00"`) names no
+instant and is refused, never read as UTC. The error raised is a records
+error object: `err.code` is `"invalid"`, `err.value` the text, `tostring(err)`
+the message.]] },
         { method = "order_by", of = "mongostore.RecordQuery",
           params = { { "keys", "{ [1]: string, [2]: integer }[]", "`{ { field, 1 | -1 }, ... }`: declared "
             .. "scalar fields, or `\"_ts\"`" } },
@@ -2517,9 +2535,10 @@ print(summary.clean, summary.totals.examined, summary.totals.deleted)]] },
               .. "their processes are known dead", default = "false" },
             { "clamp_future_timestamps", "boolean?", "with `repair`: set a timestamp in the future to now",
               default = "false" },
-            { "wait", "number?", "seconds to wait for other writers' leases to expire", default = "0" },
+            { "wait", "number?", "seconds to wait for other writers' leases to expire (>= 0; NaN or below "
+              .. "raises)", default = "0" },
             { "future_slack", "number?", "seconds a timestamp may run ahead of this clock before it is "
-              .. "reported", default = "5" },
+              .. "reported (>= 0; NaN or below raises)", default = "5" },
             { "verify_content", "boolean?", "read every reachable record of a declared type whole and compute "
               .. "its content id again: a document edited behind the store's back is a violation",
               default = "false" },

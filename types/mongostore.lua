@@ -1142,8 +1142,14 @@ function Collection:name() end
 --- Starts a session and a transaction and calls `fn(session)`, protected; when
 --- `fn` returns, commits, and returns `true` followed by `fn`'s values.
 ---
---- - `fn` raises: the transaction is aborted and `nil, "transaction: fn raised:
----   ...", "invalid", { error = <the raised value> }` comes back; never retried.
+--- - An operation of the transaction failed with TransientTransactionError (a
+---   write conflict, or the server aborted the transaction; the session knows,
+---   `s:transaction_failed()`): `fn` runs again from the start whatever it did
+---   with the failure: returned it, raised it (`assert(coll:update_one(...))`),
+---   or returned or raised something else. The transaction could not commit.
+--- - `fn` raises with no such failure behind it: the transaction is aborted and
+---   `nil, "transaction: fn raised: ...", "invalid", { error = <the raised value> }`
+---   comes back; never retried (the error is the code's, not the server's).
 --- - `fn` returns `nil, msg, code[, detail]`: the transaction is aborted and that
 ---   comes back, unless the error is transient, which runs `fn` again.
 --- - An error labelled TransientTransactionError (from an operation or the
@@ -1208,6 +1214,10 @@ function Session:abort() end
 
 ---@return boolean yes # whether a transaction is open (false once closed)
 function Session:in_transaction() end
+
+--- Such a transaction cannot commit: abort it and run it again from `s:start_transaction()`, which clears this. `db:transaction` reads it when `fn` raised.
+---@return boolean yes # whether an operation of the current transaction failed with TransientTransactionError (false once closed)
+function Session:transaction_failed() end
 
 --- Ends the session, aborting an open transaction. Idempotent.
 ---@return true ok

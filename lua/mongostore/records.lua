@@ -199,6 +199,15 @@ function M.open(db, opts)
   if resolution ~= math.floor(resolution) or resolution < 1 or resolution > 1e9 then
     error("open: opts.timestamp_resolution must be an integer of nanoseconds from 1 to 1e9", 2)
   end
+  -- a lease of no length (or a negative one) is expired as it is written, so
+  -- fsck would take a live writer for a dead one; an endless one never lets a
+  -- dead writer go. The test is written so that NaN fails it too.
+  if opts.lease_ttl ~= nil and not (opts.lease_ttl > 0 and opts.lease_ttl < math.huge) then
+    error("open: opts.lease_ttl must be a finite number of seconds > 0, got " .. tostring(opts.lease_ttl), 2)
+  end
+  if opts.fsck_wait ~= nil and (opts.fsck_wait ~= opts.fsck_wait or opts.fsck_wait < 0) then
+    error("open: opts.fsck_wait must be a number of seconds >= 0, got " .. tostring(opts.fsck_wait), 2)
+  end
   local by_name, ordered = closure(opts.types)
   local prefix = opts.prefix or "records."
 

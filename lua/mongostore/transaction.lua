@@ -78,15 +78,22 @@ local function attempt(s, fn, topts, deadline)
   local ok, msg, code, detail = s:start_transaction(topts)
   if not ok then return "fail", msg, code, detail end
   local r = pack(pcall(fn, s))
+  -- The session knows whether an operation of this transaction failed with
+  -- TransientTransactionError (the server aborted it, or may have): then the
+  -- transaction cannot commit whatever fn did with the failure, handed it on,
+  -- raised it (assert), or raised something else because of it.
+  local failed = s:transaction_failed()
   if not r[1] then
-    -- a Lua error inside fn: never retried (it is the code's, not the server's)
     if s:in_transaction() then s:abort() end
-    return "fail", "transaction: fn raised: " .. tostring(r[2]), "invalid", { error = r[2] }
+    local raised = "transaction: fn raised: " .. tostring(r[2])
+    if failed then return "retry", raised, "transient", { error = r[2] } end
+    -- a Lua error with no failed operation behind it is the code's: never retried
+    return "fail", raised, "invalid", { error = r[2] }
   end
   if r[2] == nil and r[3] ~= nil then
     -- fn returned nil, msg, code[, detail]: abort with it (and run again when transient)
     if s:in_transaction() then s:abort() end
-    if is_transient(r[4], r[5]) then return "retry", r[3], r[4], r[5] end
+    if failed or is_transient(r[4], r[5]) then return "retry", r[3], r[4], r[5] end
     return "fail", r[3], r[4], r[5]
   end
   while true do

@@ -160,3 +160,62 @@ function TestRecordsTimestamps:test_as_of()
   lu.assertErrorMsgContains("store_timestamps", function() plain:query(Book):as_of(T0) end)
   plain:close()
 end
+
+-- Text without a zone names no instant: as_of refuses it (invalid, the value
+-- named) wherever a query takes a time, instead of reading it as UTC.
+function TestRecordsTimestamps:test_as_of_refuses_text_without_a_zone()
+  local clock = fake_clock(T0 - 1000000000)
+  local store = self:open({ clock = clock.fn })
+  ok(store:save(Book, { title = "Dune", edition = 1 }))
+  local function refused(build, t, why)
+    local done, err = pcall(build, t)
+    lu.assertFalse(done, "as_of(" .. t .. ") was taken")
+    lu.assertEquals(type(err), "table", tostring(err))
+    lu.assertEquals(err.code, "invalid")
+    lu.assertEquals(err.value, t)
+    lu.assertStrContains(tostring(err), string.format("%q", t))
+    lu.assertStrContains(tostring(err), why)
+  end
+  local entries = {
+    function(t) return store:query(Book):as_of(t) end,
+    function(t) return store:query(Book):only_latest():as_of(t) end,
+    function(t) return store:query(Book):where({ edition = 1 }):order_by({ { "_ts", -1 } }):as_of(t) end,
+  }
+  for _, build in ipairs(entries) do
+    for _, t in ipairs({ "2026-01-01T00:00:00", "2026-01-01", "2026-01-01T00:00", "2026-01-01T00:00:00.5",
+                         "2026-01-01 00:00:00" }) do
+      refused(build, t, "with its zone")
+    end
+    refused(build, "yesterday", "ISO-8601")
+    refused(build, "2026-01-01T00:00:00.1234567891Z", "9 fractional digits")
+  end
+  -- with a zone each form is taken, and the query runs at that instant
+  for _, t in ipairs({ "2026-01-01T00:00:00Z", "2026-01-01t00:00z", "2026-01-01T01:00:00+01:00",
+                       "2026-01-01T01:00:00+0100", "2025-12-31T19:00:00.000000001-05:00" }) do
+    local q = store:query(Book):as_of(t)
+    lu.assertEquals(ok(q:count()), 1, t)
+    lu.assertEquals(#ok(q:all()), 1, t)
+    lu.assertEquals(#ok(q:page({ size = 10 })).items, 1, t)
+  end
+  lu.assertEquals(ok(store:query(Book):as_of("2025-12-31T23:59:58Z"):count()), 0)
+end
+
+-- The records layer's other time inputs, the durations: NaN passes every
+-- comparison, so it was taken wherever only "< 0" was refused; a lease of no
+-- length or a negative one is expired as written, an endless one never ends.
+function TestRecordsTimestamps:test_other_time_inputs_are_checked()
+  local nan = 0 / 0
+  for _, bad in ipairs({ { lease_ttl = -5 }, { lease_ttl = 0 }, { lease_ttl = nan }, { lease_ttl = math.huge },
+                         { fsck_wait = -1 }, { fsck_wait = nan } }) do
+    local k = next(bad)
+    bad.types, bad.log = { Book }, function() end
+    lu.assertErrorMsgContains("open: opts." .. k .. " must be", function() records.open(self.db, bad) end)
+  end
+  local store = self:open({ lease_ttl = 0.5, fsck_wait = 0 })
+  ok(store:save(Book, { title = "A" }))
+  for _, bad in ipairs({ { wait = -1 }, { wait = nan }, { future_slack = -1 }, { future_slack = nan } }) do
+    local k = next(bad)
+    lu.assertErrorMsgContains("fsck: opts." .. k .. " must be", function() store:fsck(bad) end)
+  end
+  ok(store:fsck({ wait = 0, future_slack = 0 }))
+end

@@ -17,13 +17,14 @@ end
 -- luarocks' builtin build writes its objects and the module beside the
 -- sources: build from a copy, so the checkout's own mongostore/core.so (the
 -- one this suite runs on) is never replaced.
-local function source_copy()
+local function source_copy(with_makefile)
   local dir = os.tmpname()
   os.remove(dir)
   local root = helper.root()
-  local ok, out = run(string.format("mkdir -p %s && cp -r %s %s %s %s %s/", helper.shell_quote(dir),
+  local ok, out = run(string.format("mkdir -p %s && cp -r %s %s %s %s %s %s/", helper.shell_quote(dir),
     helper.shell_quote(root .. "/csrc"), helper.shell_quote(root .. "/lua"), helper.shell_quote(root .. "/bin"),
-    helper.shell_quote(rockspec.path()), helper.shell_quote(dir)))
+    helper.shell_quote(rockspec.path()), with_makefile and helper.shell_quote(root .. "/Makefile") or "",
+    helper.shell_quote(dir)))
   assert(ok, out)
   return dir
 end
@@ -106,4 +107,43 @@ function TestRock:test_luarocks_make_for_luajit()
   lu.assertTrue(ok, out)
   lu.assertStrContains(out, "rock51 9007199254740993")
   run("rm -rf " .. helper.shell_quote(tree) .. " " .. helper.shell_quote(root))
+end
+
+-- A rock build inside a checkout never breaks the checkout's own build:
+-- luarocks' builtin build leaves a LuaJIT mongostore/core.so (newer than
+-- every source) and csrc/*.o there; make still gives the module lua5.4
+-- loads, and make clean removes every output, the rock's objects included.
+function TestRock:test_rock_build_in_a_checkout_leaves_make_working()
+  local root = source_copy(true)
+  local q = helper.shell_quote
+  local make = "cd " .. q(root) .. " && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS LD_PRELOAD= make --no-print-directory"
+  local ok, out = run(make)
+  lu.assertTrue(ok, out)
+  local tree = os.tmpname()
+  os.remove(tree)
+  ok, out = run(string.format(
+    "cd %s && LD_PRELOAD= luarocks --lua-version 5.1 make --tree %s --deps-mode none " ..
+    "LUA_INCDIR=/usr/include/luajit-2.1 MONGOC_INCDIR=/usr/include/libmongoc-1.0 " ..
+    "BSON_INCDIR=/usr/include/libbson-1.0 %s", q(root), q(tree), rockspec.file_name()))
+  lu.assertTrue(ok, out)
+  local load54 = string.format("LD_PRELOAD= lua5.4 -e %s", q(string.format(
+    "package.cpath = %q; local core = require 'mongostore.core'; print('loaded ' .. core.version)",
+    root .. "/?.so")))
+  -- what luarocks left in the checkout: a module lua5.4 cannot load
+  ok, out = run(load54)
+  lu.assertNotEquals(ok, true, "the rock build left a module lua5.4 loads: the spec shows nothing\n" .. out)
+  ok, out = run(make)
+  lu.assertTrue(ok, out)
+  ok, out = run(load54)
+  lu.assertTrue(ok, out)
+  lu.assertStrContains(out, "loaded " .. rockspec.load().version:match("^(.-)%-%d+$"))
+  -- a second make has nothing to do
+  ok, out = run(make)
+  lu.assertTrue(ok, out)
+  lu.assertEquals(out:gsub("make: Nothing to be done for 'all'%.\n", ""), "")
+  ok, out = run(make .. " clean")
+  lu.assertTrue(ok, out)
+  local _, left = run("cd " .. q(root) .. " && find . -name '*.o' -o -name '*.so'; for d in build mongostore; do if [ -e $d ]; then echo $d; fi; done")
+  lu.assertEquals(left, "", "make clean left build outputs")
+  run("rm -rf " .. q(tree) .. " " .. q(root))
 end

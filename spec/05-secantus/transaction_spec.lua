@@ -221,6 +221,149 @@ function TestTransactions:test_transient_commit_failure_runs_fn_again()
   lu.assertNotNil(self.c:find_one({ _id = "run2" }))
 end
 
+-- fn written the idiomatic way, with assert: a second session holds a write
+-- on the document, so the update fails with WriteConflict (labelled
+-- TransientTransactionError) and assert raises. The session knows an
+-- operation of its transaction failed that way, so fn runs again from the
+-- start and commits once.
+function TestTransactions:test_assert_on_a_write_conflict_runs_fn_again()
+  ok(self.c:insert_one({ _id = "k", v = 0 }))
+  local o = ok(self.other:session())
+  ok(o:start_transaction())
+  ok(self.other:collection("orders"):update_one({ _id = "k" }, { ["$inc"] = { v = 100 } }, { session = o }))
+  local runs, raised_in_transaction = 0, nil
+  local v, n = self.db:transaction(function(s)
+    runs = runs + 1
+    if runs == 2 then
+      -- the holder lets go before the second run
+      raised_in_transaction = s:in_transaction()
+      ok(o:commit())
+    end
+    ok(self.c:insert_one({ _id = "run" .. runs }, { session = s }))
+    assert(self.c:update_one({ _id = "k" }, { ["$inc"] = { v = 1 } }, { session = s }))
+    return runs
+  end)
+  o:close()
+  lu.assertTrue(v, tostring(n))
+  lu.assertEquals(n, 2, "fn's values are the committed run's")
+  lu.assertEquals(runs, 2, "fn ran again after assert raised, once")
+  lu.assertTrue(raised_in_transaction)
+  lu.assertEquals(ok(self.c:find_one({ _id = "k" })).v, 101, "the other's write and ours, each once")
+  lu.assertNil(self.c:find_one({ _id = "run1" }), "the first run's insert went with its transaction")
+  lu.assertNotNil(self.c:find_one({ _id = "run2" }))
+end
+
+-- The same raise with the write still held at the deadline: it gives up as
+-- a transient failure would, the raised value kept.
+function TestTransactions:test_assert_on_a_held_write_gives_up_at_the_timeout()
+  ok(self.c:insert_one({ _id = "k", v = 0 }))
+  local o = ok(self.other:session())
+  ok(o:start_transaction())
+  ok(self.other:collection("orders"):update_one({ _id = "k" }, { ["$inc"] = { v = 100 } }, { session = o }))
+  local runs = 0
+  local v, err, code, detail = self.db:transaction(function(s)
+    runs = runs + 1
+    assert(self.c:update_one({ _id = "k" }, { ["$inc"] = { v = 1 } }, { session = s }))
+  end, { timeout = 1 })
+  o:close()
+  lu.assertNil(v)
+  lu.assertEquals(code, "timeout", err)
+  lu.assertStrContains(err, "fn raised")
+  lu.assertEquals(detail.cause, "transient")
+  lu.assertStrContains(tostring(detail.error), "update_one orders")
+  lu.assertTrue(runs > 1, "fn ran again before giving up")
+  lu.assertEquals(ok(self.c:find_one({ _id = "k" })).v, 0)
+end
+
+-- A Lua error that no failed operation of the transaction is behind stays
+-- the code's: aborted, never run again, nothing committed.
+function TestTransactions:test_unrelated_error_is_not_retried()
+  ok(self.c:insert_one({ _id = "k", v = 0 }))
+  local runs = 0
+  local v, err, code, detail = self.db:transaction(function(s)
+    runs = runs + 1
+    ok(self.c:update_one({ _id = "k" }, { ["$inc"] = { v = 1 } }, { session = s }))
+    ok(self.c:insert_one({ _id = "o1" }, { session = s }))
+    local order = self.c:find_one({ _id = "nope" }, { session = s })
+    return order.total   -- a bug in fn: order is nil
+  end)
+  lu.assertNil(v)
+  lu.assertEquals(runs, 1, "an unrelated error is not retried")
+  lu.assertEquals(code, "invalid")
+  lu.assertStrContains(err, "transaction: fn raised")
+  lu.assertStrContains(tostring(detail.error), "attempt to index")
+  lu.assertEquals(ok(self.c:find_one({ _id = "k" })).v, 0, "nothing committed")
+  lu.assertNil(self.c:find_one({ _id = "o1" }))
+  -- the same session-free error after a transient failure of another
+  -- transaction on another handle: still not this transaction's
+  local o = ok(self.other:session())
+  ok(o:start_transaction())
+  ok(self.other:collection("orders"):update_one({ _id = "k" }, { ["$inc"] = { v = 100 } }, { session = o }))
+  local r = self.db:collection("orders"):find_one({ _id = "k" })
+  lu.assertEquals(r.v, 0)
+  runs = 0
+  v, err, code = self.db:transaction(function(s)
+    runs = runs + 1
+    ok(self.c:insert_one({ _id = "o2" }, { session = s }))
+    error("not the server's")
+  end)
+  o:close()
+  lu.assertEquals({ v, code, runs }, { nil, "invalid", 1 }, err)
+  lu.assertStrContains(err, "not the server's")
+  lu.assertNil(self.c:find_one({ _id = "o2" }))
+end
+
+-- The db:transaction example of docs/documents.md, as written (assert on the
+-- debit), while another process holds a write on the debited account: the
+-- debit meets a WriteConflict, fn runs again once the holder has committed,
+-- and the transfer commits once.
+local HOLDER = [[
+local ms = require "mongostore"
+local db = assert(ms.database(os.getenv("MONGOSTORE_TEST_URI"), { db = os.getenv("DB"), wait = 10 }))
+local s = assert(db:session())
+assert(s:start_transaction())
+assert(db:collection("accounts"):update_one({ _id = "a" }, { ["$set"] = { held = true } }, { session = s }))
+local f = assert(io.open(os.getenv("FLAG"), "w")) f:write("held") f:close()
+ms.sleep(tonumber(os.getenv("HOLD")))
+assert(s:commit())
+print("RELEASED")
+db:close()
+]]
+
+local function docs_example(page, heading)
+  local f = assert(io.open(helper.root() .. "/docs/" .. page, "r"))
+  local text = f:read("a")
+  f:close()
+  local at = assert(text:find(heading, 1, true), heading .. " not in docs/" .. page)
+  return assert(text:match("```lua\n(.-)```", at), "no example after " .. heading)
+end
+
+function TestTransactions:test_docs_transfer_example_under_contention()
+  local code = docs_example("documents.md", "### `db:transaction(fn, opts?)`")
+  lu.assertStrContains(code, "assert(accounts:find_one_and_update(")  -- the debit raises on failure
+  local accounts = self.db:collection("accounts")
+  ok(accounts:insert_many({ { _id = "a", balance = 100 }, { _id = "b", balance = 0 } }))
+  local flag = os.tmpname()
+  os.remove(flag)
+  local holder = helper.spawn(HOLDER, { DB = self.name, FLAG = flag, HOLD = "0.6" })
+  for _ = 1, 1000 do
+    local fh = io.open(flag, "r")
+    if fh then fh:close() break end
+    ms.sleep(0.01)
+  end
+  lu.assertNotNil(io.open(flag, "r"), "the holder never held its write")
+  os.remove(flag)
+  local env = setmetatable({ db = self.db, accounts = accounts }, { __index = _G })
+  local chunk = assert(load(code .. "\nreturn ok, err, code", "=docs/documents.md", "t", env))
+  local v, err, c = chunk()
+  local out, status = holder.wait()
+  lu.assertEquals(status, 0, out)
+  lu.assertStrContains(out, "RELEASED")
+  lu.assertEquals({ v, c }, { true, nil }, tostring(err))
+  local a, b = ok(accounts:find_one({ _id = "a" })), ok(accounts:find_one({ _id = "b" }))
+  lu.assertEquals({ a.balance, b.balance, a.held }, { 90, 10, true }, "the transfer and the holder's write, once each")
+end
+
 local WORKER = [[
 local ms = require "mongostore"
 local db = assert(ms.database(os.getenv("MONGOSTORE_TEST_URI"), { db = os.getenv("DB"), wait = 10 }))

@@ -69,8 +69,8 @@
 ---@field upgrade? boolean apply a purely additive schema change
 ---@field clock_regression_grace? boolean a clock under 1 ms behind the highest timestamp seen waits it out (false: fails at once)
 ---@field allow_clock_regression? boolean turn the clock guard off: a timestamp may go back
----@field lease_ttl? number seconds the writer lease lasts unless renewed
----@field fsck_wait? number seconds a save waits for a running fsck before `unavailable`
+---@field lease_ttl? number seconds the writer lease lasts unless renewed (finite, > 0; else it raises)
+---@field fsck_wait? number seconds a save waits for a running fsck before `unavailable` (>= 0; NaN or below raises)
 ---@field log? fun(level: string, msg: string) where the degraded-mode warning goes
 ---@field write_concern? table the write concern of every write
 ---@field read_concern? table the read concern of every read
@@ -115,8 +115,8 @@ local RecordQuery = {}
 ---@field collect_garbage? boolean delete the unreachable dependencies
 ---@field force? boolean take the fsck lease from its holder and delete live writer leases: only once their processes are known dead
 ---@field clamp_future_timestamps? boolean with `repair`: set a timestamp in the future to now
----@field wait? number seconds to wait for other writers' leases to expire
----@field future_slack? number seconds a timestamp may run ahead of this clock before it is reported
+---@field wait? number seconds to wait for other writers' leases to expire (>= 0; NaN or below raises)
+---@field future_slack? number seconds a timestamp may run ahead of this clock before it is reported (>= 0; NaN or below raises)
 ---@field verify_content? boolean read every reachable record of a declared type whole and compute its content id again: a document edited behind the store's back is a violation
 
 --- What `rs:fsck` returns.
@@ -290,7 +290,13 @@ function RecordQuery:where(cond) end
 ---@return mongostore.RecordQuery rq # only records without a successor (with `as_of`: without one stored by then)
 function RecordQuery:only_latest() end
 
---- Raises on a store opened with `store_timestamps = false`, a number with a fraction, text that is not ISO-8601.
+--- Text must carry its zone, `Z` or an offset (`+01:00`, `-0500`): a date alone
+--- (`"2026-01-01"`) or a time without a zone (`"2026-01-01T00:00:00"`) names no
+--- instant and is refused, never read as UTC. The error raised is a records
+--- error object: `err.code` is `"invalid"`, `err.value` the text, `tostring(err)`
+--- the message.
+---
+--- Raises on a store opened with `store_timestamps = false`, a number with a fraction; text that is not ISO-8601 with its zone raises a records error of code `invalid` naming the value.
 ---@param t integer|string nanoseconds since the epoch, or ISO-8601 text with its zone (up to 9 fractional digits)
 ---@return mongostore.RecordQuery rq # only records stored at or before `t` (a record without a timestamp never)
 function RecordQuery:as_of(t) end

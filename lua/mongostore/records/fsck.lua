@@ -569,8 +569,13 @@ local function check_opts(opts)
     if not kind then error("fsck: unknown option " .. tostring(k), 3) end
     if type(v) ~= kind then error(format("fsck: opts.%s must be a %s, got %s", k, kind, type(v)), 3) end
   end
-  if opts.wait and opts.wait < 0 then error("fsck: opts.wait must be >= 0", 3) end
-  if opts.future_slack and opts.future_slack < 0 then error("fsck: opts.future_slack must be >= 0", 3) end
+  -- NaN (x ~= x) passes a "< 0" test
+  if opts.wait and (opts.wait ~= opts.wait or opts.wait < 0) then
+    error("fsck: opts.wait must be a number >= 0, got " .. tostring(opts.wait), 3)
+  end
+  if opts.future_slack and (opts.future_slack ~= opts.future_slack or opts.future_slack < 0) then
+    error("fsck: opts.future_slack must be a number >= 0, got " .. tostring(opts.future_slack), 3)
+  end
   return opts
 end
 

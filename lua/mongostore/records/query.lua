@@ -23,7 +23,18 @@ M.MAX_PAGE = 10000
 -- ------------------------------------------------------------ as_of
 
 -- A nanosecond integer, or ISO-8601 text with its zone: nanoseconds (the
--- fraction read digit by digit, a double would round it).
+-- fraction read digit by digit, a double would round it). Text without a zone
+-- (a bare date, or a time with no Z or offset) names no instant: it is refused,
+-- never read as UTC.
+local function quoted(t)
+  if #t > 64 then t = sub(t, 1, 64) .. "..." end
+  return format("%q", t)
+end
+
+local function bad_time(t, why)
+  return fail("invalid", format("as_of: %s is not %s", quoted(t), why), { value = t })
+end
+
 function M.to_ns(t)
   if type(t) == "number" then
     if not canon.is_integer(t) then error("as_of: a number must be an integer of nanoseconds", 3) end
@@ -35,11 +46,17 @@ function M.to_ns(t)
   end
   local base, frac, rest = t:match("^(.-%d%d:%d%d:%d%d)%.(%d+)(.*)$")
   local whole = base and (base .. rest) or t
-  local secs, msg = core.iso_to_time(whole)
-  if not secs then return nil, msg end
+  local secs = core.iso_to_time(whole)
+  if not secs then return bad_time(t, "an ISO-8601 date-time") end
+  -- the parser takes a date alone or a time without a zone as UTC; here the
+  -- zone is required: a date, a time, then Z or an offset
+  if not t:find("^%d%d%d%d%-%d%d%-%d%d[Tt ][%d:.]+[Zz]$") and
+     not t:find("^%d%d%d%d%-%d%d%-%d%d[Tt ][%d:.]+[+-]%d%d:?%d%d$") then
+    return bad_time(t, "an ISO-8601 date-time with its zone (Z or an offset such as +01:00)")
+  end
   local ns = floor(secs) * 1000000000
   if frac then
-    if #frac > 9 then return nil, "as_of: more than 9 fractional digits" end
+    if #frac > 9 then return bad_time(t, "an ISO-8601 date-time of at most 9 fractional digits") end
     ns = ns + tonumber(frac .. string.rep("0", 9 - #frac))
   end
   return ns
@@ -168,8 +185,10 @@ end
 function Query:as_of(t)
   local store = self.store
   if not store.ts.enabled then error("as_of: the store was opened with store_timestamps = false", 2) end
-  local ns, msg = M.to_ns(t)
-  if not ns then error(tostring(msg), 2) end
+  -- bad text raises the invalid error itself (a records error: code, message,
+  -- the value), so the one who passed a client's time can tell it apart
+  local ns, err = M.to_ns(t)
+  if not ns then error(err, 2) end
   local c = clone(self)
   c.cut = canon.idiv(ns, store.ts.resolution)
   return c
