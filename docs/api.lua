@@ -3719,8 +3719,9 @@ api.pages[#api.pages + 1] = {
 `local msngx = require "mongostore.ngx"`. In request handlers (rewrite,
 access, content) every store and engine call runs in an nginx worker thread
 with `ngx.run_worker_thread`, so the handler yields and the event loop keeps
-serving other requests. Arguments and results cross the thread boundary as
-JSON text (the core's codec): boxed int64s and empty arrays survive both ways,
+serving other requests. The arguments and results of the store and engine
+calls cross the thread boundary as JSON text (the core's codec; `msngx.run`'s
+cross as BSON, below): boxed int64s and empty arrays survive both ways,
 an Execution comes back as a plain table of its fields, and an argument that
 JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
 runs. A wrong argument type, which raises in a direct call, comes back from the
@@ -3926,7 +3927,7 @@ function M.create(text)
   local db = assert(ngx_thread.database())
   local r, err, code = assert(db:collection("notes")):insert_one({ text = text })
   if not r then return nil, err, code end
-  return tostring(r.inserted_id)   -- JSON carries no ObjectId box
+  return r.inserted_id   -- the ObjectId box crosses as itself (BSON)
 end
 
 -- the handler, with configure{ ..., run_modules = { "app." } }:

@@ -567,9 +567,12 @@ end
 
 control_command("cancel", "cancel executions (cooperative where the chart has a Cancel transition)",
   "A chart with a Cancel transition in the active states takes it; otherwise the execution ends CANCELLED.")
-control_command("terminate", "end executions at once, running no hooks", "Ends CANCELLED at once.")
-control_command("suspend", "hold the events that arrive until resumed", "Events that arrive are held, in order.")
-control_command("resume", "release the events a suspended execution holds", "Releases the held events.")
+control_command("terminate", "end executions at once, running no hooks",
+  "The execution ends CANCELLED with no hook, guard or action run; its live children get Terminate.")
+control_command("suspend", "hold the events that arrive until resumed",
+  "Events and timers that fall due meanwhile are kept in the order they came; resume applies them.")
+control_command("resume", "release the events a suspended execution holds",
+  "The kept events are applied in the order they came, then the execution runs on.")
 
 ------------------------------------------------------------------------
 -- recover

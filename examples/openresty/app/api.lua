@@ -6,10 +6,10 @@
 --   POST /executions                    {chart, id?, context?, priority?} -> 201 {id}
 --        (the same id again: 201, the same execution; the id of another
 --        chart's execution: 409)
---   POST /executions/{id}/events        {kind, data?, id?}                -> 202 {ok: true}
+--   POST /executions/{id}/events        {kind, data?, id?}                -> 202 {ok: true, outcome, status}
 --        (a resent event id: 202 {ok: true, duplicate: true}; only kinds the
 --        execution's chart takes from outside, see chart.is_external)
---   POST /executions/{id}/{action}      cancel | terminate | suspend | resume -> 202 {ok: true}
+--   POST /executions/{id}/{action}      cancel | terminate | suspend | resume -> 202 {ok: true, outcome, status}
 --   GET  /executions/{id}               -> 200 {execution: {...}, trace: [...]}
 --   GET  /executions?status=RUNNING&definition_id=order&limit=10&cursor=...&roots_only=true
 --                                       -> 200 {items: [...], next_cursor: "..." | null}

@@ -2,7 +2,8 @@
 -- run in nginx worker threads' VMs, called from app/api.lua through
 -- msngx.run("app.notes", fn, ...), so a handler yields while MongoDB answers.
 -- Each VM opens its Database once (mongostore.ngx_thread.database) and keeps
--- it; arguments and answers are plain values (JSON crosses the boundary).
+-- it; arguments and answers cross the boundary as BSON in the document API's
+-- form (an ObjectId or a date comes back as its box).
 local ms = require "mongostore"
 local msthread = require "mongostore.ngx_thread"
 
