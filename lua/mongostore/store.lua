@@ -427,9 +427,11 @@ function Store:list_executions(q)
     if not key then return nil, kerr, kcode end
     return { items = items, next_cursor = encode_cursor(key, binding, id) }
   end
-  -- the status and roots_only filters run on promoted fields: bring up to
-  -- date those of what harel's store committed (see _promote_foreign)
-  if statuses or q.roots_only then
+  -- the status filter runs on the promoted status: bring up to date that of
+  -- what harel's store committed (see _promote_foreign). parent_id never
+  -- changes after the insert, and one harel's insert left out is null,
+  -- which the roots_only filter takes and the check below decides.
+  if statuses then
     local ok, perr, pcode = self:_promote_foreign()
     if not ok then return nil, "list_executions: " .. tostring(perr), pcode end
   end
