@@ -42,7 +42,10 @@ static double earliest_timer(const bson_t *doc) {
 
 /* store:_foreign(limit) -> { { id, version, data|nil, next_fire_at }, ... }:
  * up to limit documents harel's store committed last, with what the
- * promoted fields are derived from (next_fire_at already derived). */
+ * promoted fields are derived from (next_fire_at already derived). harel's
+ * store names its collections <prefix>_executions, with a prefix it cannot
+ * leave empty, so a store without a prefix has none to look for and sends
+ * nothing. */
 static int l_foreign(lua_State *L) {
   STORE_OR_CLOSED(L, s, "promote");
   lua_Integer limit = (lua_Integer)ms_arg_integer(L, 2, "promote: limit"), n = 0;
@@ -50,6 +53,10 @@ static int l_foreign(lua_State *L) {
   mongoc_cursor_t *cur;
   const bson_t *doc;
   bson_error_t be;
+  if (!s->harel_named) {
+    lua_newtable(L);
+    return 1;
+  }
   append_foreign_filter(&filter);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "version", 7, 1);

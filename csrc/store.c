@@ -314,6 +314,7 @@ static int read_connect_opts(lua_State *L, int opts, connect_opts_t *o, ms_err_t
  * <prefix>_inbox and <prefix>_inbox_claims (or without a prefix). */
 static void open_collections(ms_store_t *s, const char *prefix) {
   char coll[128];
+  s->harel_named = prefix != NULL;
   snprintf(coll, sizeof coll, "%s%sexecutions", prefix ? prefix : "", prefix ? "_" : "");
   s->exes = mongoc_client_get_collection(s->client, s->db, coll);
   snprintf(coll, sizeof coll, "%s%scounters", prefix ? prefix : "", prefix ? "_" : "");

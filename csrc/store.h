@@ -23,6 +23,8 @@ typedef struct ms_store {
   mongoc_collection_t *counters;
   mongoc_collection_t *inbox, *inbox_claims; /* <prefix>_inbox, <prefix>_inbox_claims (inbox.c) */
   int inbox_indexed;       /* this store created the inbox's indexes */
+  int harel_named;         /* a prefix: the collections are named as harel's store names them
+                            * (<prefix>_executions), so its commits can reach them (promoted.c) */
   char *password;          /* scrubbed from every message */
   char *db;
   int64_t trace_max;       /* 0 keeps every step */

@@ -146,3 +146,29 @@ function TestHarelWritten:test_an_event_harel_handled_is_a_duplicate_here()
   lu.assertNil(ok)
   lu.assertEquals(code, "duplicate")
 end
+
+-- What it costs: with a prefix (collections harel's store can write to) one
+-- find of the partial index first, and one bulk write only when harel's store
+-- committed something since; without a prefix, nothing.
+function TestHarelWritten:test_the_promotion_pass_costs_one_find_and_a_write_only_when_needed()
+  local s = self.store
+  assert(s:save(ms.execution { id = "k", definition_id = "order", status = "RUNNING" }))
+  local function cost(fn)
+    local before = s:stats()
+    fn()
+    local after = s:stats()
+    return { find = (after.find or 0) - (before.find or 0), update = (after.update or 0) - (before.update or 0) }
+  end
+  lu.assertEquals(cost(function() assert(s:due_timers(ms.now())) end), { find = 2, update = 0 })
+  lu.assertEquals(cost(function() assert(s:list_executions { status = "RUNNING" }) end), { find = 2, update = 0 })
+  lu.assertEquals(cost(function() assert(s:list_executions { definition_id = "order" }) end), { find = 1, update = 0 })
+  harel_commit(self.db, "k", { status = "DONE" })
+  lu.assertEquals(cost(function() assert(s:due_timers(ms.now())) end), { find = 2, update = 1 })
+  lu.assertEquals(cost(function() assert(s:list_executions { status = "DONE" }) end), { find = 2, update = 0 })
+
+  local plain = helper.connect { db = self.db }
+  local before = plain:stats()
+  assert(plain:due_timers(ms.now()))
+  lu.assertEquals(plain:stats().find - before.find, 1, "no prefix: harel's store cannot write here")
+  plain:close()
+end
