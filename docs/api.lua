@@ -488,7 +488,7 @@ filters, until it is nil. A cursor is signed (HMAC-SHA256) with a secret kept
 once per database, over the last `_id` and the filters: any store on the same
 database honours it, and one that was altered, forged, or issued for other
 filters is refused with `invalid`. A `status` that is not one of the seven is
-`invalid` too. With a `status` filter, the promoted status of the documents
+`invalid` too. On a store with a `prefix`, with a `status` filter, the promoted status of the documents
 harel's own store committed last is brought up to date first (as `due_timers`
 does: one find more), so they are listed under the status harel committed.]],
           example = [[
@@ -647,8 +647,8 @@ token, and with `release` also gives the claim back.]] },
           raises = "a wrong type for `now` or `limit`",
           desc = [[
 Reads only documents with something due, by the index on `next_fire_at`.
-First it brings up to date the promoted fields of the documents harel's own
-store committed last (found by the partial index `harel_written`, one find,
+On a store with a `prefix`, first it brings up to date the promoted fields
+of the documents harel's own store committed last (found by the partial index `harel_written`, one find,
 and one bulk write when there are any), so a timer harel armed is due here
 too, on a document either side created.]] },
         { method = "delete_timer", of = "mongostore.Store",
