@@ -188,9 +188,10 @@ static int opt_field(lua_State *L, int opts, const char *name) {
   return lua_getfield(L, opts, name);
 }
 
-/* fields: up to three keys, ascending, NULL-terminated */
-static int create_index(ms_store_t *s, const char *coll, const char *name, const char *const *fields,
-                        bson_error_t *be) {
+/* fields: up to three keys, ascending, NULL-terminated; partial: the
+ * index's partialFilterExpression, or NULL */
+static int create_partial_index(ms_store_t *s, const char *coll, const char *name, const char *const *fields,
+                                const bson_t *partial, bson_error_t *be) {
   bson_t cmd = BSON_INITIALIZER, idxs, idx, key;
   mongoc_database_t *db = mongoc_client_get_database(s->client, s->db);
   int ok;
@@ -201,12 +202,18 @@ static int create_index(ms_store_t *s, const char *coll, const char *name, const
   for (; *fields; fields++) bson_append_int32(&key, *fields, -1, 1);
   bson_append_document_end(&idx, &key);
   bson_append_utf8(&idx, "name", 4, name, -1);
+  if (partial) bson_append_document(&idx, "partialFilterExpression", 23, partial);
   bson_append_document_end(&idxs, &idx);
   bson_append_array_end(&cmd, &idxs);
   ok = mongoc_database_write_command_with_opts(db, &cmd, NULL, NULL, be);
   bson_destroy(&cmd);
   mongoc_database_destroy(db);
   return ok;
+}
+
+static int create_index(ms_store_t *s, const char *coll, const char *name, const char *const *fields,
+                        bson_error_t *be) {
+  return create_partial_index(s, coll, name, fields, NULL, be);
 }
 
 /* The indexes the relays and the listing need, created idempotently: an
@@ -216,13 +223,22 @@ static int ensure_indexes(ms_store_t *s, bson_error_t *be) {
                            *const defn[] = {"definition_id", NULL},
                            *const listing[] = {"definition_id", "status", "_id", NULL},
                            *const timers[] = {"next_fire_at", NULL},
-                           *const defn_id[] = {"definition_id", "_id", NULL};
+                           *const defn_id[] = {"definition_id", "_id", NULL},
+                           *const version[] = {"version", NULL};
   const char *coll = mongoc_collection_get_name(s->exes);
-  return create_index(s, coll, "outbox_seq", outbox, be) && create_index(s, coll, "spawns_seq", spawns, be) &&
-         create_index(s, coll, "definition_id", defn, be) &&
-         create_index(s, coll, "definition_status_id", listing, be) &&
-         create_index(s, coll, "next_fire_at", timers, be) &&
-         create_index(s, coll, "definition_id_id", defn_id, be);
+  bson_t foreign = BSON_INITIALIZER;
+  int ok;
+  ms_foreign_index_filter(&foreign);
+  /* harel_written holds only the documents harel's store committed last
+   * (promoted.c), so finding them examines those and nothing else */
+  ok = create_index(s, coll, "outbox_seq", outbox, be) && create_index(s, coll, "spawns_seq", spawns, be) &&
+       create_index(s, coll, "definition_id", defn, be) &&
+       create_index(s, coll, "definition_status_id", listing, be) &&
+       create_index(s, coll, "next_fire_at", timers, be) &&
+       create_index(s, coll, "definition_id_id", defn_id, be) &&
+       create_partial_index(s, coll, "harel_written", version, &foreign, be);
+  bson_destroy(&foreign);
+  return ok;
 }
 
 /* What connect's opts ask for, defaults filled in. db and prefix point into
@@ -298,6 +314,7 @@ static int read_connect_opts(lua_State *L, int opts, connect_opts_t *o, ms_err_t
  * <prefix>_inbox and <prefix>_inbox_claims (or without a prefix). */
 static void open_collections(ms_store_t *s, const char *prefix) {
   char coll[128];
+  s->harel_named = prefix != NULL;
   snprintf(coll, sizeof coll, "%s%sexecutions", prefix ? prefix : "", prefix ? "_" : "");
   s->exes = mongoc_client_get_collection(s->client, s->db, coll);
   snprintf(coll, sizeof coll, "%s%scounters", prefix ? prefix : "", prefix ? "_" : "");
@@ -421,7 +438,8 @@ static const luaL_Reg store_methods[] = {
 };
 
 static void (*const store_parts[])(lua_State *L) = {
-  ms_open_commit, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox, NULL
+  ms_open_commit, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox,
+  ms_open_promoted, NULL
 };
 
 /* Sets module.connect and module.Store (the method table, also the

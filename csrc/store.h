@@ -23,6 +23,8 @@ typedef struct ms_store {
   mongoc_collection_t *counters;
   mongoc_collection_t *inbox, *inbox_claims; /* <prefix>_inbox, <prefix>_inbox_claims (inbox.c) */
   int inbox_indexed;       /* this store created the inbox's indexes */
+  int harel_named;         /* a prefix: the collections are named as harel's store names them
+                            * (<prefix>_executions), so its commits can reach them (promoted.c) */
   char *password;          /* scrubbed from every message */
   char *db;
   int64_t trace_max;       /* 0 keeps every step */
@@ -140,6 +142,9 @@ void ms_append_trace_step(bson_t *dst, const char *key, const bson_t *step, int6
 void ms_append_trace_push(bson_t *push, const bson_t *step, int64_t index, int64_t trace_max);
 int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int64_t *index, bson_error_t *be);
 
+/* promoted.c: the filter that picks the documents harel's store committed last */
+void ms_foreign_index_filter(bson_t *filter);
+
 /* ---- each file's methods, set into the method table on top of the stack
  * (store.c assembles them in ms_open_store) ---- */
 
@@ -149,6 +154,7 @@ void ms_open_list(lua_State *L);     /* list.c: _scan, _cursor_key */
 void ms_open_relay(lua_State *L);    /* relay.c: claims, releases, pending and acks of outbox and spawns */
 void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer */
 void ms_open_trace(lua_State *L);    /* trace.c: append_trace, read_trace */
+void ms_open_promoted(lua_State *L); /* promoted.c: _foreign, _promote */
 void ms_open_inbox(lua_State *L);    /* inbox.c: _inbox_put, _inbox_claim, _inbox_ack, _inbox_release */
 
 #pragma GCC visibility pop

@@ -130,16 +130,15 @@ static lua_Integer sweep_find(lua_State *L, ms_store_t *s, const bson_t *filter,
 }
 
 /* store:_due_timers(now, limit) -> { {execution_id, path, fire_at}, ... } unsorted
- * Two finds, each a plain index lookup on next_fire_at: what is due, then
- * the documents a writer without next_fire_at (harel) left, whose timers
- * are read here. One find with an $or of both would scan on servers that
- * plan an $or as a whole. */
+ * One find, a plain index lookup on next_fire_at. Documents harel's store
+ * committed last (without next_fire_at, or with a stale one) are brought
+ * under it by the caller first (promoted.c, store.lua's due_timers). */
 static int l_due_timers(lua_State *L) {
   STORE_OR_CLOSED(L, s, "due_timers");
   double now = ms_arg_number(L, 2, "due_timers: now");
   lua_Integer limit = lua_isnoneornil(L, 3) ? 0 : (lua_Integer)ms_arg_integer(L, 3, "due_timers: limit");
   lua_Integer n = 0, read;
-  bson_t due = BSON_INITIALIZER, unmarked = BSON_INITIALIZER, cond;
+  bson_t due = BSON_INITIALIZER, cond;
   bson_error_t be;
   if (!isfinite(now)) {
     ms_err_t e;
@@ -149,15 +148,9 @@ static int l_due_timers(lua_State *L) {
   bson_append_document_begin(&due, "next_fire_at", 12, &cond);
   bson_append_double(&cond, "$lte", 4, now);
   bson_append_document_end(&due, &cond);
-  bson_append_null(&unmarked, "next_fire_at", 12);
   lua_newtable(L);
   read = sweep_find(L, s, &due, limit, now, &n, &be);
-  if (read >= 0 && !(limit > 0 && read >= limit)) {
-    lua_Integer more = sweep_find(L, s, &unmarked, limit > 0 ? limit - read : 0, now, &n, &be);
-    read = more < 0 ? -1 : read + more;
-  }
   bson_destroy(&due);
-  bson_destroy(&unmarked);
   if (read < 0) return ms_store_push_bson_err(L, s, &be, "due_timers");
   return 1;
 }

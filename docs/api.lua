@@ -490,7 +490,9 @@ filters, until it is nil. A cursor is signed (HMAC-SHA256) with a secret kept
 once per database, over the last `_id` and the filters: any store on the same
 database honours it, and one that was altered, forged, or issued for other
 filters is refused with `invalid`. A `status` that is not one of the seven is
-`invalid` too.]],
+`invalid` too. On a store with a `prefix`, with a `status` filter, the promoted status of the documents
+harel's own store committed last is brought up to date first (as `due_timers`
+does: one find more), so they are listed under the status harel committed.]],
           example = [[
 local page = store:list_executions{ definition_id = "order", status = { "RUNNING" }, limit = 50 }
 while page do
@@ -649,8 +651,11 @@ token, and with `release` also gives the claim back.]] },
           fails = fails("invalid"),
           raises = "a wrong type for `now` or `limit`",
           desc = [[
-Reads only documents with something due, by the index on `next_fire_at`;
-documents harel's own store wrote, which lack the field, are found too.]] },
+Reads only documents with something due, by the index on `next_fire_at`.
+On a store with a `prefix`, first it brings up to date the promoted fields
+of the documents harel's own store committed last (found by the partial index `harel_written`, one find,
+and one bulk write when there are any), so a timer harel armed is due here
+too, on a document either side created.]] },
         { method = "delete_timer", of = "mongostore.Store",
           params = {
             { "execution_id", "string", "the execution" },

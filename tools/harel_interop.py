@@ -9,6 +9,11 @@ usage: harel_interop.py write   <uri> <db> <id>   commit the execution below (wi
        harel_interop.py pending <uri> <db> <id>   print pending outbox and spawns, every
                                                   timer, and the trace of <id>; a part harel
                                                   cannot read shows as {"error": "..."}
+       harel_interop.py commit  <uri> <db> <id> <json>  load <id>, apply the changes <json> names
+                                                  ({"status", "outcome", "active_path", "timers":
+                                                  [[action, path, fire_at]], "event_id"}) and commit
+                                                  it through harel's MongoStore.commit; print the
+                                                  committed Execution's JSON
 
 Output is JSON on stdout, one document per run. Collections use harel's
 default prefix: harel_executions and harel_counters.
@@ -105,7 +110,23 @@ def pending(store, exe_id):
     }, ensure_ascii=False))
 
 
-COMMANDS = {"write": (write, 1, 1), "read": (read, 1, 1), "list": (list_, 0, 1), "pending": (pending, 1, 1)}
+def commit(store, exe_id, changes_json):
+    changes = json.loads(changes_json)
+    exe = store.load(exe_id)
+    if exe is None:
+        raise SystemExit("harel_interop: no execution %r" % exe_id)
+    if "status" in changes:
+        exe.status = Status(changes["status"])
+    for name in ("outcome", "active_path"):
+        if name in changes:
+            setattr(exe, name, changes[name])
+    timers = tuple(TimerOp(a, p, float(f)) for a, p, f in changes.get("timers", []))
+    store.commit(exe, [], processed_event_id=changes.get("event_id"), timers=timers)
+    out(exe.model_dump_json())
+
+
+COMMANDS = {"write": (write, 1, 1), "read": (read, 1, 1), "list": (list_, 0, 1), "pending": (pending, 1, 1),
+            "commit": (commit, 2, 2)}
 
 
 def main(argv):

@@ -625,7 +625,9 @@ function Store:is_processed(id, event_id) end
 --- once per database, over the last `_id` and the filters: any store on the same
 --- database honours it, and one that was altered, forged, or issued for other
 --- filters is refused with `invalid`. A `status` that is not one of the seven is
---- `invalid` too.
+--- `invalid` too. On a store with a `prefix`, with a `status` filter, the promoted status of the documents
+--- harel's own store committed last is brought up to date first (as `due_timers`
+--- does: one find more), so they are listed under the status harel committed.
 ---
 --- Raises on a wrong type for a filter, or an unknown filter.
 ---
@@ -712,8 +714,11 @@ function Store:ack_spawn(seq, token) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:release_spawn(source_id, token) end
 
---- Reads only documents with something due, by the index on `next_fire_at`;
---- documents harel's own store wrote, which lack the field, are found too.
+--- Reads only documents with something due, by the index on `next_fire_at`.
+--- On a store with a `prefix`, first it brings up to date the promoted fields
+--- of the documents harel's own store committed last (found by the partial index `harel_written`, one find,
+--- and one bulk write when there are any), so a timer harel armed is due here
+--- too, on a document either side created.
 ---
 --- Raises on a wrong type for `now` or `limit`.
 ---

@@ -777,6 +777,7 @@ local NEEDED = {
   { name = "definition_status_id", keys = { "definition_id", "status", "_id" }, why = "the listing" },
   { name = "next_fire_at", keys = { "next_fire_at" }, why = "the timer sweep" },
   { name = "definition_id_id", keys = { "definition_id", "_id" }, why = "the listing by chart" },
+  { name = "harel_written", keys = { "version" }, why = "documents harel's store wrote (partial)" },
 }
 
 local function key_text(keys)

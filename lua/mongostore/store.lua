@@ -326,6 +326,49 @@ local function decode_cursor(key, binding, c)
   return id
 end
 
+-- The fields a commit of ours copies out of what it stores, so the server
+-- can filter on them, and who else keeps them:
+--   status, parent_id  from data (the listing's filters);
+--   next_fire_at       from timers (the sweep's index: never later than the
+--                      earliest armed timer);
+--   dedupe             digests of the handled event ids; harel's store keeps
+--                      `processed` only, which our commit's filter also checks
+--                      (nothing to bring up to date);
+--   inbox_fence        our inbox claims only; harel's store never claims;
+--   definition_id      set once at the insert, by either store.
+-- harel 0.9.0's MongoStore.commit $sets data, version and timers.<path> and
+-- none of these, so on a document it committed last status, parent_id and
+-- next_fire_at may be stale. Such a document has an int32 version (pymongo's
+-- encoding of a Python int; ours are int64), found by the partial index
+-- harel_written, which holds those documents only: the pass examines the
+-- documents harel committed since (at most PROMOTE_BATCH a round trip, then one
+-- unordered bulk to update them) and nothing else, and each is then filed
+-- under its true status and earliest timer by the indexes, until harel commits
+-- to it again.
+local PROMOTE_BATCH = 500
+
+function Store:_promote_foreign()
+  while true do
+    local rows, err, code = self:_foreign(PROMOTE_BATCH)
+    if not rows then return nil, err, code end
+    if #rows == 0 then return 0 end
+    local fixes = {}
+    for i, r in ipairs(rows) do
+      -- unreadable data gets a null status: the listing reports it
+      local sm = r.data and execution.summary_from_json(r.data, r.version)
+      fixes[i] = {
+        id = r.id, version = r.version, next_fire_at = r.next_fire_at,
+        status = sm and STATUS_OK[sm.status] and sm.status or nil,
+        parent_id = sm and type(sm.parent_id) == "string" and sm.parent_id or nil,
+      }
+    end
+    local n, perr, pcode = self:_promote(fixes)
+    if not n then return nil, perr, pcode end
+    -- a batch harel committed to again meanwhile is not taken up twice here
+    if #rows < PROMOTE_BATCH or n == 0 then return n end
+  end
+end
+
 local LIST_OPTS = { status = true, definition_id = true, roots_only = true, limit = true, cursor = true }
 
 -- store:list_executions{ status, definition_id, roots_only, limit, cursor }
@@ -386,6 +429,14 @@ function Store:list_executions(q)
     local key, kerr, kcode = self:_cursor_key(true)
     if not key then return nil, kerr, kcode end
     return { items = items, next_cursor = encode_cursor(key, binding, id) }
+  end
+  -- the status filter runs on the promoted status: bring up to date that of
+  -- what harel's store committed (see _promote_foreign). parent_id never
+  -- changes after the insert, and one harel's insert left out is null,
+  -- which the roots_only filter takes and the check below decides.
+  if statuses then
+    local ok, perr, pcode = self:_promote_foreign()
+    if not ok then return nil, "list_executions: " .. tostring(perr), pcode end
   end
   -- the filters run on the server: a batch of `limit` is the page, unless
   -- documents without the promoted fields (harel's) had to be dropped here
@@ -486,6 +537,9 @@ function Store:due_timers(now, limit)
   if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
     return invalid("due_timers: limit must be an integer >= 1")
   end
+  -- a timer harel's store armed is under a next_fire_at only once promoted
+  local ok, perr, pcode = self:_promote_foreign()
+  if not ok then return nil, "due_timers: " .. tostring(perr), pcode end
   local rows, err, code = self:_due_timers(now, limit)
   if not rows then return nil, err, code end
   sort(rows, function(a, b)

@@ -476,7 +476,7 @@ function TestCli:test_doctor_reports_the_server_and_the_indexes()
   lu.assertEquals(v.transactions, info.transactions)
   lu.assertEquals(type(v.server_version), "string")
   lu.assertEquals(v.missing_indexes, 0)
-  lu.assertEquals(#v.indexes, 6)
+  lu.assertEquals(#v.indexes, 7)
   for _, ix in ipairs(v.indexes) do lu.assertEquals(ix.state, "present", ix.name) end
   lu.assertEquals(v.collections[1].name, "executions")
   lu.assertEquals(v.collections[1].exists, true)
@@ -514,7 +514,7 @@ function TestCli:test_doctor_reports_the_server_and_the_indexes()
   v = ms.json.decode(self:run({ "doctor", "--json", "--prefix", "other" }).out)
   lu.assertEquals(v.collections[1].name, "other_executions")
   lu.assertEquals(v.collections[1].exists, false)
-  lu.assertEquals(v.missing_indexes, 6)
+  lu.assertEquals(v.missing_indexes, 7)
   db:close()
 end
 

@@ -69,8 +69,9 @@ function TestScale:test_due_timers_reads_only_due_documents_and_honours_limit()
   lu.assertEquals(#due, 10)
   lu.assertEquals(due[1].fire_at, 1.0)
   lu.assertEquals(due[10].fire_at, 10.0)
-  -- two index lookups: what is due, and documents without a mark (harel's)
-  lu.assertEquals(after.find - before.find, 2, "two queries")
+  -- one index lookup, what is due: without a prefix the collections are not
+  -- ones harel's store can write to, so there is nothing to promote first
+  lu.assertEquals(after.find - before.find, 1, "one query")
   lu.assertEquals(#self.store:due_timers(30, 5), 5)
 end
 
