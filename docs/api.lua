@@ -32,6 +32,8 @@ api.modules = {
   { name = "mongostore.records", as = "records" },
   { name = "mongostore.stm", as = "stm" },
   { name = "mongostore.inbox", as = "inbox" },
+  { name = "mongostore.webhook", as = "webhook" },
+  { name = "mongostore.ngx_http", as = "ngx_http" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
@@ -3954,6 +3956,84 @@ close it.]] },
           returns = { { "cfg", "table", "a copy of `configure`'s settings (the URI with its timeouts)" } },
           raises = "a call outside an `msngx.run` call",
           desc = "For a module that opens handles of its own." },
+      },
+    },
+    {
+      title = "Signed webhooks",
+      intro = [[
+`mongostore.webhook` makes an `on_external` handler that POSTs each external
+event to one URL from the nginx event loop (it needs cosockets: a timer, a
+light thread or a handler, not a worker thread), over `mongostore.ngx_http`,
+a small HTTP/1.1 client (one request per connection, TLS verified against
+`lua_ssl_trusted_certificate`, each step bounded by `timeout`, answers read up
+to 1 MiB). Each POST carries the event as JSON (`id`, `kind`, `data`,
+`source_id`, `created_time`, `seq`), `Idempotency-Key: <event id>`,
+`X-Mongostore-Timestamp: <epoch seconds>` and `X-Mongostore-Signature:
+sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" under the secret>`. A 2xx is
+delivered; anything else is a failure the caller retries. A receiver checks a
+request with `webhook.verify` (or the same HMAC in its own language) and keys
+its work on the idempotency key, since a retry after a lost answer sends the
+same event again.]],
+      entries = {
+        { fn = "handler", module = "mongostore.webhook",
+          params = { { "cfg", "mongostore.WebhookConfig", "where and how to POST" } },
+          returns = { { "fn", "fun(entry: mongostore.OutboxEntry): true?, string?, string?", "the on_external: "
+                        .. "true, or nil, why and the code (`network`, `timeout`, `server` for a non-2xx answer)" } },
+          raises = "a bad `cfg` (no http(s) url, a secret under 16 bytes, an unknown option)",
+          example = [[
+local send = require("mongostore.webhook").handler{ url = "https://billing.example/hooks", secret = SECRET }
+local ok, err = send(entry)   -- in a timer or a light thread]] },
+        { class = "mongostore.WebhookConfig",
+          desc = "Where a webhook goes; an unknown key raises.",
+          fields = {
+            { "url", "string", "http:// or https:// (an IP address, or a name nginx's `resolver` resolves)" },
+            { "secret", "string", "the HMAC key, at least 16 bytes" },
+            { "timeout", "number?", "seconds for each step of a request", default = "10" },
+            { "concurrency", "integer?", "requests at once, for a caller that runs several", default = "16" },
+            { "verify", "boolean?", "check the server's certificate and name", default = "true" },
+            { "headers", "table<string, string>?", "extra request headers" },
+            { "max_age", "number?", "seconds a failing entry is retried before it is given up", default = "3600" },
+          } },
+        { fn = "sign", module = "mongostore.webhook",
+          params = { { "secret", "string", "the HMAC key" }, { "timestamp", "string|number", "epoch seconds" },
+                     { "body", "string", "the request body" } },
+          returns = { { "signature", "string", "`sha256=<64 hex>`" } },
+          raises = "an empty secret or a body that is not a string" },
+        { fn = "verify", module = "mongostore.webhook",
+          params = { { "secret", "string", "the HMAC key" }, { "timestamp", "string|number", "the header's value" },
+                     { "body", "string", "the request body as received" },
+                     { "signature", "string", "the signature header's value" },
+                     { "opts", "{ now: number?, tolerance: number? }?", "the clock, and how far the timestamp may "
+                       .. "be from it (300 s)" } },
+          returns = { { "ok", "boolean", "the body was signed with secret, recently" },
+                      { "why", "string?", "when not" } },
+          example = [[
+-- the receiving side, in nginx
+ngx.req.read_body()
+local h = ngx.req.get_headers()
+local ok = require("mongostore.webhook").verify(SECRET, h["x-mongostore-timestamp"],
+  ngx.req.get_body_data(), h["x-mongostore-signature"])
+if not ok then return ngx.exit(401) end]] },
+        { fn = "body", module = "mongostore.webhook",
+          params = { { "entry", "mongostore.OutboxEntry", "an external entry" } },
+          returns = { { "json", "string", "the POST's body" } } },
+        { fn = "check", module = "mongostore.webhook",
+          params = { { "cfg", "mongostore.WebhookConfig", "a config" }, { "fn", "string?", "the caller's name" } },
+          returns = { { "cfg", "mongostore.WebhookConfig", "the same table" } },
+          raises = "what `handler` raises" },
+        { fn = "request", module = "mongostore.ngx_http",
+          params = { { "req", "{ url: string, method: string?, headers: table?, body: string?, timeout: number?, "
+                       .. "verify: boolean?, server_name: string? }", "the request (POST by default)" } },
+          returns = { { "res", "{ status: integer, headers: table<string, string>, body: string }",
+                        "the answer; header names lower-case" } },
+          fails = { "invalid", "network", "timeout", "server", "too_large" },
+          raises = "a `req` that is not a table",
+          desc = "One HTTP/1.1 request over a cosocket: Content-Length, chunked and close-delimited answers; "
+            .. "a header that would split the request is refused." },
+        { fn = "parse_url", module = "mongostore.ngx_http",
+          params = { { "url", "string", "http:// or https://" } },
+          returns = { { "u", "{ scheme: string, host: string, port: integer, path: string }", "its parts" } },
+          desc = "nil and a message saying what is wrong for a url it cannot take." },
       },
     },
   },

@@ -84,6 +84,7 @@ local function free_port()
   if port then return port end
   return 20000 + math.random(0, 30000)
 end
+M.free_port = free_port
 
 -- A zombie (exited, not yet reaped by whoever adopted it) counts as gone.
 local function alive(pid)

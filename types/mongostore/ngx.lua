@@ -36,6 +36,16 @@
 ---@class mongostore.NgxDatabaseOptions
 ---@field db? string database name
 
+--- Where a webhook goes; an unknown key raises.
+---@class mongostore.WebhookConfig
+---@field url string http:// or https:// (an IP address, or a name nginx's `resolver` resolves)
+---@field secret string the HMAC key, at least 16 bytes
+---@field timeout? number seconds for each step of a request
+---@field concurrency? integer requests at once, for a caller that runs several
+---@field verify? boolean check the server's certificate and name
+---@field headers? table<string, string> extra request headers
+---@field max_age? number seconds a failing entry is retried before it is given up
+
 ---@class mongostore.ngx
 local msngx = {}
 
