@@ -156,6 +156,7 @@ void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer */
 void ms_open_trace(lua_State *L);    /* trace.c: append_trace, read_trace */
 void ms_open_promoted(lua_State *L); /* promoted.c: _foreign, _promote */
 void ms_open_inbox(lua_State *L);    /* inbox.c: _inbox_put, _inbox_claim, _inbox_ack, _inbox_release */
+void ms_open_failed(lua_State *L);   /* failed.c: _fail_outbox, _failed_outbox, _redeliver_failed */
 
 #pragma GCC visibility pop
 

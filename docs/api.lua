@@ -593,6 +593,46 @@ token, and with `release` also gives the claim back.]] },
           fails = fails("invalid"),
           raises = "a wrong type for an argument",
           desc = "Ends a claim before its lease (a relay done with it, or unable to deliver yet)." },
+        { method = "fail_outbox", of = "mongostore.Store",
+          params = {
+            { "entry", "mongostore.OutboxEntry", "a claimed entry (with its `token`)" },
+            { "err", "string?", "why it was given up" },
+            { "attempts", "integer?", "the tries it had" },
+          },
+          returns = { { "ok", "true", "moved to `outbox_failed` (or no longer the caller's to move)" } },
+          fails = fails("invalid"),
+          raises = "an entry without an integer `seq`, a `token` or an `event`",
+          desc = [[
+Keeps an entry given up on: one update pulls it from the source document's
+outbox and pushes it, with its error, when and its tries, onto
+`outbox_failed`, only while the claim is still the caller's. The engine does
+this for a dead letter when it has no `on_dead_letter`.]] },
+        { method = "failed_outbox", of = "mongostore.Store",
+          params = { { "limit", "integer?", "entries at most", default = "1000" } },
+          returns = { { "entries", "mongostore.FailedEntry[]", "oldest failure first" } },
+          fails = fails("invalid"),
+          desc = "The entries given up on, for an operator (`mongostore outbox --failed`): a scan of the "
+            .. "documents that hold some, not a worker's path." },
+        { method = "redeliver_failed", of = "mongostore.Store",
+          params = { { "source_id", "string", "the execution that emitted it" },
+                     { "seq", "integer", "the entry's seq" } },
+          returns = { { "ok", "true", "" }, { "moved", "boolean", "false: no such failed entry" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = "Puts a failed entry back into its source's outbox with its seq (`mongostore outbox "
+            .. "--redeliver SOURCE:SEQ`); the relays deliver it on their next pass, and dedupe refuses a copy "
+            .. "already applied." },
+        { class = "mongostore.FailedEntry",
+          desc = "An outbox entry given up on, as `failed_outbox` lists it.",
+          fields = {
+            { "source_id", "string", "the execution that emitted it" },
+            { "seq", "integer", "its seq" },
+            { "target_id", "string?", "nil: an external event" },
+            { "event", "mongostore.Event", "the event" },
+            { "error", "string", "why it was given up" },
+            { "failed_at", "number", "epoch seconds" },
+            { "attempts", "integer", "the tries it had" },
+          } },
         { method = "pending_spawns", of = "mongostore.Store",
           params = {
             { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
@@ -3413,7 +3453,8 @@ written and no hook has run.]],
               .. "(the CLI's) never claims external entries: they stay pending for a worker that has one, "
               .. "which its log says once" },
             { "on_dead_letter", "fun(entry: mongostore.OutboxEntry, err: string)?", "receives entries given up "
-              .. "on", default = "log them" },
+              .. "on", default = "log them and keep them in `outbox_failed` (`store:failed_outbox`, `mongostore "
+              .. "outbox --failed`)" },
             { "log", "fun(msg: string)?", "where the engine reports what it carries on through",
               default = "stderr" },
           } },
@@ -4048,7 +4089,7 @@ api.ngx_forwards = {
   ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
                            "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
-                           "ack_outbox_many" },
+                           "ack_outbox_many", "fail_outbox", "failed_outbox", "redeliver_failed" },
   ["mongostore.Engine"] = { "start", "send", "enqueue", "cancel", "terminate", "suspend", "resume" },
 }
 

@@ -160,6 +160,16 @@
 ---@field seqs integer[] the delivered entries
 ---@field release? boolean also end the claim (nothing of it is left to deliver)
 
+--- An outbox entry given up on, as `failed_outbox` lists it.
+---@class mongostore.FailedEntry
+---@field source_id string the execution that emitted it
+---@field seq integer its seq
+---@field target_id? string nil: an external event
+---@field event mongostore.Event the event
+---@field error string why it was given up
+---@field failed_at number epoch seconds
+---@field attempts integer the tries it had
+
 --- A pending outbox entry.
 ---@class mongostore.OutboxEntry
 ---@field seq integer unique, increasing
@@ -683,6 +693,43 @@ function Store:ack_outbox_many(acks) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:release_outbox(source_id, token) end
+
+--- Keeps an entry given up on: one update pulls it from the source document's
+--- outbox and pushes it, with its error, when and its tries, onto
+--- `outbox_failed`, only while the claim is still the caller's. The engine does
+--- this for a dead letter when it has no `on_dead_letter`.
+---
+--- Raises on an entry without an integer `seq`, a `token` or an `event`.
+---
+--- Fails with `nil, message, code`.
+---@param entry mongostore.OutboxEntry a claimed entry (with its `token`)
+---@param err? string why it was given up
+---@param attempts? integer the tries it had
+---@return true? ok # moved to `outbox_failed` (or no longer the caller's to move)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:fail_outbox(entry, err, attempts) end
+
+--- The entries given up on, for an operator (`mongostore outbox --failed`): a scan of the documents that hold some, not a worker's path.
+---
+--- Fails with `nil, message, code`.
+---@param limit? integer entries at most
+---@return mongostore.FailedEntry[]? entries # oldest failure first
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:failed_outbox(limit) end
+
+--- Puts a failed entry back into its source's outbox with its seq (`mongostore outbox --redeliver SOURCE:SEQ`); the relays deliver it on their next pass, and dedupe refuses a copy already applied.
+---
+--- Raises on a wrong type for an argument.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the execution that emitted it
+---@param seq integer the entry's seq
+---@return true? ok
+---@return (boolean|string)? moved # false: no such failed entry; on failure, the message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:redeliver_failed(source_id, seq) end
 
 --- Raises on a wrong type for `limit` or `lease`, or a lease without a limit.
 ---

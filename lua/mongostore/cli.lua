@@ -691,18 +691,66 @@ local function outbox_sources(o, store)
   return by_seq
 end
 
+-- outbox --failed: the entries given up on, oldest first
+local function failed_entries(o, store)
+  local rows, err = store:failed_outbox()
+  if not rows then fail("outbox --failed: " .. tostring(err)) end
+  local now = ms.now()
+  if o.json then
+    local js = {}
+    for i, r in ipairs(rows) do
+      js[i] = { source_id = r.source_id, seq = r.seq, target_id = r.target_id or ms.null, kind = r.event.kind,
+                event_id = r.event.id, error = r.error, failed_at = r.failed_at, attempts = r.attempts }
+    end
+    json_out({ total = #rows, failed = list(js) })
+    return 0
+  end
+  out(format("outbox: %d failed entr%s", #rows, #rows == 1 and "y" or "ies"))
+  if #rows > 0 then
+    local t = {}
+    for i, r in ipairs(rows) do
+      t[i] = { r.source_id .. ":" .. r.seq, r.target_id or "(external)", r.event.kind, r.attempts or 0,
+               age(now - (r.failed_at or now)), term.clean(tostring(r.error)) }
+    end
+    print_table({ "ENTRY", "TARGET", "KIND", "TRIES", "FAILED", "ERROR" }, t)
+    out("put one back with: mongostore outbox --redeliver ENTRY")
+  end
+  return 0
+end
+
+-- outbox --redeliver SOURCE:SEQ
+local function redeliver(o, store, which)
+  local source, seq = which:match("^(.+):(%d+)$")
+  if not source then usage("--redeliver takes an entry as outbox --failed lists it: SOURCE:SEQ") end
+  local ok, moved = store:redeliver_failed(source, math.tointeger(tonumber(seq)))
+  if not ok then fail("outbox --redeliver: " .. tostring(moved)) end
+  if not moved then fail(format("outbox --redeliver: no failed entry %s", which)) end
+  if o.json then
+    json_out({ redelivered = which })
+  else
+    out(format("outbox: %s is back in the outbox; a worker delivers it", which))
+  end
+  return 0
+end
+
 command("outbox", {
   summary = "the outbox's backlog by target and age, and the pending spawns",
-  args = "[--json]",
+  args = "[--failed | --redeliver SOURCE:SEQ] [--json]",
   json = true,
-  options = {},
+  options = { failed = {}, redeliver = { value = true } },
   help = [[
 Entries waiting for delivery, grouped by target, the longest waiting first. AGE is at
 least the time since the emitting execution last committed (emitted events carry no time
-of their own).]],
+of their own).
+
+  --failed                 the entries given up on (kept with their error instead of dropped)
+  --redeliver SOURCE:SEQ   put a failed entry back into the outbox]],
   run = function(o, words)
     if #words > 0 then usage("outbox takes no arguments") end
+    if o.failed and o.redeliver then usage("outbox takes --failed or --redeliver, not both") end
     local store = connect(o)
+    if o.failed then return failed_entries(o, store) end
+    if o.redeliver then return redeliver(o, store, o.redeliver) end
     local entries, err = store:pending_outbox()
     if not entries then fail("outbox: " .. tostring(err)) end
     local spawns

@@ -32,7 +32,7 @@ M.CALLS = {
   pending_outbox = "plain", pending_spawns = "plain", ack_outbox = "plain", ack_spawn = "plain",
   release_outbox = "plain", release_spawn = "plain", due_timers = "plain", delete_timer = "plain",
   append_trace = "plain", read_trace = "plain", info = "plain", stats = "plain",
-  ack_outbox_many = "plain",
+  ack_outbox_many = "plain", fail_outbox = "plain", failed_outbox = "plain", redeliver_failed = "plain",
   load_many = "executions", commit_many = "executions",
   close = "local",
 }
@@ -508,6 +508,51 @@ function Store:pending_outbox(limit, lease, opts)
   end
   sort(rows, function(a, b) return a.seq < b.seq end)
   return rows
+end
+
+-- Given-up outbox entries (a dead letter with no on_dead_letter) are kept on
+-- their source document, in outbox_failed, for an operator to see and put
+-- back: store:fail_outbox(entry, err, attempts) moves a claimed entry there
+-- (only while the claim is still the caller's); store:failed_outbox([limit =
+-- 1000]) lists them, each with source_id, seq, target_id, event, error,
+-- failed_at and attempts; store:redeliver_failed(source_id, seq) moves one
+-- back into the outbox (true, moved).
+function Store:fail_outbox(entry, err, attempts)
+  if type(entry) ~= "table" then error("fail_outbox: entry must be a table, got " .. type(entry), 2) end
+  if math_type(entry.seq) ~= "integer" then error("fail_outbox: entry.seq must be an integer", 2) end
+  if type(entry.token) ~= "string" then error("fail_outbox: entry.token must be the claim's token", 2) end
+  if type(entry.event) ~= "table" then error("fail_outbox: entry.event must be the entry's event", 2) end
+  local text, terr = execution.event_to_json(entry.event, "event")
+  if not text then return invalid("fail_outbox: " .. tostring(terr)) end
+  return self:_fail_outbox(entry.seq, entry.token, text, entry.target_id, tostring(err or "given up"),
+    core.now(), math_type(attempts) == "integer" and attempts or 0)
+end
+
+function Store:failed_outbox(limit)
+  if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
+    return invalid("failed_outbox: limit must be an integer >= 1")
+  end
+  local rows, err, code = self:_failed_outbox(limit or 1000)
+  if not rows then return nil, err, code end
+  for _, r in ipairs(rows) do
+    local ev, eerr = execution.event_from_json(r.event)
+    if not ev then return nil, format("failed_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
+    r.event = ev
+    if r.target_id == core.null then r.target_id = nil end
+  end
+  sort(rows, function(a, b) return a.failed_at < b.failed_at end)
+  return rows
+end
+
+function Store:redeliver_failed(source_id, seq)
+  check_id(source_id, "redeliver_failed", "source_id")
+  if math_type(seq) ~= "integer" then error("redeliver_failed: seq must be an integer, got " .. type(seq), 2) end
+  for _, r in ipairs(assert(self:_failed_outbox(1000000))) do
+    if r.source_id == source_id and r.seq == seq then
+      return self:_redeliver_failed(source_id, seq, r.target_id ~= core.null and r.target_id or nil, r.event)
+    end
+  end
+  return true, false
 end
 
 -- store:pending_spawns([limit[, lease]]) -> { { seq, parent_id, child_id, root_path, context }, ... }

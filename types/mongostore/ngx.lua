@@ -225,6 +225,26 @@ function msngx.delete_timer(execution_id, path, fire_at) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.due_timers(now, limit) end
 
+--- Runs [`store:fail_outbox`](store.md#store-fail_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param entry mongostore.OutboxEntry a claimed entry (with its `token`)
+---@param err? string why it was given up
+---@param attempts? integer the tries it had
+---@return true? ok # moved to `outbox_failed` (or no longer the caller's to move)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.fail_outbox(entry, err, attempts) end
+
+--- Runs [`store:failed_outbox`](store.md#store-failed_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param limit? integer entries at most
+---@return mongostore.FailedEntry[]? entries # oldest failure first
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.failed_outbox(limit) end
+
 --- Runs [`store:info`](store.md#store-info) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
@@ -302,6 +322,16 @@ function msngx.pending_spawns(limit, lease) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.read_trace(execution_id) end
+
+--- Runs [`store:redeliver_failed`](store.md#store-redeliver_failed) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the execution that emitted it
+---@param seq integer the entry's seq
+---@return true? ok
+---@return (boolean|string)? moved # false: no such failed entry; on failure, the message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.redeliver_failed(source_id, seq) end
 
 --- Runs [`store:release_outbox`](store.md#store-release_outbox) in a worker thread.
 ---

@@ -93,14 +93,23 @@ function Engine:relay_spawns()
   return n
 end
 
+-- An entry given up on: to on_dead_letter when there is one (then acked),
+-- else kept in its source's outbox_failed (store:fail_outbox) for an
+-- operator to list (mongostore outbox --failed) and put back by hand.
 function Engine:dead_letter(entry, err)
+  local attempts = self.attempts:get(entry.seq)
   self.attempts:set(entry.seq, nil)
+  self.external_retry:set(entry.seq, nil)
   if self.on_dead_letter then
     self.on_dead_letter(entry, err)
-  else
-    self.log(format("outbox %d: %s to %s given up: %s", entry.seq, entry.event.kind, tostring(entry.target_id), err))
+    self.store:ack_outbox(entry.seq, entry.token)
+    return
   end
-  self.store:ack_outbox(entry.seq, entry.token)
+  self.log(format("outbox %d: %s to %s given up, kept as failed: %s", entry.seq, entry.event.kind,
+                  entry.target_id and tostring(entry.target_id) or "on_external", err))
+  local ok, ferr = self.store:fail_outbox(entry, err, attempts)
+  -- not kept: it stays pending, and a later pass gives it up again
+  if not ok then self.log(format("outbox %d: could not keep it as failed: %s", entry.seq, tostring(ferr))) end
 end
 
 -- What a pass does with one entry's outcome (ok, or derr and code): the
