@@ -15,7 +15,7 @@
 -- measured figure meets it; when it could not be measured it says so.
 local results_path, md_path, mode, command, server, date, report_parts = table.unpack(arg, 1, 7)
 -- a comma list of row sets, or all
-local PART = { documents = true, models = true, records = true, batching = true }
+local PART = { documents = true, models = true, records = true, batching = true, openresty = true }
 local function parts_ok(p)
   if p == "all" then return true end
   for name in p:gmatch("[^,]+") do if not PART[name] then return false end end
@@ -30,6 +30,7 @@ local show_docs = which == "all" or which:find("documents", 1, true) ~= nil
 local show_models = which == "all" or which:find("models", 1, true) ~= nil
 local show_records = which == "all" or which:find("records", 1, true) ~= nil
 local show_batching = which == "all" or which:find("batching", 1, true) ~= nil
+local show_openresty = which == "all" or which:find("openresty", 1, true) ~= nil
 
 local format, concat = string.format, table.concat
 
@@ -1121,6 +1122,49 @@ if show_records then
   w("")
 end
 
+if show_openresty then
+  -- Issue 31's OpenResty load rows (keys openresty.*, from bench/openresty.lua)
+  local function n(key) return tonumber(R["openresty." .. key]) end
+  local function t(key) return R["openresty." .. key] or "not measured" end
+  local secs, burst = (R["meta.openresty"] or ""):match("(%d+) (%d+)")
+  w("## OpenResty")
+  w("")
+  w("Issue 31's load rows (`bench/openresty.lua`): the example server (`examples/openresty`, real nginx, 2 workers,")
+  w("`msngx.start_worker` running the relays, the sweep and the inbox) driven by `wrk` over HTTP for %s s a row",
+    secs or "?")
+  w("at 64 connections; each figure is checked against the database afterwards (what it holds lies between the")
+  w("answers counted and that plus the requests in flight when wrk stopped: nothing lost, nothing applied twice).")
+  w("The hot rows send to one execution (an event its guard ignores, so each is one commit); the timer row creates")
+  w("and places orders for %s s with a payment timeout of 2 s and reads, from each trace, how late its Timeout",
+    burst or "?")
+  w("fired after its due time.")
+  if R["openresty.missing"] then w("- **not measured**: %s is not installed (`tools/deps.sh bench`)", t("missing")) end
+  w("")
+  local function checked(key) return t("check." .. key) end
+  table_md({ "row", "figure", "checked" }, {
+    { "creates (POST /executions)", format("%s/s (p50 %s ms, p99 %s ms)", f0(n("create.per_s")), f1(n("create.p50_ms")),
+      f1(n("create.p99_ms"))), checked("create") },
+    { "events over 1,000 executions", format("%s/s (p50 %s ms, p99 %s ms)", f0(n("events.per_s")),
+      f1(n("events.p50_ms")), f1(n("events.p99_ms"))), checked("events") },
+    { "one hot execution by send", format("%s/s, %s conflicts (409), %s other, p99 %s ms", f0(n("hot.send.per_s")),
+      t("hot.send.conflicts"), t("hot.send.other"), f1(n("hot.send.p99_ms"))), checked("hot.send") },
+    { "one hot execution by the inbox", format("%s enqueued/s; drained at %s events/s (%s s)",
+      f0(n("hot.inbox.enqueued_per_s")), f0(n("hot.inbox.applied_per_s")), f1(n("hot.inbox.drain_s"))),
+      checked("hot.inbox") .. ", drained " .. checked("hot.inbox.drained") },
+    { "timers after the burst", format("%s fired of %s due; lag p50 %s s, p99 %s s, max %s s", t("timers.fired"),
+      t("timers.due"), f2(n("timers.lag_p50_s")), f2(n("timers.lag_p99_s")), f2(n("timers.lag_max_s"))),
+      checked("timers") },
+  })
+  w("")
+  local p99 = n("timers.lag_p99_s")
+  w("Goals: every timer of the burst fired within 5 s of its due time: %s; 0 conflicts answered at 64-way",
+    p99 and ((n("timers.lag_max_s") or p99) <= 5 and "met" or "not met") or "not measured")
+  w("contention: %s; the inbox draining a hot execution at 10x the 100 events/s measured before issue 31: %s.",
+    n("hot.send.conflicts") and (n("hot.send.conflicts") == 0 and "met" or "not met") or "not measured",
+    n("hot.inbox.applied_per_s") and (n("hot.inbox.applied_per_s") >= 1000 and "met" or "not met") or "not measured")
+  w("")
+end
+
 local text = concat(out, "\n")
 local f = assert(io.open(md_path, "w"))
 f:write(text, "\n")
@@ -1141,6 +1185,10 @@ for _, title in ipairs({ "## Documents", "## Models" }) do
   if at then
     io.stdout:write(text:sub(at, (text:find("Every round's wall time", at, true) or #text + 1) - 1))
   end
+end
+do
+  local at = text:find("## OpenResty", 1, true)
+  if at then io.stdout:write(text:sub(at, (text:find("\n## ", at + 1, true) or #text))) end
 end
 do
   local at = text:find("## Records", 1, true)

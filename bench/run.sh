@@ -77,6 +77,10 @@
 # --batching: issue 14's batching rows (alone or with the others; about 6
 # minutes in quick mode, SecantusDB pass included; the quick pass on
 # SecantusDB measures K = 10 and 100 only).
+# --openresty: the OpenResty load rows (bench/openresty.lua: the example
+# server in real nginx, driven by wrk; creates/s, events/s, one hot
+# execution through send and through the inbox, timer lag after a burst,
+# each checked against the database; about 3 minutes).
 #
 # Environment: MONGOSTORE_URI (use that server; its databases named
 # msbench_<pid>_* are dropped at the end), LUA (default lua5.4),
@@ -96,8 +100,9 @@ for a in "$@"; do
         --models) want_models=yes ;;
         --records) want_records=yes ;;
         --batching) want_batching=yes ;;
+        --openresty) want_openresty=yes ;;
         -h | --help) sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models, --records, --batching or nothing)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown argument '$a' (use --quick, --documents, --models, --records, --batching, --openresty or nothing)" >&2; exit 2 ;;
     esac
 done
 # parts: all (every benchmark), or the row sets asked for
@@ -114,10 +119,16 @@ want_batching=${want_batching:-}
 if [[ -n $want_batching ]]; then
     if [[ $parts == all ]]; then parts=batching; else parts=$parts,batching; fi
 fi
+want_openresty=${want_openresty:-}
+if [[ -n $want_openresty ]]; then
+    if [[ $parts == all ]]; then parts=openresty; else parts=$parts,openresty; fi
+fi
 do_records=""
 [[ $parts == all || -n $want_records ]] && do_records=yes
 do_batching=""
 [[ $parts == all || -n $want_batching ]] && do_batching=yes
+do_openresty=""
+[[ $parts == all || -n $want_openresty ]] && do_openresty=yes
 do_docs="" do_models=""
 [[ $parts == all || -n $want_docs ]] && do_docs=yes
 [[ $parts == all || -n $want_models ]] && do_models=yes
@@ -511,6 +522,16 @@ if [[ -n $do_batching ]]; then
             echo "RESULT meta.failed.$failures SecantusDB did not start" >>"$results"
         fi
     fi
+fi
+
+# The OpenResty load rows: real nginx (examples/openresty) driven by wrk.
+if [[ -n $do_openresty ]]; then
+    if [[ $mode == quick ]]; then ngx_s=3 ngx_burst=5; else ngx_s=10 ngx_burst=30; fi
+    echo "RESULT meta.openresty $ngx_s $ngx_burst" >>"$results"
+    run "OpenResty: creates, events, a hot execution by send and by the inbox, timers after a ${ngx_burst}s burst" \
+        env MONGOSTORE_TEST_URI="$uri" "$lua" "$here/openresty.lua" "$uri" --seconds "$ngx_s" --burst "$ngx_burst" \
+        --connections 64 \
+        --db "${prefix}ngx"
 fi
 
 # The latency and scale rows last: they leave up to a million executions in the server.

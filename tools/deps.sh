@@ -16,6 +16,9 @@ packages=(
     # tmux for the CLI's terminal spec
     lua-lpeg graphviz tmux
 )
+# make bench (tools/deps.sh bench) also drives real nginx with wrk for the
+# OpenResty load rows.
+if [[ ${1:-} == bench ]]; then packages+=(wrk); fi
 # Any Java 17+ on PATH will do for the test server; only add one if none is.
 if ! command -v java >/dev/null 2>&1; then
     packages+=(default-jre-headless)

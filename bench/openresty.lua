@@ -1,0 +1,284 @@
+-- bench/openresty.lua <uri> [--seconds S] [--connections C] [--burst S] [--timeout S] [--db NAME]
+-- The OpenResty load rows: the example server (examples/openresty, real
+-- nginx, 2 workers) driven by wrk over HTTP, each figure checked against the
+-- database afterwards (nothing lost, nothing applied twice):
+--   create      POST /executions, unique ids: creates/s; every 201 is one execution
+--   events      POST /executions/{id}/events (PlaceOrder) over 1,000 executions: events/s;
+--               every 202 is one applied event
+--   hot.send    C connections sending to one execution: events/s and the
+--               answers that were not 202 (409 conflicts); its version counts
+--               every accepted event once
+--   hot.inbox   the same execution's events through the inbox (msngx.enqueue):
+--               enqueues/s, and how fast nginx's own worker drains them
+--   timers      a burst of orders with a short payment timeout (created and
+--               placed for --burst seconds): how late each Timeout fired after
+--               its due time (p50, p99, max), fired/due
+-- Prints "RESULT openresty.<key> <value>" lines (bench/run.sh --openresty).
+local here = arg[0]:match("^(.*)/bench/[^/]*$") or "."
+package.path = here .. "/spec/?.lua;" .. here .. "/spec/?/init.lua;" .. here .. "/lua/?.lua;" .. here
+  .. "/lua/?/init.lua;" .. package.path
+package.cpath = here .. "/?.so;" .. package.cpath
+
+local ms = require "mongostore"
+local H = require "helpers.ngx"
+
+local uri = arg[1]
+if not uri or uri:sub(1, 1) == "-" then
+  io.stderr:write("usage: lua5.4 bench/openresty.lua <uri> [--seconds S] [--connections C] [--burst S]\n")
+  os.exit(2)
+end
+local opts = { seconds = 5, connections = 64, burst = 10, timeout = 2, db = "msbench_ngx_" .. tostring(os.time()) }
+for i = 2, #arg, 2 do
+  local k = arg[i]:match("^%-%-(.+)$")
+  if not k or opts[k] == nil then io.stderr:write("openresty.lua: unknown option ", arg[i], "\n") os.exit(2) end
+  opts[k] = k == "db" and arg[i + 1] or tonumber(arg[i + 1])
+end
+
+local function result(key, value)
+  if type(value) == "number" and value % 1 ~= 0 then value = string.format("%.3f", value) end
+  io.stdout:write(string.format("RESULT openresty.%s %s\n", key, tostring(value)))
+  io.stdout:flush()
+end
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+if sh("command -v wrk"):match("^%s*$") then
+  result("missing", "wrk")
+  io.stderr:write("openresty.lua: wrk is not installed (tools/deps.sh bench installs it)\n")
+  os.exit(0)
+end
+
+-- wrk's script: the request each call makes (a Lua chunk that sets
+-- `request`), and a response counter that prints "STATUS <code> <n>".
+local WRK_COMMON = [[
+local counts = {}
+local threads = {}
+function setup(thread)
+  thread:set("tid", #threads + 1)
+  threads[#threads + 1] = thread
+end
+function init(args)
+  n = 0
+  statuses = {}
+end
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    local s = t:get("statuses")
+    for code, c in pairs(s or {}) do total[code] = (total[code] or 0) + c end
+  end
+  for code, c in pairs(total) do io.write("STATUS ", code, " ", c, "\n") end
+  io.write(string.format("LATENCY %.3f %.3f\n", latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+end
+]]
+
+local function wrk(script, seconds, connections, path)
+  local f = os.tmpname()
+  local fh = assert(io.open(f, "w"))
+  fh:write(WRK_COMMON, script)
+  fh:close()
+  local threads = math.min(2, connections)
+  local out = sh(string.format("wrk -t%d -c%d -d%ds --timeout 10s -s %s %s%s", threads, connections, seconds, f,
+    H.base_url, path or "/"))
+  os.remove(f)
+  local got = { statuses = {}, total = 0 }
+  for code, c in out:gmatch("STATUS (%d+) (%d+)") do
+    got.statuses[tonumber(code)] = tonumber(c)
+    got.total = got.total + tonumber(c)
+  end
+  got.p50, got.p99 = out:match("LATENCY ([%d.]+) ([%d.]+)")
+  got.p50, got.p99 = tonumber(got.p50), tonumber(got.p99)
+  got.out = out
+  return got
+end
+
+local ENQUEUE = [[
+        location = /_enqueue {
+            content_by_lua_block {
+                local msngx = require "mongostore.ngx"
+                local core = require "mongostore.core"
+                ngx.req.read_body()
+                local req = core.json_decode(ngx.req.get_body_data() or "")
+                local ok, how, code = msngx.enqueue(req.id, req.event)
+                if not ok then ngx.status = code == "invalid" and 400 or 503 end
+                ngx.say(how)
+            }
+        }
+]]
+
+local server = H.start{ workers = 2, db = opts.db, uri = uri, locations = ENQUEUE }
+H.base_url = server.base
+local store = assert(ms.connect(uri, { db = opts.db, wait = 10 }))
+local db = assert(ms.database(uri, { db = opts.db, wait = 10 })) -- the raw documents, for the checks
+local exes = assert(db:collection("executions"))
+
+local function count(filter)
+  return assert(exes:count(filter or {}))
+end
+
+local ok_all = true
+local function check(name, cond, detail)
+  result("check." .. name, cond and "ok" or ("FAILED " .. tostring(detail)))
+  if not cond then ok_all = false end
+end
+
+-- creates
+local create = wrk([[
+request = function()
+  n = n + 1
+  local body = string.format('{"chart":"order","id":"c-%d-%d","context":{"total":30}}', wrk.thread:get("tid"), n)
+  return wrk.format("POST", "/executions", { ["Content-Type"] = "application/json" }, body)
+end
+]], opts.seconds, opts.connections)
+local created = create.statuses[201] or 0
+result("create.per_s", created / opts.seconds)
+result("create.p50_ms", create.p50)
+result("create.p99_ms", create.p99)
+result("create.other", create.total - created)
+-- a request still in flight when wrk stops is carried out but not counted:
+-- what the database holds is between the answers counted and that plus the
+-- connections; anything else is a loss or a double
+local function within(stored, answered, what)
+  check(what, stored >= answered and stored <= answered + opts.connections,
+        string.format("%d stored vs %d answered (+ at most %d in flight)", stored, answered, opts.connections))
+end
+within(count({ _id = { ["$regex"] = "^c-" } }), created, "create")
+
+-- events over 1,000 executions
+for i = 1, 1000 do
+  local status = server:post("/executions", { chart = "order", id = "e-" .. i, context = { total = 30 } })
+  assert(status == 201, "could not create e-" .. i)
+end
+local events = wrk([[
+request = function()
+  n = n + 1
+  local id = "e-" .. ((n * 7 + wrk.thread:get("tid")) % 1000 + 1)
+  local body = string.format('{"kind":"Paid","data":{},"id":"ev-%d-%d"}', wrk.thread:get("tid"), n)
+  return wrk.format("POST", "/executions/" .. id .. "/events", { ["Content-Type"] = "application/json" }, body)
+end
+]], opts.seconds, opts.connections)
+local applied = events.statuses[202] or 0
+result("events.per_s", applied / opts.seconds)
+result("events.p50_ms", events.p50)
+result("events.p99_ms", events.p99)
+result("events.other", events.total - applied)
+local versions = 0
+for d in assert(exes:find({ _id = { ["$regex"] = "^e-" } }, { projection = { version = 1 } })):each() do
+  versions = versions + (tonumber(tostring(d.version)) or 0) - 1 -- version 1 is the create
+end
+within(versions, applied, "events")
+
+-- one hot execution, sent to directly
+assert(server:post("/executions", { chart = "order", id = "hot-1", context = { total = 30 } }) == 201)
+local hot = wrk([[
+request = function()
+  n = n + 1
+  local body = string.format('{"kind":"Paid","data":{},"id":"h-%d-%d"}', wrk.thread:get("tid"), n)
+  return wrk.format("POST", "/executions/hot-1/events", { ["Content-Type"] = "application/json" }, body)
+end
+]], opts.seconds, opts.connections)
+local hot_ok = hot.statuses[202] or 0
+result("hot.send.per_s", hot_ok / opts.seconds)
+result("hot.send.conflicts", hot.statuses[409] or 0)
+result("hot.send.other", hot.total - hot_ok - (hot.statuses[409] or 0))
+result("hot.send.p99_ms", hot.p99)
+local hv = assert(store:load("hot-1")).version
+within(hv - 1, hot_ok, "hot.send")
+
+-- the same through the inbox
+assert(server:post("/executions", { chart = "order", id = "hot-2", context = { total = 30 } }) == 201)
+local t0 = ms.now()
+local inbox = wrk([[
+request = function()
+  n = n + 1
+  local body = string.format('{"id":"hot-2","event":{"kind":"Paid","data":{},"id":"q-%d-%d"}}', wrk.thread:get("tid"), n)
+  return wrk.format("POST", "/_enqueue", { ["Content-Type"] = "application/json" }, body)
+end
+]], opts.seconds, opts.connections)
+local queued = inbox.statuses[200] or 0
+result("hot.inbox.enqueued_per_s", queued / opts.seconds)
+local drained_at
+local deadline = ms.now() + 600
+while ms.now() < deadline do
+  local v = assert(store:load("hot-2")).version
+  if v - 1 >= queued and #assert(store:pending_outbox()) == 0 then
+    local left = assert(db:collection("inbox")):count({})
+    if left == 0 then drained_at = ms.now() break end
+  end
+  ms.sleep(0.2)
+end
+if drained_at then
+  result("hot.inbox.applied_per_s", queued / (drained_at - t0))
+  result("hot.inbox.drain_s", drained_at - t0)
+end
+local v2 = assert(store:load("hot-2")).version
+check("hot.inbox.drained", drained_at ~= nil, "the inbox did not drain in 600 s")
+within(v2 - 1, queued, "hot.inbox")
+
+-- timer lag after a burst: orders created and placed with a short payment timeout
+local burst = wrk(string.format([[
+request = function()
+  n = n + 1
+  local k = math.floor((n + 1) / 2)
+  local id = string.format("t-%%d-%%d", wrk.thread:get("tid"), k)
+  if n %% 2 == 1 then
+    return wrk.format("POST", "/executions", { ["Content-Type"] = "application/json" },
+      string.format('{"chart":"order","id":"%%s","context":{"total":30,"payment_timeout":%s}}', id))
+  end
+  return wrk.format("POST", "/executions/" .. id .. "/events", { ["Content-Type"] = "application/json" },
+    string.format('{"kind":"PlaceOrder","data":{},"id":"po-%%s"}', id))
+end
+]], tostring(opts.timeout)), opts.burst, math.min(opts.connections, 2))
+result("timers.burst_requests", burst.total)
+-- wait until no order waits for its payment any more (or 120 s past the
+-- last due time), then read when each timer fired
+local placed, lags = 0, {}
+local wait_until = ms.now() + opts.timeout + 120
+local ids = {}
+for d in assert(exes:find({ _id = { ["$regex"] = "^t-" } }, { projection = { _id = 1 } })):each() do
+  ids[#ids + 1] = d._id
+end
+repeat
+  ms.sleep(0.5)
+  local waiting = 0
+  for _, id in ipairs(ids) do
+    local e = store:load(id)
+    if e and e.active_path == "AwaitingPayment" and e.status == "RUNNING" then waiting = waiting + 1 end
+  end
+until waiting == 0 or ms.now() > wait_until
+for _, id in ipairs(ids) do
+  local d = { _id = id }
+  local steps = store:read_trace(d._id) or {}
+  local placed_at, fired_at
+  for _, s in ipairs(steps) do
+    if s.event == "PlaceOrder" then placed_at = s.at end
+    if s.event == "Timeout" then fired_at = s.at end
+  end
+  if placed_at then
+    placed = placed + 1
+    if fired_at then lags[#lags + 1] = fired_at - (placed_at + opts.timeout) end
+  end
+end
+table.sort(lags)
+local function pct(p) return lags[math.max(1, math.ceil(#lags * p))] end
+result("timers.due", placed)
+result("timers.fired", #lags)
+if #lags > 0 then
+  result("timers.lag_p50_s", pct(0.5))
+  result("timers.lag_p99_s", pct(0.99))
+  result("timers.lag_max_s", lags[#lags])
+end
+check("timers", #lags == placed, string.format("%d fired of %d due", #lags, placed))
+result("errors", #server:errors({ "conflict", "too many calls", "timed out" }))
+
+store:close()
+server:stop()
+if not ok_all then os.exit(1) end
