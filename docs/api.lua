@@ -3731,7 +3731,11 @@ an Execution comes back as a plain table of its fields, and an argument that
 JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
 runs. A wrong argument type, which raises in a direct call, comes back from the
 thread as `nil, msg, "invalid"`. A call that finds no free thread slot within
-`call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`. Requests from outside should
+`call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`.
+`send`, `send_external`, `send_many` and `enqueue` fill a missing event id
+into the caller's own event table before the call crosses, so after a
+`timeout` or `unavailable` the same table can be sent again and dedupe
+refuses the copy if the first attempt landed. Requests from outside should
 use `send_external` and `start_external`. Document operations, and any other
 blocking work of the application, run through `msngx.run`.]],
   sections = {
@@ -3969,7 +3973,7 @@ api.ngx_forwards = {
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
                            "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
                            "ack_outbox_many" },
-  ["mongostore.Engine"] = { "start", "send", "enqueue", "cancel", "terminate", "suspend", "resume" },
+  ["mongostore.Engine"] = { "start", "send", "send_many", "enqueue", "cancel", "terminate", "suspend", "resume" },
 }
 
 api.ngx_execution = "mongostore.PlainExecution"

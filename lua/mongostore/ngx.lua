@@ -20,7 +20,24 @@ for name, how in pairs(require("mongostore.store").CALLS) do
   if how ~= "local" then STORE_CALLS[name] = true end
 end
 local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
-                       terminate = true, suspend = true, resume = true, enqueue = true }
+                       terminate = true, suspend = true, resume = true, enqueue = true, send_many = true }
+
+-- The calls that take an event second: a missing event id is filled into the
+-- caller's table here, before the call crosses (the thread fills only its
+-- own copy), so a caller whose call timed out can send the same event again.
+local EVENT_CALLS = { send = true, send_external = true, enqueue = true }
+
+local function fill_event_id(event)
+  if type(event) == "table" and event.id == nil then event.id = require("mongostore.core").uuid() end
+end
+
+-- send_many's list: each pair's event.
+local function fill_event_ids(list)
+  if type(list) ~= "table" then return end
+  for _, pair in ipairs(list) do
+    if type(pair) == "table" then fill_event_id(pair[2]) end
+  end
+end
 
 -- With no server answering, a call waits this long for one (libmongoc's
 -- serverSelectionTimeoutMS and connectTimeoutMS, put in the URI unless it
@@ -202,8 +219,10 @@ for name in pairs(STORE_CALLS) do
   M[name] = function(...) return run("store", name, ...) end
 end
 
--- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event), cancel,
--- terminate, suspend, resume; msngx.enqueue(id, event, opts), the inbox's
+-- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event),
+-- msngx.send_many(list), cancel, terminate, suspend, resume (a missing event
+-- id is filled into the caller's event table before the call crosses);
+-- msngx.enqueue(id, event, opts), the inbox's
 -- one insert (a handler that need not wait for the delivery); and msngx.send_external(id, event), the send
 -- for events from outside (an HTTP client): it refuses, with nil, msg,
 -- "invalid" and nothing written, a kind the execution's chart does not take
@@ -212,7 +231,19 @@ end
 -- opts), the start for requests from outside: an opts.id that exists under
 -- another chart is nil, msg, "conflict" rather than that execution's id.
 for name in pairs(ENGINE_CALLS) do
-  M[name] = function(...) return run("engine", name, ...) end
+  if EVENT_CALLS[name] then
+    M[name] = function(id, event, ...)
+      fill_event_id(event)
+      return run("engine", name, id, event, ...)
+    end
+  elseif name == "send_many" then
+    M[name] = function(list, ...)
+      fill_event_ids(list)
+      return run("engine", name, list, ...)
+    end
+  else
+    M[name] = function(...) return run("engine", name, ...) end
+  end
 end
 
 ------------------------------------------------------------------------

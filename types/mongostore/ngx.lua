@@ -360,6 +360,15 @@ function msngx.resume(id) end
 ---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did, and the execution after it; on failure, the code
 function msngx.send(id, event) end
 
+--- Runs [`engine:send_many`](engine.md#engine-send_many) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param list { [1]: string, [2]: mongostore.Event }[] pairs of an execution id and an event
+---@return mongostore.SendResult[]? results # one per pair, in order
+---@return string? message
+---@return "unavailable"? code
+function msngx.send_many(list) end
+
 --- Runs [`engine:start`](engine.md#engine-start) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
