@@ -3732,11 +3732,11 @@ JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
 runs. A wrong argument type, which raises in a direct call, comes back from the
 thread as `nil, msg, "invalid"`. A call that finds no free thread slot within
 `call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`.
-`send`, `send_external`, `send_many` and `enqueue` fill a missing event id
+`send`, `send_external`, `send_many`, `enqueue` and `enqueue_external` fill a missing event id
 into the caller's own event table before the call crosses, so after a
 `timeout` or `unavailable` the same table can be sent again and dedupe
 refuses the copy if the first attempt landed. Requests from outside should
-use `send_external` and `start_external`. Document operations, and any other
+use `send_external`, `enqueue_external` and `start_external`. Document operations, and any other
 blocking work of the application, run through `msngx.run`.]],
   sections = {
     {
@@ -3882,6 +3882,24 @@ The send for events from an HTTP client: a kind the execution's chart does not
 take from outside (`chart.is_external`) is refused with `invalid` before
 anything is written, so a client cannot send `SetState`, `Reset`, `Terminate`
 or a forged `Timeout`.]] },
+        { fn = "enqueue_external", module = "mongostore.ngx",
+          params = {
+            { "id", "string", "the execution" },
+            { "event", "mongostore.Event", "the event from outside; a missing `id` is filled into this table" },
+            { "opts", "mongostore.EnqueueOptions?", "as `engine:enqueue`" },
+          },
+          returns = {
+            { "ok", "true", "" },
+            { "how", "\"queued\"|\"duplicate\"", "queued now, or queued or handled before under the same "
+              .. "event id (nothing queued)" },
+          },
+          fails = fails("not_found", "conflict", "invalid", "too_large"),
+          desc = [[
+The enqueue for events from an HTTP client: the checks of `send_external`
+first (the execution exists, `not_found` if not; its chart takes the kind from
+outside, `invalid` if not), from one read and before anything is written, so
+a misspelt kind or id is told to the caller now, not logged by an inbox pass
+later; then `engine:enqueue`'s one insert.]] },
         { fn = "start_external", module = "mongostore.ngx",
           params = {
             { "chart_id", "string", "the chart" },
@@ -3964,8 +3982,8 @@ close it.]] },
 }
 
 -- The Store and Engine calls mongostore.ngx forwards to a worker thread (its
--- own entries above cover commit, save, load_many, commit_many, send_external
--- and start_external);
+-- own entries above cover commit, save, load_many, commit_many, send_external,
+-- enqueue_external and start_external);
 -- the Store's must be mongostore.store's CALLS less the "local" ones, which
 -- the spec checks. A forwarded call returns an Execution as ngx_execution.
 api.ngx_forwards = {

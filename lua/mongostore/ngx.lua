@@ -20,12 +20,13 @@ for name, how in pairs(require("mongostore.store").CALLS) do
   if how ~= "local" then STORE_CALLS[name] = true end
 end
 local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
-                       terminate = true, suspend = true, resume = true, enqueue = true, send_many = true }
+                       terminate = true, suspend = true, resume = true, enqueue = true, send_many = true,
+                       enqueue_external = true }
 
 -- The calls that take an event second: a missing event id is filled into the
 -- caller's table here, before the call crosses (the thread fills only its
 -- own copy), so a caller whose call timed out can send the same event again.
-local EVENT_CALLS = { send = true, send_external = true, enqueue = true }
+local EVENT_CALLS = { send = true, send_external = true, enqueue = true, enqueue_external = true }
 
 local function fill_event_id(event)
   if type(event) == "table" and event.id == nil then event.id = require("mongostore.core").uuid() end
@@ -229,7 +230,11 @@ end
 -- from outside (chart.is_external), and answers true, "duplicate" for an
 -- event id the execution has handled already; msngx.start_external(chart_id,
 -- opts), the start for requests from outside: an opts.id that exists under
--- another chart is nil, msg, "conflict" rather than that execution's id.
+-- another chart is nil, msg, "conflict" rather than that execution's id;
+-- msngx.enqueue_external(id, event, opts), the enqueue for events from
+-- outside: send_external's checks (the execution exists, its chart takes the
+-- kind from outside; else nil, msg, code and nothing written), then the
+-- inbox's one insert.
 for name in pairs(ENGINE_CALLS) do
   if EVENT_CALLS[name] then
     M[name] = function(id, event, ...)

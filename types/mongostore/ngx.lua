@@ -122,6 +122,21 @@ function msngx.commit_many(items) end
 ---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did; on failure, the code
 function msngx.send_external(id, event) end
 
+--- The enqueue for events from an HTTP client: the checks of `send_external`
+--- first (the execution exists, `not_found` if not; its chart takes the kind from
+--- outside, `invalid` if not), from one read and before anything is written, so
+--- a misspelt kind or id is told to the caller now, not logged by an inbox pass
+--- later; then `engine:enqueue`'s one insert.
+---
+--- Fails with `nil, message, code`.
+---@param id string the execution
+---@param event mongostore.Event the event from outside; a missing `id` is filled into this table
+---@param opts? mongostore.EnqueueOptions as `engine:enqueue`
+---@return true? ok
+---@return ("queued"|"duplicate"|string)? how # queued now, or queued or handled before under the same event id (nothing queued); on failure, the message
+---@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.enqueue_external(id, event, opts) end
+
 --- The start for requests from outside: an `opts.id` that holds another chart's execution is `conflict`; the same id under the same chart answers that execution from one read.
 ---
 --- Fails with `nil, message, code`.
