@@ -3764,6 +3764,12 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "server_selection_timeout", "number?", "seconds any call waits for a server (0.1 to 3600); "
               .. "written into the URI as `serverSelectionTimeoutMS` and `connectTimeoutMS` unless it sets "
               .. "them", default = "2" },
+            { "socket_timeout", "number?", "seconds a call waits for the reply of a server that accepted the "
+              .. "connection and stopped answering (0.1 to 3600); written into the URI as `socketTimeoutMS` "
+              .. "unless it sets it (libmongoc's own default is 5 minutes). A request on a silent server gets "
+              .. "its `timeout`/`network` answer within about twice this (a retryable read or write is tried "
+              .. "once more) plus `server_selection_timeout`: 20 s by default. Raise it for `msngx.run` "
+              .. "functions whose single operations run longer", default = "10" },
             { "thread_pool", "string?", "the nginx `thread_pool` to run calls in", default = "\"mongostore\"" },
             { "charts", "string?", "the name of a module returning the list of charts" },
             { "trace", "boolean?", "the engine writes trace steps", default = "false" },

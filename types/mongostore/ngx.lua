@@ -11,6 +11,7 @@
 ---@field trace_max? integer as `connect`
 ---@field wait? number seconds a thread's first connect keeps retrying (0 to 86400)
 ---@field server_selection_timeout? number seconds any call waits for a server (0.1 to 3600); written into the URI as `serverSelectionTimeoutMS` and `connectTimeoutMS` unless it sets them
+---@field socket_timeout? number seconds a call waits for the reply of a server that accepted the connection and stopped answering (0.1 to 3600); written into the URI as `socketTimeoutMS` unless it sets it (libmongoc's own default is 5 minutes). A request on a silent server gets its `timeout`/`network` answer within about twice this (a retryable read or write is tried once more) plus `server_selection_timeout`: 20 s by default. Raise it for `msngx.run` functions whose single operations run longer
 ---@field thread_pool? string the nginx `thread_pool` to run calls in
 ---@field charts? string the name of a module returning the list of charts
 ---@field trace? boolean the engine writes trace steps
