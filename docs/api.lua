@@ -87,6 +87,8 @@ api.internal = {
   ["mongostore.ngx_thread.engine"] = "the thread side of the Engine calls msngx forwards",
   ["mongostore.ngx_thread.run"] = "the thread side of msngx.run",
   ["mongostore.ngx_thread.worker_step"] = "the thread side of msngx.start_worker's steps",
+  ["mongostore.ngx_thread.without_position"] = "shared with mongostore.ngx: a raised message without the "
+    .. "file and line Lua put in front of it, for answers that may reach a client",
   ["mongostore.RecordStore.load"] = "the step under fetch, history and the queries: stored documents as records, "
     .. "refs loaded",
   ["mongostore.RecordQuery.filter"] = "the filter a query sends (what its page tokens are bound to), for the specs",
@@ -3730,7 +3732,8 @@ cross as BSON, below): boxed int64s and empty arrays survive both ways,
 an Execution comes back as a plain table of its fields, and an argument that
 JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
 runs. A wrong argument type, which raises in a direct call, comes back from the
-thread as `nil, msg, "invalid"`. A call that finds no free thread slot within
+thread as `nil, msg, "invalid"`, its message without the file and line Lua put
+in front of it, so that a handler may pass it on to a client. A call that finds no free thread slot within
 `call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`.
 `send`, `send_external`, `send_many`, `enqueue` and `enqueue_external` fill a missing event id
 into the caller's own event table before the call crosses, so after a
@@ -3949,9 +3952,10 @@ box as itself (an ObjectId, a date, an int32, ...), integers exact (beyond
 nil keeps its place. It takes one of the `max_inflight` slots, as every call
 does. Fails with `invalid` for an argument BSON cannot carry (a function, a
 table with holes), no such module or no such function; `server` for a Lua
-error in `fn` or while loading the module (its traceback goes to nginx's
-error log) or a result BSON cannot carry; `unavailable` when no slot came
-free within `call_timeout` or the thread failed.]],
+error in `fn` or while loading the module (the message without its file and
+line; the whole message and its traceback go to nginx's error log) or a
+result BSON cannot carry; `unavailable` when no slot came free within
+`call_timeout` or the thread failed.]],
           example = [[
 -- app/notes.lua (a module returning M), run in the thread VM:
 local ngx_thread = require "mongostore.ngx_thread"

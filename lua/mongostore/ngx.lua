@@ -210,7 +210,10 @@ local function results(label, c, res, werr)
   if not res then return nil, format("%s: %s", label, werr), "unavailable" end
   if not res[1] then error(res[2], 0) end
   if not res[2] then
-    return nil, format("%s: worker thread failed: %s", label, tostring(res[3])), "unavailable"
+    -- the whole message for the operator; the caller's has no file position
+    ngx.log(ngx.ERR, "mongostore.ngx ", label, ": worker thread failed: ", tostring(res[3]))
+    local why = require("mongostore.ngx_thread").without_position(res[3])
+    return nil, format("%s: worker thread failed: %s", label, why), "unavailable"
   end
   local out = type(res[3]) == "string" and c.decode(res[3])
   if type(out) ~= "table" or type(out.v) ~= "table" then

@@ -87,10 +87,25 @@ end
 
 local function pack(...) return pack_labelled(nil, nil, ...) end
 
+-- A raised message without the position Lua put before it
+-- ("/path/to/lua/mongostore/engine.lua:123: ", '[string "..."]:3: '): the
+-- message goes to a caller that may hand it on to an HTTP client, which is
+-- not to learn where the library lives. A message that merely mentions a
+-- file further on is left as it is.
+local function without_position(msg)
+  msg = tostring(msg)
+  while true do
+    local rest = msg:match("^[%w_%.%-/~@+]*%.lua:%d+: (.*)$") or msg:match('^%[string ".-"%]:%d+: (.*)$')
+    if not rest then return msg end
+    msg = rest
+  end
+end
+M.without_position = without_position
+
 -- A raise inside the call (a wrong argument from the handler) comes back as
--- nil, msg, "invalid" rather than as a failed thread.
+-- nil, msg, "invalid" rather than as a failed thread, without its position.
 local function answer(ok, ...)
-  if not ok then return pack(nil, tostring((...)), "invalid") end
+  if not ok then return pack(nil, without_position((...)), "invalid") end
   return pack(...)
 end
 
@@ -318,11 +333,13 @@ local function lua_error(e)
   return { msg = tostring(e), traceback = debug.traceback(tostring(e), 2) }
 end
 
--- The answer to a raise: nil, msg, "server", the traceback beside it.
-local function pack_raise(label, what, traceback)
+-- The answer to a raise: nil, msg, "server" (what was raised, without its
+-- position), the message as raised and the traceback beside it for the log.
+local function pack_raise(label, what, raised, traceback)
   local core = require "mongostore.core"
-  local msg = label .. ": " .. what
-  return CODECS.bson.encode({ v = core.array({ core.null, msg, "server" }), log = msg .. "\n" .. traceback })
+  local msg = label .. ": " .. what .. without_position(raised)
+  return CODECS.bson.encode({ v = core.array({ core.null, msg, "server" }),
+                              log = label .. ": " .. what .. tostring(raised) .. "\n" .. traceback })
 end
 
 -- require(module), told apart: nil, "missing" when no such module exists,
@@ -346,7 +363,7 @@ function M.run(cfg, module, fn, args)
   if lerr == "missing" then
     return run_pack(nil, label .. ": no module " .. module .. " on lua_package_path", "invalid")
   end
-  if lerr then return pack_raise(label, "Lua error loading " .. module .. ": " .. lerr.msg, lerr.traceback) end
+  if lerr then return pack_raise(label, "Lua error loading " .. module .. ": ", lerr.msg, lerr.traceback) end
   local f = type(mod) == "table" and mod[fn]
   if type(f) ~= "function" then
     return run_pack(nil, label .. ": module " .. module .. " has no function " .. fn, "invalid")
@@ -359,7 +376,7 @@ function M.run(cfg, module, fn, args)
     current = nil
     if not ok then
       local e = ...
-      return pack_raise(label, "Lua error: " .. e.msg, e.traceback)
+      return pack_raise(label, "Lua error: ", e.msg, e.traceback)
     end
     return pack_labelled(label, CODECS.bson, ...)
   end

@@ -156,9 +156,10 @@ function msngx.start_external(chart_id, opts) end
 --- nil keeps its place. It takes one of the `max_inflight` slots, as every call
 --- does. Fails with `invalid` for an argument BSON cannot carry (a function, a
 --- table with holes), no such module or no such function; `server` for a Lua
---- error in `fn` or while loading the module (its traceback goes to nginx's
---- error log) or a result BSON cannot carry; `unavailable` when no slot came
---- free within `call_timeout` or the thread failed.
+--- error in `fn` or while loading the module (the message without its file and
+--- line; the whole message and its traceback go to nginx's error log) or a
+--- result BSON cannot carry; `unavailable` when no slot came free within
+--- `call_timeout` or the thread failed.
 ---
 --- Raises on a call before `configure`, a `module` or `fn` that is not a string or not a valid name, or a `module` not in `run_modules`.
 ---
