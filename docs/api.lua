@@ -3024,7 +3024,20 @@ joins the names with dots (`Fulfilling.Picking`). Transitions live in the
 states seen from there (a child, a dotted path below it, or a state further
 out). The innermost enabled transition wins, then the first declared. A leaf
 with no transition of its own is a sink: it finishes its parent with its
-outcome. Hooks are called as `fn(context, event, act)`; an action that raises
+outcome.
+
+A transition on an event without `to` is targetless (SCXML's transition
+without a target, UML's internal transition): when taken, its action runs and
+nothing else happens: no state is exited or entered, no hook runs, no timer
+is re-armed, history stays; the event's outcome is `"transition"` and its
+trace step goes from the state to itself. On a composite it handles the event
+in every state below it, so an event counted in every state needs no
+self-transition (which would leave and re-enter the state and re-arm its
+timer); a state below that takes the event itself still wins. An automatic
+transition (no `on`) and a join need a target. Only Lua charts have them:
+harel's `.stm` documents give every transition a target (`from A to B ...`),
+so `chart.from_stm` never makes one, and harel's own workers cannot run such a
+chart. Hooks are called as `fn(context, event, act)`; an action that raises
 leaves the execution `FAILED` (README.md, "Statecharts and the engine").]],
   sections = {
     {
@@ -3125,12 +3138,13 @@ local order = chart.define{
           desc = "A transition; an unknown key raises.",
           fields = {
             { "from", "string", "the source state" },
-            { "to", "string|table<string, string>?", "the target, or (with `select`) targets by key" },
+            { "to", "string|table<string, string>?", "the target, or (with `select`) targets by key; none, "
+              .. "with `on`: a targetless transition (its action runs, no state is left)" },
             { "on", "string|string[]?", "the event kind(s); none: an automatic transition" },
             { "where", "fun(data: table, context: table, event: mongostore.Event): boolean?", "the guard" },
             { "select", "fun(context: table, event: mongostore.Event): string?", "picks a key of `to`" },
             { "action", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?",
-              "runs between the exits and the entries" },
+              "runs between the exits and the entries (of a targetless transition: alone)" },
             { "join", "\"all\"|\"any\"?", "out of an orthogonal state (or an invoke with `each`): when every "
               .. "region or child (or the first) has finished", default = "\"all\"" },
             { "else_to", "string?", "the join's target when a finished region's outcome is neither "
@@ -3157,7 +3171,9 @@ orthogonal state dashed (split by `--`), an initial dot in each composite,
 finals with a double border and their outcome, timeouts (seconds or the
 context key), deferred kinds and hooks under the state's name; transitions
 labelled `Event | Other [guard] / action`, a selector as a choice node with one
-edge per key, a join as a bar with its `success` and dashed `else` edges.
+edge per key, a join as a bar with its `success` and dashed `else` edges, a
+targetless transition as a line in its state (`Use / action (internal)`),
+with no edge.
 Given executions or traces, they highlight where each execution is (its state
 filled, the states around it bold; a `FAILED` one in red), the states passed
 (pale) and every transition taken, numbered in the order taken: a trace step
