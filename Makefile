@@ -50,7 +50,10 @@ build/jit/mongostore/core.so: $(SRCS) $(HDRS) $(ROCKSPEC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(OPT) $(JIT_CFLAGS) $(MONGO_CFLAGS) -shared -o $@ $(SRCS) $(MONGO_LIBS)
 
-jit: build/jit/mongostore/core.so
+# Both builds: nginx loads the LuaJIT one, while bin/mongostore (the admin
+# CLI, run by lua5.4 beside an nginx deployment) and the specs' own Lua load
+# mongostore/core.so.
+jit: mongostore/core.so build/jit/mongostore/core.so
 
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 build/asan/mongostore/core.so: $(SRCS) $(HDRS) $(ROCKSPEC)

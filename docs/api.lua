@@ -89,6 +89,8 @@ api.internal = {
   ["mongostore.ngx_thread.engine"] = "the thread side of the Engine calls msngx forwards",
   ["mongostore.ngx_thread.run"] = "the thread side of msngx.run",
   ["mongostore.ngx_thread.worker_step"] = "the thread side of msngx.start_worker's steps",
+  ["mongostore.ngx_thread.without_position"] = "shared with mongostore.ngx: a raised message without the "
+    .. "file and line Lua put in front of it, for answers that may reach a client",
   ["mongostore.RecordStore.load"] = "the step under fetch, history and the queries: stored documents as records, "
     .. "refs loaded",
   ["mongostore.RecordQuery.filter"] = "the filter a query sends (what its page tokens are bound to), for the specs",
@@ -3064,7 +3066,20 @@ joins the names with dots (`Fulfilling.Picking`). Transitions live in the
 states seen from there (a child, a dotted path below it, or a state further
 out). The innermost enabled transition wins, then the first declared. A leaf
 with no transition of its own is a sink: it finishes its parent with its
-outcome. Hooks are called as `fn(context, event, act)`; an action that raises
+outcome.
+
+A transition on an event without `to` is targetless (SCXML's transition
+without a target, UML's internal transition): when taken, its action runs and
+nothing else happens: no state is exited or entered, no hook runs, no timer
+is re-armed, history stays; the event's outcome is `"transition"` and its
+trace step goes from the state to itself. On a composite it handles the event
+in every state below it, so an event counted in every state needs no
+self-transition (which would leave and re-enter the state and re-arm its
+timer); a state below that takes the event itself still wins. An automatic
+transition (no `on`) and a join need a target. Only Lua charts have them:
+harel's `.stm` documents give every transition a target (`from A to B ...`),
+so `chart.from_stm` never makes one, and harel's own workers cannot run such a
+chart. Hooks are called as `fn(context, event, act)`; an action that raises
 leaves the execution `FAILED` (README.md, "Statecharts and the engine").]],
   sections = {
     {
@@ -3165,12 +3180,13 @@ local order = chart.define{
           desc = "A transition; an unknown key raises.",
           fields = {
             { "from", "string", "the source state" },
-            { "to", "string|table<string, string>?", "the target, or (with `select`) targets by key" },
+            { "to", "string|table<string, string>?", "the target, or (with `select`) targets by key; none, "
+              .. "with `on`: a targetless transition (its action runs, no state is left)" },
             { "on", "string|string[]?", "the event kind(s); none: an automatic transition" },
             { "where", "fun(data: table, context: table, event: mongostore.Event): boolean?", "the guard" },
             { "select", "fun(context: table, event: mongostore.Event): string?", "picks a key of `to`" },
             { "action", "fun(context: table, event: mongostore.Event, act: mongostore.Act)?",
-              "runs between the exits and the entries" },
+              "runs between the exits and the entries (of a targetless transition: alone)" },
             { "join", "\"all\"|\"any\"?", "out of an orthogonal state (or an invoke with `each`): when every "
               .. "region or child (or the first) has finished", default = "\"all\"" },
             { "else_to", "string?", "the join's target when a finished region's outcome is neither "
@@ -3197,7 +3213,9 @@ orthogonal state dashed (split by `--`), an initial dot in each composite,
 finals with a double border and their outcome, timeouts (seconds or the
 context key), deferred kinds and hooks under the state's name; transitions
 labelled `Event | Other [guard] / action`, a selector as a choice node with one
-edge per key, a join as a bar with its `success` and dashed `else` edges.
+edge per key, a join as a bar with its `success` and dashed `else` edges, a
+targetless transition as a line in its state (`Use / action (internal)`),
+with no edge.
 Given executions or traces, they highlight where each execution is (its state
 filled, the states around it bold; a `FAILED` one in red), the states passed
 (pale) and every transition taken, numbered in the order taken: a trace step
@@ -3773,9 +3791,14 @@ cross as BSON, below): boxed int64s and empty arrays survive both ways,
 an Execution comes back as a plain table of its fields, and an argument that
 JSON cannot carry is refused with `nil, msg, "invalid"` before any thread
 runs. A wrong argument type, which raises in a direct call, comes back from the
-thread as `nil, msg, "invalid"`. A call that finds no free thread slot within
-`call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`. Requests from outside should
-use `send_external` and `start_external`. Document operations, and any other
+thread as `nil, msg, "invalid"`, its message without the file and line Lua put
+in front of it, so that a handler may pass it on to a client. A call that finds no free thread slot within
+`call_timeout`, or whose thread fails, returns `nil, msg, "unavailable"`.
+`send`, `send_external`, `send_many`, `enqueue` and `enqueue_external` fill a missing event id
+into the caller's own event table before the call crosses, so after a
+`timeout` or `unavailable` the same table can be sent again and dedupe
+refuses the copy if the first attempt landed. Requests from outside should
+use `send_external`, `enqueue_external` and `start_external`. Document operations, and any other
 blocking work of the application, run through `msngx.run`.]],
   sections = {
     {
@@ -3803,6 +3826,12 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "server_selection_timeout", "number?", "seconds any call waits for a server (0.1 to 3600); "
               .. "written into the URI as `serverSelectionTimeoutMS` and `connectTimeoutMS` unless it sets "
               .. "them", default = "2" },
+            { "socket_timeout", "number?", "seconds a call waits for the reply of a server that accepted the "
+              .. "connection and stopped answering (0.1 to 3600); written into the URI as `socketTimeoutMS` "
+              .. "unless it sets it (libmongoc's own default is 5 minutes). A request on a silent server gets "
+              .. "its `timeout`/`network` answer within about twice this (a retryable read or write is tried "
+              .. "once more) plus `server_selection_timeout`: 20 s by default. Raise it for `msngx.run` "
+              .. "functions whose single operations run longer", default = "10" },
             { "thread_pool", "string?", "the nginx `thread_pool` to run calls in", default = "\"mongostore\"" },
             { "charts", "string?", "the name of a module returning the list of charts" },
             { "trace", "boolean?", "the engine writes trace steps", default = "false" },
@@ -3921,6 +3950,24 @@ The send for events from an HTTP client: a kind the execution's chart does not
 take from outside (`chart.is_external`) is refused with `invalid` before
 anything is written, so a client cannot send `SetState`, `Reset`, `Terminate`
 or a forged `Timeout`.]] },
+        { fn = "enqueue_external", module = "mongostore.ngx",
+          params = {
+            { "id", "string", "the execution" },
+            { "event", "mongostore.Event", "the event from outside; a missing `id` is filled into this table" },
+            { "opts", "mongostore.EnqueueOptions?", "as `engine:enqueue`" },
+          },
+          returns = {
+            { "ok", "true", "" },
+            { "how", "\"queued\"|\"duplicate\"", "queued now, or queued or handled before under the same "
+              .. "event id (nothing queued)" },
+          },
+          fails = fails("not_found", "conflict", "invalid", "too_large"),
+          desc = [[
+The enqueue for events from an HTTP client: the checks of `send_external`
+first (the execution exists, `not_found` if not; its chart takes the kind from
+outside, `invalid` if not), from one read and before anything is written, so
+a misspelt kind or id is told to the caller now, not logged by an inbox pass
+later; then `engine:enqueue`'s one insert.]] },
         { fn = "start_external", module = "mongostore.ngx",
           params = {
             { "chart_id", "string", "the chart" },
@@ -3964,9 +4011,10 @@ box as itself (an ObjectId, a date, an int32, ...), integers exact (beyond
 nil keeps its place. It takes one of the `max_inflight` slots, as every call
 does. Fails with `invalid` for an argument BSON cannot carry (a function, a
 table with holes), no such module or no such function; `server` for a Lua
-error in `fn` or while loading the module (its traceback goes to nginx's
-error log) or a result BSON cannot carry; `unavailable` when no slot came
-free within `call_timeout` or the thread failed.]],
+error in `fn` or while loading the module (the message without its file and
+line; the whole message and its traceback go to nginx's error log) or a
+result BSON cannot carry; `unavailable` when no slot came free within
+`call_timeout` or the thread failed.]],
           example = [[
 -- app/notes.lua (a module returning M), run in the thread VM:
 local ngx_thread = require "mongostore.ngx_thread"
@@ -4081,8 +4129,8 @@ if not ok then return ngx.exit(401) end]] },
 }
 
 -- The Store and Engine calls mongostore.ngx forwards to a worker thread (its
--- own entries above cover commit, save, load_many, commit_many, send_external
--- and start_external);
+-- own entries above cover commit, save, load_many, commit_many, send_external,
+-- enqueue_external and start_external);
 -- the Store's must be mongostore.store's CALLS less the "local" ones, which
 -- the spec checks. A forwarded call returns an Execution as ngx_execution.
 api.ngx_forwards = {
@@ -4090,7 +4138,7 @@ api.ngx_forwards = {
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
                            "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
                            "ack_outbox_many", "fail_outbox", "failed_outbox", "redeliver_failed" },
-  ["mongostore.Engine"] = { "start", "send", "enqueue", "cancel", "terminate", "suspend", "resume" },
+  ["mongostore.Engine"] = { "start", "send", "send_many", "enqueue", "cancel", "terminate", "suspend", "resume" },
 }
 
 api.ngx_execution = "mongostore.PlainExecution"

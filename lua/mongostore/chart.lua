@@ -262,8 +262,17 @@ local function compile_transitions(chart_id, scope, index, all)
           if type(key) ~= "string" then fail(chart_id, src.path, "%s: selector keys must be strings", label) end
           t.targets[key] = target(name, "to." .. key)
         end
+      elseif d.to == nil then
+        -- targetless (SCXML's transition without a target, UML's internal
+        -- transition): taking it runs its action and leaves the active
+        -- state as it is, nothing exited or entered, no timer re-armed. Only
+        -- on an event: an automatic one would take itself for ever.
+        if d.join ~= nil or d.else_to ~= nil then fail(chart_id, src.path, "%s: a join needs a target (to)", label) end
+        if not events then
+          fail(chart_id, src.path, "%s: needs a target (to); only a transition on an event may go without one", label)
+        end
+        t.targetless = true
       else
-        if d.to == nil then fail(chart_id, src.path, "%s: needs a target (to)", label) end
         t.target = target(d.to, "to")
       end
       if d.join ~= nil then

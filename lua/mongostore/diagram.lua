@@ -138,6 +138,10 @@ local function state_notes(node, names)
     end
   end
   if node.history == false and is_container(node) and not node.orthogonal then lines[#lines + 1] = "no history" end
+  -- targetless transitions, as UML lists internal transitions in their state
+  for _, tr in ipairs(node.outgoing or {}) do
+    if tr.targetless then lines[#lines + 1] = transition_label(tr, names, true) .. " (internal)" end
+  end
   return lines
 end
 
@@ -191,7 +195,7 @@ local function build(c, names)
         parts.main = edge{ from = src, to = p, label = transition_label(t, names, true), t = t }
         parts.done = edge{ from = p, to = t.target, label = t.else_target and "success" or "", t = t }
         if t.else_target then parts["else"] = edge{ from = p, to = t.else_target, label = "else", t = t } end
-      else
+      elseif not t.targetless then -- a targetless one is a line in its state (state_notes)
         parts.main = edge{ from = src, to = t.target, label = transition_label(t, names, true), t = t }
       end
     end
@@ -222,6 +226,7 @@ end
 
 local function targets_of(t)
   local out = {}
+  if t.targetless then return out end -- leads nowhere: it explains no move
   if t.select then
     for _, key in ipairs(sorted_keys(t.targets)) do out[#out + 1] = { t.targets[key], "keys", key } end
   elseif t.join then

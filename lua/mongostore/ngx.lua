@@ -20,7 +20,25 @@ for name, how in pairs(require("mongostore.store").CALLS) do
   if how ~= "local" then STORE_CALLS[name] = true end
 end
 local ENGINE_CALLS = { start = true, send = true, send_external = true, start_external = true, cancel = true,
-                       terminate = true, suspend = true, resume = true, enqueue = true }
+                       terminate = true, suspend = true, resume = true, enqueue = true, send_many = true,
+                       enqueue_external = true }
+
+-- The calls that take an event second: a missing event id is filled into the
+-- caller's table here, before the call crosses (the thread fills only its
+-- own copy), so a caller whose call timed out can send the same event again.
+local EVENT_CALLS = { send = true, send_external = true, enqueue = true, enqueue_external = true }
+
+local function fill_event_id(event)
+  if type(event) == "table" and event.id == nil then event.id = require("mongostore.core").uuid() end
+end
+
+-- send_many's list: each pair's event.
+local function fill_event_ids(list)
+  if type(list) ~= "table" then return end
+  for _, pair in ipairs(list) do
+    if type(pair) == "table" then fill_event_id(pair[2]) end
+  end
+end
 
 -- With no server answering, a call waits this long for one (libmongoc's
 -- serverSelectionTimeoutMS and connectTimeoutMS, put in the URI unless it
@@ -29,12 +47,26 @@ local ENGINE_CALLS = { start = true, send = true, send_external = true, start_ex
 -- graceful stop is not held longer than that.
 local DEFAULT_SELECTION_TIMEOUT = 2
 
--- The URI with serverSelectionTimeoutMS and connectTimeoutMS added where it
--- does not set them.
-local function with_timeouts(uri, seconds)
-  local ms = tostring(math.floor(seconds * 1000 + 0.5))
+-- A server that accepted the connection and then stops answering (stopped,
+-- swapping, a network that drops packets) is not told by selection: a call
+-- waits for its reply up to libmongoc's socketTimeoutMS, 5 minutes unless the
+-- URI says. socket_timeout (seconds) is written into the URI as it, unless
+-- the URI sets it; 10 s outlasts any reply of a working server to the
+-- execution store's calls, and holds a request at most about twice that
+-- (libmongoc retries a retryable read or write once) plus a selection.
+local DEFAULT_SOCKET_TIMEOUT = 10
+
+local function ms_of(seconds) return tostring(math.floor(seconds * 1000 + 0.5)) end
+
+-- The URI with serverSelectionTimeoutMS and connectTimeoutMS (seconds) and
+-- socketTimeoutMS (socket_seconds, when given) added where it does not set
+-- them.
+local function with_timeouts(uri, seconds, socket_seconds)
   local lower = uri:lower()
-  for _, opt in ipairs { "serverSelectionTimeoutMS", "connectTimeoutMS" } do
+  local opts = { { "serverSelectionTimeoutMS", seconds }, { "connectTimeoutMS", seconds } }
+  if socket_seconds then opts[3] = { "socketTimeoutMS", socket_seconds } end
+  for _, o in ipairs(opts) do
+    local opt, ms = o[1], ms_of(o[2])
     if not lower:find("[?&]" .. opt:lower() .. "=") then
       local sep
       if uri:find("?", 1, true) then
@@ -78,7 +110,7 @@ local function check_run_modules(list)
   return out
 end
 
--- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, trace_max,
+-- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, socket_timeout = 10, trace_max,
 --                  thread_pool = "mongostore", charts = "module.returning.charts",
 --                  trace = false, max_inflight = 32, call_timeout = 30,
 --                  run_modules = { "app.", "shop.orders" }, inbox = false }
@@ -87,13 +119,14 @@ end
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
--- server_selection_timeout (seconds) bounds every wait for a server.
+-- server_selection_timeout (seconds) bounds every wait for a server;
+-- socket_timeout (seconds) every wait for a reply of a server that went silent.
 -- run_modules: the modules msngx.run may call (none when absent).
 -- configure's settings: a misspelt one raises, as every options table does
 local CONFIG_KEYS = {
   uri = true, db = true, prefix = true, charts = true, max_inflight = true, wait = true,
   server_selection_timeout = true, run_modules = true, trace_max = true, thread_pool = true, trace = true,
-  call_timeout = true, inbox = true,
+  call_timeout = true, inbox = true, socket_timeout = true,
 }
 
 function M.configure(cfg)
@@ -115,13 +148,18 @@ function M.configure(cfg)
   if sst ~= nil and (type(sst) ~= "number" or not (sst >= 0.1 and sst <= 3600)) then
     error("mongostore.ngx.configure: server_selection_timeout must be a number of seconds from 0.1 to 3600", 2)
   end
+  local sto = cfg.socket_timeout
+  if sto ~= nil and (type(sto) ~= "number" or not (sto >= 0.1 and sto <= 3600)) then
+    error("mongostore.ngx.configure: socket_timeout must be a number of seconds from 0.1 to 3600", 2)
+  end
   if cfg.inbox ~= nil and type(cfg.inbox) ~= "boolean" then
     error("mongostore.ngx.configure: inbox must be a boolean", 2)
   end
   local run_modules = check_run_modules(cfg.run_modules)
   config = {
     run_modules = run_modules,
-    uri = with_timeouts(cfg.uri, sst or DEFAULT_SELECTION_TIMEOUT), db = cfg.db or "harel", prefix = cfg.prefix,
+    uri = with_timeouts(cfg.uri, sst or DEFAULT_SELECTION_TIMEOUT, sto or DEFAULT_SOCKET_TIMEOUT),
+    db = cfg.db or "harel", prefix = cfg.prefix,
     wait = cfg.wait or 0,
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
@@ -172,7 +210,10 @@ local function results(label, c, res, werr)
   if not res then return nil, format("%s: %s", label, werr), "unavailable" end
   if not res[1] then error(res[2], 0) end
   if not res[2] then
-    return nil, format("%s: worker thread failed: %s", label, tostring(res[3])), "unavailable"
+    -- the whole message for the operator; the caller's has no file position
+    ngx.log(ngx.ERR, "mongostore.ngx ", label, ": worker thread failed: ", tostring(res[3]))
+    local why = require("mongostore.ngx_thread").without_position(res[3])
+    return nil, format("%s: worker thread failed: %s", label, why), "unavailable"
   end
   local out = type(res[3]) == "string" and c.decode(res[3])
   if type(out) ~= "table" or type(out.v) ~= "table" then
@@ -202,17 +243,35 @@ for name in pairs(STORE_CALLS) do
   M[name] = function(...) return run("store", name, ...) end
 end
 
--- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event), cancel,
--- terminate, suspend, resume; msngx.enqueue(id, event, opts), the inbox's
+-- Engine calls: msngx.start(chart_id, opts), msngx.send(id, event),
+-- msngx.send_many(list), cancel, terminate, suspend, resume (a missing event
+-- id is filled into the caller's event table before the call crosses);
+-- msngx.enqueue(id, event, opts), the inbox's
 -- one insert (a handler that need not wait for the delivery); and msngx.send_external(id, event), the send
 -- for events from outside (an HTTP client): it refuses, with nil, msg,
 -- "invalid" and nothing written, a kind the execution's chart does not take
 -- from outside (chart.is_external), and answers true, "duplicate" for an
 -- event id the execution has handled already; msngx.start_external(chart_id,
 -- opts), the start for requests from outside: an opts.id that exists under
--- another chart is nil, msg, "conflict" rather than that execution's id.
+-- another chart is nil, msg, "conflict" rather than that execution's id;
+-- msngx.enqueue_external(id, event, opts), the enqueue for events from
+-- outside: send_external's checks (the execution exists, its chart takes the
+-- kind from outside; else nil, msg, code and nothing written), then the
+-- inbox's one insert.
 for name in pairs(ENGINE_CALLS) do
-  M[name] = function(...) return run("engine", name, ...) end
+  if EVENT_CALLS[name] then
+    M[name] = function(id, event, ...)
+      fill_event_id(event)
+      return run("engine", name, id, event, ...)
+    end
+  elseif name == "send_many" then
+    M[name] = function(list, ...)
+      fill_event_ids(list)
+      return run("engine", name, list, ...)
+    end
+  else
+    M[name] = function(...) return run("engine", name, ...) end
+  end
 end
 
 ------------------------------------------------------------------------

@@ -87,10 +87,25 @@ end
 
 local function pack(...) return pack_labelled(nil, nil, ...) end
 
+-- A raised message without the position Lua put before it
+-- ("/path/to/lua/mongostore/engine.lua:123: ", '[string "..."]:3: '): the
+-- message goes to a caller that may hand it on to an HTTP client, which is
+-- not to learn where the library lives. A message that merely mentions a
+-- file further on is left as it is.
+local function without_position(msg)
+  msg = tostring(msg)
+  while true do
+    local rest = msg:match("^[%w_%.%-/~@+]*%.lua:%d+: (.*)$") or msg:match('^%[string ".-"%]:%d+: (.*)$')
+    if not rest then return msg end
+    msg = rest
+  end
+end
+M.without_position = without_position
+
 -- A raise inside the call (a wrong argument from the handler) comes back as
--- nil, msg, "invalid" rather than as a failed thread.
+-- nil, msg, "invalid" rather than as a failed thread, without its position.
 local function answer(ok, ...)
-  if not ok then return pack(nil, tostring((...)), "invalid") end
+  if not ok then return pack(nil, without_position((...)), "invalid") end
   return pack(...)
 end
 
@@ -150,18 +165,17 @@ local function unpack_args(text, c)
   return true, unpack(v, 1, n)
 end
 
--- engine:send for an event from outside: the kind must be one the
--- execution's chart takes from outside (chart.is_external), checked on the
--- execution as loaded, before anything is written. The load also tells
--- whether the event id was handled already; a resend answers true,
--- "duplicate" (the engine would change nothing either). The third value is
--- the engine's delivery result (outcome, status, active path, error).
-local function send_external(h, id, event)
+-- The checks of an event from outside (send_external, enqueue_external):
+-- the kind must be one the execution's chart takes from outside
+-- (chart.is_external), checked on the execution as loaded, before anything
+-- is written. The load also tells whether the event id was handled already.
+-- exe, processed | nil, msg, code.
+local function external_checked(h, fn, id, event)
   local chart = require "mongostore.chart"
-  if type(id) ~= "string" then error("send_external: id must be a string, got " .. type(id), 2) end
-  if type(event) ~= "table" then error("send_external: event must be a table, got " .. type(event), 2) end
+  if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
+  if type(event) ~= "table" then error(fn .. ": event must be a table, got " .. type(event), 3) end
   if type(event.kind) ~= "string" then
-    error("send_external: event.kind must be a string, got " .. type(event.kind), 2)
+    error(fn .. ": event.kind must be a string, got " .. type(event.kind), 3)
   end
   local exe, processed, code
   if type(event.id) == "string" then
@@ -172,22 +186,43 @@ local function send_external(h, id, event)
   end
   if exe == nil then
     if type(processed) == "string" then return nil, processed, code end
-    return nil, "send_external: no execution '" .. id .. "'", "not_found"
+    return nil, fn .. ": no execution '" .. id .. "'", "not_found"
   end
   local c = h.charts[exe.definition_id]
   if not c then
-    return nil, "send_external: execution '" .. id .. "' runs chart '" .. tostring(exe.definition_id) ..
+    return nil, fn .. ": execution '" .. id .. "' runs chart '" .. tostring(exe.definition_id) ..
       "', which this server does not have", "invalid"
   end
   if not chart.is_external(c, event.kind) then
     local why = chart.RESERVED[event.kind] and "is reserved for the engine and its control calls"
       or "is not an event chart '" .. c.id .. "' takes from outside"
-    return nil, "send_external: " .. event.kind .. " " .. why, "invalid"
+    return nil, fn .. ": " .. event.kind .. " " .. why, "invalid"
   end
-  if processed == true then
+  return exe, processed == true
+end
+
+-- engine:send for an event from outside, after external_checked; a resend
+-- answers true, "duplicate" (the engine would change nothing either). The
+-- third value is the engine's delivery result (outcome, status, active path,
+-- error).
+local function send_external(h, id, event)
+  local exe, processed, code = external_checked(h, "send_external", id, event)
+  if not exe then return nil, processed, code end
+  if processed then
     return true, "duplicate", require("mongostore.engine")._delivery_result("duplicate", exe)
   end
   return h.engine:send(id, event)
+end
+
+-- engine:enqueue for an event from outside, after external_checked: a kind
+-- misspelt or refused, or an execution that does not exist, is told to the
+-- caller now rather than logged by an inbox pass later; an event id the
+-- execution has handled already answers true, "duplicate" (nothing queued).
+local function enqueue_external(h, id, event, opts)
+  local exe, processed, code = external_checked(h, "enqueue_external", id, event)
+  if not exe then return nil, processed, code end
+  if processed then return true, "duplicate" end
+  return h.engine:enqueue(id, event, opts)
 end
 
 -- engine:start for a request from outside, which may name its own id: the
@@ -238,6 +273,7 @@ function M.engine(cfg, method, args)
   if not h then return pack(nil, err, code) end
   return with_args(method, args, function(...)
     if method == "send_external" then return send_external(h, ...) end
+    if method == "enqueue_external" then return enqueue_external(h, ...) end
     if method == "start_external" then return start_external(h, ...) end
     local fn = h.engine[method]
     if type(fn) ~= "function" then return nil, "no engine method " .. tostring(method), "invalid" end
@@ -297,11 +333,13 @@ local function lua_error(e)
   return { msg = tostring(e), traceback = debug.traceback(tostring(e), 2) }
 end
 
--- The answer to a raise: nil, msg, "server", the traceback beside it.
-local function pack_raise(label, what, traceback)
+-- The answer to a raise: nil, msg, "server" (what was raised, without its
+-- position), the message as raised and the traceback beside it for the log.
+local function pack_raise(label, what, raised, traceback)
   local core = require "mongostore.core"
-  local msg = label .. ": " .. what
-  return CODECS.bson.encode({ v = core.array({ core.null, msg, "server" }), log = msg .. "\n" .. traceback })
+  local msg = label .. ": " .. what .. without_position(raised)
+  return CODECS.bson.encode({ v = core.array({ core.null, msg, "server" }),
+                              log = label .. ": " .. what .. tostring(raised) .. "\n" .. traceback })
 end
 
 -- require(module), told apart: nil, "missing" when no such module exists,
@@ -325,7 +363,7 @@ function M.run(cfg, module, fn, args)
   if lerr == "missing" then
     return run_pack(nil, label .. ": no module " .. module .. " on lua_package_path", "invalid")
   end
-  if lerr then return pack_raise(label, "Lua error loading " .. module .. ": " .. lerr.msg, lerr.traceback) end
+  if lerr then return pack_raise(label, "Lua error loading " .. module .. ": ", lerr.msg, lerr.traceback) end
   local f = type(mod) == "table" and mod[fn]
   if type(f) ~= "function" then
     return run_pack(nil, label .. ": module " .. module .. " has no function " .. fn, "invalid")
@@ -338,7 +376,7 @@ function M.run(cfg, module, fn, args)
     current = nil
     if not ok then
       local e = ...
-      return pack_raise(label, "Lua error: " .. e.msg, e.traceback)
+      return pack_raise(label, "Lua error: ", e.msg, e.traceback)
     end
     return pack_labelled(label, CODECS.bson, ...)
   end

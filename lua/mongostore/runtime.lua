@@ -227,6 +227,7 @@ end
 
 -- A transition out of a region's own root may only lead further into it.
 function Step:stays_inside(t)
+  if t.targetless then return true end
   if t.target then return t.target ~= self:root() and self:within(t.target) end
   for _, x in pairs(t.targets) do
     if x == self:root() or not self:within(x) then return false end
@@ -341,9 +342,14 @@ function Step:enter_descendants(node)
 end
 
 -- Takes transition t to target: exits up to its domain, runs its action,
--- enters down to the target.
+-- enters down to the target. A targetless transition runs its action only:
+-- the configuration, its history and its timers stay as they are.
 function Step:microstep(t, target, event)
   self.took = true
+  if t.targetless then
+    if t.action then self:call(t.label .. " (action)", t.action, self.exe.context, event, self:act(t.label)) end
+    return
+  end
   local domain = transition_domain(t.source, target) or self.chart.root
   if not self:within(domain) then domain = self:root() end -- a region never leaves itself
   self:exit_states(domain)

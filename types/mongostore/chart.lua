@@ -41,11 +41,11 @@
 --- A transition; an unknown key raises.
 ---@class mongostore.TransitionDef
 ---@field from string the source state
----@field to? string|table<string, string> the target, or (with `select`) targets by key
+---@field to? string|table<string, string> the target, or (with `select`) targets by key; none, with `on`: a targetless transition (its action runs, no state is left)
 ---@field on? string|string[] the event kind(s); none: an automatic transition
 ---@field where? fun(data: table, context: table, event: mongostore.Event): boolean the guard
 ---@field select? fun(context: table, event: mongostore.Event): string picks a key of `to`
----@field action? fun(context: table, event: mongostore.Event, act: mongostore.Act) runs between the exits and the entries
+---@field action? fun(context: table, event: mongostore.Event, act: mongostore.Act) runs between the exits and the entries (of a targetless transition: alone)
 ---@field join? "all"|"any" out of an orthogonal state (or an invoke with `each`): when every region or child (or the first) has finished
 ---@field else_to? string the join's target when a finished region's outcome is neither `success` nor nil
 

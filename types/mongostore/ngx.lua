@@ -11,6 +11,7 @@
 ---@field trace_max? integer as `connect`
 ---@field wait? number seconds a thread's first connect keeps retrying (0 to 86400)
 ---@field server_selection_timeout? number seconds any call waits for a server (0.1 to 3600); written into the URI as `serverSelectionTimeoutMS` and `connectTimeoutMS` unless it sets them
+---@field socket_timeout? number seconds a call waits for the reply of a server that accepted the connection and stopped answering (0.1 to 3600); written into the URI as `socketTimeoutMS` unless it sets it (libmongoc's own default is 5 minutes). A request on a silent server gets its `timeout`/`network` answer within about twice this (a retryable read or write is tried once more) plus `server_selection_timeout`: 20 s by default. Raise it for `msngx.run` functions whose single operations run longer
 ---@field thread_pool? string the nginx `thread_pool` to run calls in
 ---@field charts? string the name of a module returning the list of charts
 ---@field trace? boolean the engine writes trace steps
@@ -132,6 +133,21 @@ function msngx.commit_many(items) end
 ---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did; on failure, the code
 function msngx.send_external(id, event) end
 
+--- The enqueue for events from an HTTP client: the checks of `send_external`
+--- first (the execution exists, `not_found` if not; its chart takes the kind from
+--- outside, `invalid` if not), from one read and before anything is written, so
+--- a misspelt kind or id is told to the caller now, not logged by an inbox pass
+--- later; then `engine:enqueue`'s one insert.
+---
+--- Fails with `nil, message, code`.
+---@param id string the execution
+---@param event mongostore.Event the event from outside; a missing `id` is filled into this table
+---@param opts? mongostore.EnqueueOptions as `engine:enqueue`
+---@return true? ok
+---@return ("queued"|"duplicate"|string)? how # queued now, or queued or handled before under the same event id (nothing queued); on failure, the message
+---@return ("not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.enqueue_external(id, event, opts) end
+
 --- The start for requests from outside: an `opts.id` that holds another chart's execution is `conflict`; the same id under the same chart answers that execution from one read.
 ---
 --- Fails with `nil, message, code`.
@@ -150,9 +166,10 @@ function msngx.start_external(chart_id, opts) end
 --- nil keeps its place. It takes one of the `max_inflight` slots, as every call
 --- does. Fails with `invalid` for an argument BSON cannot carry (a function, a
 --- table with holes), no such module or no such function; `server` for a Lua
---- error in `fn` or while loading the module (its traceback goes to nginx's
---- error log) or a result BSON cannot carry; `unavailable` when no slot came
---- free within `call_timeout` or the thread failed.
+--- error in `fn` or while loading the module (the message without its file and
+--- line; the whole message and its traceback go to nginx's error log) or a
+--- result BSON cannot carry; `unavailable` when no slot came free within
+--- `call_timeout` or the thread failed.
 ---
 --- Raises on a call before `configure`, a `module` or `fn` that is not a string or not a valid name, or a `module` not in `run_modules`.
 ---
@@ -399,6 +416,15 @@ function msngx.resume(id) end
 ---@return ("applied"|"duplicate"|string)? how # applied now, or handled before (nothing changed); on failure, the message
 ---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did, and the execution after it; on failure, the code
 function msngx.send(id, event) end
+
+--- Runs [`engine:send_many`](engine.md#engine-send_many) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param list { [1]: string, [2]: mongostore.Event }[] pairs of an execution id and an event
+---@return mongostore.SendResult[]? results # one per pair, in order
+---@return string? message
+---@return "unavailable"? code
+function msngx.send_many(list) end
 
 --- Runs [`engine:start`](engine.md#engine-start) in a worker thread.
 ---

@@ -103,10 +103,21 @@ local function fail(status, msg, code)
   return send(status, { error = msg, code = code })
 end
 
+-- A message for the client without a Lua position in front of it
+-- ("/path/x.lua:12: "): where the code lives is not the client's business
+-- (mongostore.ngx strips its own; this covers the app's).
+local function without_position(msg)
+  repeat
+    local rest = msg:match("^[%w_%.%-/~@+]*%.lua:%d+: (.*)$") or msg:match('^%[string ".-"%]:%d+: (.*)$')
+    msg = rest or msg
+  until not rest
+  return msg
+end
+
 -- An error the library returned: nil, message, code.
 local function library_error(msg, code)
   local status = STATUS_OF[code] or 503
-  msg = tostring(msg or "the store did not answer")
+  msg = without_position(tostring(msg or "the store did not answer"))
   if status >= 500 then
     ngx.log(ngx.WARN, "mongostore: ", msg, " (", tostring(code), ")")
     if UNREACHABLE[code] then
