@@ -3931,7 +3931,13 @@ An Execution as it crosses the thread boundary: a plain table of its fields
       title = "Engine calls",
       intro = [[
 `msngx.<name>(...)` runs `engine:<name>(...)` in a worker thread, with the
-charts of `cfg.charts`.]],
+charts of `cfg.charts`. The calls that commit to the execution they name
+(`send`, `send_external` and the control calls) run one at a time per
+execution id in each nginx worker: requests racing on a hot execution wait
+their turn (up to `call_timeout`, then `unavailable`) instead of spending the
+engine's conflict retries on each other, so each event costs one commit and
+none is answered `conflict` for want of retries; only other processes'
+commits still race them.]],
       forwards = "mongostore.Engine",
       entries = {
         { fn = "send_external", module = "mongostore.ngx",

@@ -7,6 +7,7 @@
 -- (JSON for the store calls, BSON for msngx.run: mongostore.ngx_thread.CODECS).
 local type, error, tostring, pairs, ipairs, select = type, error, tostring, pairs, ipairs, select
 local unpack = unpack or table.unpack
+local function pack(...) return { n = select("#", ...), ... } end
 local format = string.format
 
 local M = {}
@@ -258,11 +259,45 @@ end
 -- outside: send_external's checks (the execution exists, its chart takes the
 -- kind from outside; else nil, msg, code and nothing written), then the
 -- inbox's one insert.
+-- The calls that commit to the execution they name first: in one nginx
+-- worker they run one at a time per execution id (the others wait, in
+-- order, up to call_timeout), so requests racing on a hot execution queue
+-- here instead of spending the engine's conflict retries against each other
+-- and answering conflict; only other processes' commits still race them.
+local SERIAL = { send = true, send_external = true, cancel = true, terminate = true, suspend = true, resume = true }
+local queues = {} -- execution id -> { sema = ngx.semaphore, waiting = n }
+
+local function one_at_a_time(id, name, call, ...)
+  if type(id) ~= "string" then return call(...) end
+  local q = queues[id]
+  if q then
+    q.waiting = q.waiting + 1
+    local ok, err = q.sema:wait(config and config.call_timeout or 30)
+    q.waiting = q.waiting - 1
+    if not ok then
+      return nil, format("%s: waited for the calls before it on %s: %s", name, id, tostring(err)), "unavailable"
+    end
+  else
+    q = { sema = require("ngx.semaphore").new(0), waiting = 0 }
+    queues[id] = q
+  end
+  local r = pack(pcall(call, ...))
+  if q.waiting > 0 then q.sema:post(1) else queues[id] = nil end
+  if not r[1] then error(r[2], 0) end
+  return unpack(r, 2, r.n)
+end
+
+local function engine_call(name)
+  if not SERIAL[name] then return function(...) return run("engine", name, ...) end end
+  return function(id, ...) return one_at_a_time(id, name, run, "engine", name, id, ...) end
+end
+
 for name in pairs(ENGINE_CALLS) do
+  local call = engine_call(name)
   if EVENT_CALLS[name] then
     M[name] = function(id, event, ...)
       fill_event_id(event)
-      return run("engine", name, id, event, ...)
+      return call(id, event, ...)
     end
   elseif name == "send_many" then
     M[name] = function(list, ...)
@@ -270,7 +305,7 @@ for name in pairs(ENGINE_CALLS) do
       return run("engine", name, list, ...)
     end
   else
-    M[name] = function(...) return run("engine", name, ...) end
+    M[name] = call
   end
 end
 
