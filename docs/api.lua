@@ -548,13 +548,15 @@ safety net.]],
           params = {
             { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
             { "lease", "number?", "seconds the claim holds (> 0, at most a day); needs a limit", default = "30" },
-            { "opts", "{ targeted: boolean? }?", "`targeted = true`: claim only entries with a target "
-              .. "(a relay with no handler for external events); `entries.external_left` counts the external "
-              .. "entries the claim saw and left pending" },
+            { "opts", "{ targeted: boolean?, external: boolean? }?", "`targeted = true`: claim only entries "
+              .. "with a target (a relay with no handler for external events); `entries.external_left` counts "
+              .. "the external entries the claim saw and left pending. `external = true`: the opposite, only "
+              .. "entries without a target whose `retry_at` has come (`engine:claim_external`); not both" },
           },
           returns = { { "entries", "mongostore.OutboxEntry[]", "oldest first (by seq)" } },
           fails = fails("invalid"),
-          raises = "a wrong type for `limit` or `lease`, or a lease without a limit" },
+          raises = "a wrong type for `limit` or `lease`, a lease without a limit, or both `targeted` and "
+            .. "`external`" },
         { method = "ack_outbox", of = "mongostore.Store",
           params = {
             { "seq", "integer", "the entry's seq" },
@@ -591,6 +593,37 @@ token, and with `release` also gives the claim back.]] },
           fails = fails("invalid"),
           raises = "a wrong type for an argument",
           desc = "Ends a claim before its lease (a relay done with it, or unable to deliver yet)." },
+        { method = "renew_outbox", of = "mongostore.Store",
+          params = {
+            { "source_id", "string", "the document the entries were claimed from" },
+            { "token", "string", "the claim's token" },
+            { "lease", "number", "seconds from now the claim holds (> 0, at most a day)" },
+          },
+          returns = {
+            { "renewed", "boolean", "false: the claim is no longer the caller's (its lease ran out and another "
+              .. "relay took the document)" },
+            { "until", "number?", "epoch seconds the claim now holds until" },
+          },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = "Extends a held claim while a handler still runs on its entries (`engine:renew_external`)." },
+        { method = "retry_outbox", of = "mongostore.Store",
+          params = {
+            { "source_id", "string", "the document the entry was claimed from" },
+            { "token", "string", "the claim's token" },
+            { "seq", "integer", "the entry" },
+            { "retry_at", "number", "epoch seconds before which `pending_outbox(..., { external = true })` "
+              .. "leaves it" },
+            { "tries", "integer", "the tries it has had" },
+            { "release", "boolean?", "also end the claim", default = "false" },
+          },
+          returns = { { "held", "boolean", "false: the claim had passed on (nothing was written)" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = [[
+A failed try of an external entry (`engine:settle_external`): stamps the entry
+with `retry_at` and `tries` in one update that matches only while the claim is
+the caller's, so its backoff holds for every relay and process.]] },
         { method = "pending_spawns", of = "mongostore.Store",
           params = {
             { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
@@ -624,6 +657,9 @@ token, and with `release` also gives the claim back.]] },
             { "source_id", "string?", "(claimed) the execution that emitted it" },
             { "token", "string?", "(claimed) the claim's token" },
             { "lease_until", "number?", "(claimed) epoch seconds the claim holds until" },
+            { "tries", "integer?", "(external) failed tries so far (`settle_external`)" },
+            { "retry_at", "number?", "(external) epoch seconds of its next try" },
+            { "claim_size", "integer?", "(`claim_external`) the entries its claim holds" },
           } },
         { class = "mongostore.SpawnEntry",
           desc = "A pending spawn entry.",
@@ -3600,12 +3636,85 @@ engine:run{ stop = function() return stopping end, idle_sleep = 0.05, sweep_inte
           desc = [[
 Claims pending outbox entries and delivers each, in order per target; a target
 that does not exist yet is retried on later passes and given up after
-`max_attempts`. Events without a target go to `on_external`; an engine
-without one leaves them pending (it claims only targeted entries). With
+`max_attempts`. Events without a target go to `on_external`, one after
+another, until half the lease has passed (the rest is given back for the next
+pass, so the pass's acks land while its claims hold); an engine without one
+leaves them pending (it claims only targeted entries), for an engine that has
+one or a loop on `claim_external`. With
 `batch_delivery` (the default) the pass delivers its entries as `send_many`
 does and acks them in one bulk write, applying events only in the first half
 of its lease (what is left waits for the next pass), so that its acks land
 while its claims hold.]] },
+        { method = "claim_external", of = "mongostore.Engine",
+          params = { { "limit", "integer?", "claim at least this many entries (>= 1)", default = "batch" } },
+          returns = { { "entries", "mongostore.OutboxEntry[]", "external entries (no target), oldest first, each "
+            .. "with `token`, `source_id`, `lease_until`, `claim_size` and `tries` (after a failed try)" } },
+          fails = fails("invalid"),
+          raises = "a `limit` that is not a number",
+          desc = [[
+For an event loop of the application's that delivers external events itself
+(the engine needs no `on_external`): claims the pending outbox entries without
+a target whose wait after a failed try is over, whole source documents at a
+time under the engine's `lease`, as the relays claim. No other relay, loop or
+process gets them until the lease runs out (`renew_external` extends it);
+after a crash they come back once it has. Hand each entry to the handler and
+report with `settle_external`. While a document is claimed here its targeted
+entries wait too, so settle (or renew) promptly.]],
+          example = [[
+local entries = assert(engine:claim_external(16))
+for _, entry in ipairs(entries) do
+  local ok, err = pcall(charge_card, entry.event.data)
+  engine:settle_external(entry, ok, err)
+end]] },
+        { method = "renew_external", of = "mongostore.Engine",
+          params = { { "entries", "mongostore.OutboxEntry[]", "claimed entries whose handlers still run" } },
+          returns = {
+            { "renewed", "integer", "claims extended to now + `lease` (one update per source document)" },
+            { "lost", "mongostore.OutboxEntry[]", "entries whose claim ran out and passed on: another relay may "
+              .. "deliver them too" },
+          },
+          fails = fails("invalid"),
+          raises = "`entries` not a list of claimed entries",
+          desc = "Call it every `lease / 3` or so while a handler runs; each entry's `lease_until` is updated." },
+        { method = "settle_external", of = "mongostore.Engine",
+          params = {
+            { "entry", "mongostore.OutboxEntry", "an entry `claim_external` gave" },
+            { "ok", "boolean?", "true: delivered; false or nil: the try failed" },
+            { "err", "any?", "why it failed (logged)" },
+            { "opts", "mongostore.SettleOptions?", "" },
+          },
+          returns = { { "result", "mongostore.SettleResult", "what was done" } },
+          fails = fails("invalid"),
+          raises = "an `entry` that is not a claimed entry, a wrong `opts`, an unknown option",
+          desc = [[
+Delivered: acks the entry while the claim is still the caller's. Failed:
+counts a try on the entry itself (`tries`), logs `err`, and stamps the entry
+with its next try, 0.5 s doubled per failure up to 60 s, each wait drawn
+between half and all of that (jitter); after `max_attempts` tries it gives
+the entry up (`on_dead_letter`, else logged) and acks it. The backoff is on
+the entry, so it holds for every process. The last entry settled of a claim
+gives the claim back: what waits on the document is claimable at once, and a
+failed entry comes again after its wait.]] },
+        { class = "mongostore.SettleOptions",
+          desc = "The options of `engine:settle_external`; an unknown key raises.",
+          fields = {
+            { "release", "boolean?", "end the claim now (true) or keep it (false); default: when this is the "
+              .. "last open entry of the claim `claim_external` made on this engine (a loop that settles through "
+              .. "other engines, as `mongostore.ngx` does across thread VMs, counts them itself)" },
+            { "log", "boolean?", "false: do not log the failure (the caller logs `result.message`)",
+              default = "true" },
+          } },
+        { class = "mongostore.SettleResult",
+          desc = "What `engine:settle_external` did.",
+          fields = {
+            { "outcome", "\"delivered\"|\"retry\"|\"given_up\"", "acked; waiting for its next try; dead "
+              .. "lettered and acked" },
+            { "tries", "integer?", "(failed) the tries it has had" },
+            { "wait", "number?", "(retry) seconds until its next try" },
+            { "retry_at", "number?", "(retry) epoch seconds of its next try" },
+            { "lost", "true?", "(retry) the claim had passed on: nothing was written" },
+            { "message", "string?", "(failed) the log line" },
+          } },
         { method = "relay_inbox", of = "mongostore.Engine", params = {},
           returns = { { "n", "integer", "entries handled (delivered, or given up)" } },
           desc = [[
@@ -3968,7 +4077,7 @@ api.ngx_forwards = {
   ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
                            "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
-                           "ack_outbox_many" },
+                           "ack_outbox_many", "renew_outbox", "retry_outbox" },
   ["mongostore.Engine"] = { "start", "send", "enqueue", "cancel", "terminate", "suspend", "resume" },
 }
 

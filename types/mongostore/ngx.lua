@@ -268,7 +268,7 @@ function msngx.load_for_event(id, event_id, timer_path) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@param opts? { targeted: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending
+---@param opts? { targeted: boolean?, external: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending. `external = true`: the opposite, only entries without a target whose `retry_at` has come (`engine:claim_external`); not both
 ---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
@@ -312,6 +312,31 @@ function msngx.release_outbox(source_id, token) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.release_spawn(source_id, token) end
+
+--- Runs [`store:renew_outbox`](store.md#store-renew_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entries were claimed from
+---@param token string the claim's token
+---@param lease number seconds from now the claim holds (> 0, at most a day)
+---@return boolean? renewed # false: the claim is no longer the caller's (its lease ran out and another relay took the document)
+---@return (number|string)? until # epoch seconds the claim now holds until; on failure, the message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.renew_outbox(source_id, token, lease) end
+
+--- Runs [`store:retry_outbox`](store.md#store-retry_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entry was claimed from
+---@param token string the claim's token
+---@param seq integer the entry
+---@param retry_at number epoch seconds before which `pending_outbox(..., { external = true })` leaves it
+---@param tries integer the tries it has had
+---@param release? boolean also end the claim
+---@return boolean? held # false: the claim had passed on (nothing was written)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.retry_outbox(source_id, token, seq, retry_at, tries, release) end
 
 --- Runs [`store:stats`](store.md#store-stats) in a worker thread.
 ---
