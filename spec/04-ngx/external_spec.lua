@@ -44,8 +44,13 @@ local LOCATIONS = [[
         }
 ]]
 
+-- An order whose id starts with "slow" is held 12 s before it is posted:
+-- longer than the engine's 10 s lease, which the loop renews meanwhile.
 local WORKER = [[
-            on_external = function(entry) return require("ngx_gateway").deliver(entry, {{PORT}}) end,
+            on_external = function(entry)
+                if tostring(entry.event.data.order):match("^slow") then ngx.sleep(12) end
+                return require("ngx_gateway").deliver(entry, {{PORT}})
+            end,
             external_concurrency = 4,
 ]]
 
@@ -155,4 +160,28 @@ function TestNgxExternal:test_without_on_external_charges_stay_pending_and_it_is
   local st, exe = s:get("/executions/p-1")
   lu.assertEquals(st, 200)
   lu.assertEquals(exe.execution.active_path, "AwaitingPayment")
+end
+
+function TestNgxExternal:test_a_slow_handlers_claim_is_renewed_and_nobody_else_takes_it()
+  local s = start()
+  self.server = s
+  place_orders(s, "slow", 1)
+  -- another engine (a process of its own would do the same) tries to claim
+  -- the Charge all along the handler's 12 s, past the 10 s lease
+  local store = assert(ms.connect(helper.uri(), { db = s.db, wait = 10 }))
+  local other = require("mongostore.engine").new{ store = store, log = function() end }
+  local taken = {}
+  local deadline = ms.now() + 20
+  while ms.now() < deadline and not seen(s).accepted["slow-1"] do
+    for _, e in ipairs(assert(other:claim_external(10))) do
+      taken[#taken + 1] = e.seq
+      other:settle_external(e, false, "spec: not mine", { release = true })
+    end
+    ms.sleep(0.25)
+  end
+  lu.assertEquals(seen(s).accepted["slow-1"], 1)
+  lu.assertEquals(taken, {}, "the claim was taken while its handler ran")
+  lu.assertTrue(H.poll(function() return externals_pending(s) == 0 end, 10, 0.1))
+  store:close()
+  lu.assertEquals(count_lines(s:log(), "claim ran out"), 0)
 end
