@@ -87,6 +87,9 @@ api.internal = {
   ["mongostore.ngx_thread.engine"] = "the thread side of the Engine calls msngx forwards",
   ["mongostore.ngx_thread.run"] = "the thread side of msngx.run",
   ["mongostore.ngx_thread.worker_step"] = "the thread side of msngx.start_worker's steps",
+  ["mongostore.ngx_thread.external_claim"] = "the thread side of start_worker's on_external loop: its claims",
+  ["mongostore.ngx_thread.external_renew"] = "the thread side of start_worker's on_external loop: its renewals",
+  ["mongostore.ngx_thread.external_settle"] = "the thread side of start_worker's on_external loop: its settles",
   ["mongostore.RecordStore.load"] = "the step under fetch, history and the queries: stored documents as records, "
     .. "refs loaded",
   ["mongostore.RecordQuery.filter"] = "the filter a query sends (what its page tokens are bound to), for the specs",
@@ -3887,13 +3890,48 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
           params = { { "opts", "mongostore.NgxWorkerOptions?", "how often to step" } },
           returns = { { "ok", "true", "" } },
           fails = { "unavailable" },
-          raises = "a call before `configure`, or a lock dict nginx does not declare",
+          raises = "a call before `configure`, a lock dict nginx does not declare, an unknown option, an "
+            .. "`on_external` that is not a function or an `external_concurrency` that is not an integer from "
+            .. "1 to 1024",
           desc = [[
 In `init_worker_by_lua`: runs the relays and the timer sweep on
 `ngx.timer.every` in each worker process, one nginx worker at a time (a
 `lua_shared_dict` lock). Each step runs in a worker thread; where the lua
 module cannot start threads from timers it falls back to direct calls. A
-premature timer (reload, shutdown) stops it.]] },
+premature timer (reload, shutdown) stops it.
+
+External events (an emit with no target, such as the order chart's `Charge`)
+are delivered only with `on_external`. Then every nginx worker runs a loop on
+a timer: it claims external entries through a thread call
+(`engine:claim_external`, the engine's claim and 10 s lease), runs
+`on_external(entry)` for each in an `ngx.thread` light thread of that timer,
+where cosockets work (`ngx.socket.tcp`, an HTTP client), at most
+`external_concurrency` at once, and renews the claims it holds every 10/3 s
+while the handlers run. An entry is acked only after `on_external` returns
+`true`; `false`/`nil, err` or a raise is a failed try, logged with `ngx.log`
+(warn; error once given up), and the entry comes again after a backoff with
+jitter (0.5 s doubling to 60 s, `engine:settle_external`), stored on the
+entry so that every worker honours it, until `max_attempts` (100) gives it up.
+Delivery is at least once: a worker killed while a handler runs leaves the
+entry to come again after the lease, so a handler should pass
+`entry.event.id` (or the chart's idempotency key) on as the receiver's
+idempotency key. Without `on_external` the entries stay pending (for another
+worker that has one) and worker 0 says so once in the error log.]],
+          example = [[
+init_worker_by_lua_block {
+  require("mongostore.ngx").start_worker{
+    interval = 0.1, sweep_interval = 1, external_concurrency = 16,
+    on_external = function(entry)
+      local sock = ngx.socket.tcp()
+      sock:settimeout(5000)
+      local ok, err = sock:connect("127.0.0.1", 8081)
+      if not ok then return nil, err end
+      -- ... send entry.event as the gateway wants it, read its answer ...
+      sock:close()
+      return true
+    end,
+  }
+}]] },
         { class = "mongostore.NgxWorkerOptions",
           desc = "The options of `msngx.start_worker`.",
           fields = {
@@ -3901,6 +3939,11 @@ premature timer (reload, shutdown) stops it.]] },
             { "sweep_interval", "number?", "seconds between timer sweeps", default = "1" },
             { "lock_dict", "string?", "the `lua_shared_dict` for the lock", default = "\"mongostore_locks\"" },
             { "lock_ttl", "number?", "seconds the lock is held at most", default = "10" },
+            { "on_external", "fun(entry: mongostore.OutboxEntry): boolean?, string?", "delivers one external "
+              .. "event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks "
+              .. "it", default = "none: external events stay pending" },
+            { "external_concurrency", "integer?", "handlers running at once per nginx worker (1 to 1024)",
+              default = "16" },
           } },
         { fn = "stop_worker", module = "mongostore.ngx", params = {}, returns = {},
           desc = "Stops this process's worker at its next tick (it stops by itself on reload and shutdown)." },

@@ -25,6 +25,8 @@
 ---@field sweep_interval? number seconds between timer sweeps
 ---@field lock_dict? string the `lua_shared_dict` for the lock
 ---@field lock_ttl? number seconds the lock is held at most
+---@field on_external? fun(entry: mongostore.OutboxEntry): boolean?, string delivers one external event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks it
+---@field external_concurrency? integer handlers running at once per nginx worker (1 to 1024)
 
 --- An Execution as it crosses the thread boundary: a plain table of its fields
 --- (what `msngx.load` returns and `msngx.commit` takes back).
@@ -56,7 +58,25 @@ function msngx.config() end
 --- module cannot start threads from timers it falls back to direct calls. A
 --- premature timer (reload, shutdown) stops it.
 ---
---- Raises on a call before `configure`, or a lock dict nginx does not declare.
+--- External events (an emit with no target, such as the order chart's `Charge`)
+--- are delivered only with `on_external`. Then every nginx worker runs a loop on
+--- a timer: it claims external entries through a thread call
+--- (`engine:claim_external`, the engine's claim and 10 s lease), runs
+--- `on_external(entry)` for each in an `ngx.thread` light thread of that timer,
+--- where cosockets work (`ngx.socket.tcp`, an HTTP client), at most
+--- `external_concurrency` at once, and renews the claims it holds every 10/3 s
+--- while the handlers run. An entry is acked only after `on_external` returns
+--- `true`; `false`/`nil, err` or a raise is a failed try, logged with `ngx.log`
+--- (warn; error once given up), and the entry comes again after a backoff with
+--- jitter (0.5 s doubling to 60 s, `engine:settle_external`), stored on the
+--- entry so that every worker honours it, until `max_attempts` (100) gives it up.
+--- Delivery is at least once: a worker killed while a handler runs leaves the
+--- entry to come again after the lease, so a handler should pass
+--- `entry.event.id` (or the chart's idempotency key) on as the receiver's
+--- idempotency key. Without `on_external` the entries stay pending (for another
+--- worker that has one) and worker 0 says so once in the error log.
+---
+--- Raises on a call before `configure`, a lock dict nginx does not declare, an unknown option, an `on_external` that is not a function or an `external_concurrency` that is not an integer from 1 to 1024.
 ---
 --- Fails with `nil, message, code`.
 ---@param opts? mongostore.NgxWorkerOptions how often to step
