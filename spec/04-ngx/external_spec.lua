@@ -34,7 +34,7 @@ local LOCATIONS = [[
             content_by_lua_block {
                 local core = require "mongostore.core"
                 local dict = ngx.shared.gateway
-                local out = { accepted = {}, tries = {} }
+                local out = { accepted = {}, tries = {}, started = {} }
                 for _, k in ipairs(dict:get_keys(0)) do
                     local what, order = k:match("^(%a+):(.*)$")
                     out[what][order] = dict:get(k)
@@ -48,11 +48,20 @@ local LOCATIONS = [[
 -- longer than the engine's 10 s lease, which the loop renews meanwhile.
 local WORKER = [[
             on_external = function(entry)
-                if tostring(entry.event.data.order):match("^slow") then ngx.sleep(12) end
+                local order = tostring(entry.event.data.order)
+                if order:match("^slow") then
+                    ngx.shared.gateway:incr("started:" .. order, 1, 0)
+                    ngx.sleep(12)
+                end
                 return require("ngx_gateway").deliver(entry, {{PORT}})
             end,
             external_concurrency = 4,
 ]]
+
+-- The example's own on_external taken away: a value computed at run time,
+-- since LuaJIT fills a constant field of a table constructor before the
+-- computed ones, whatever their order.
+local NO_HANDLER = "on_external = (function() return nil end)(),"
 
 local function start(opts)
   opts = opts or {}
@@ -149,7 +158,7 @@ function TestNgxExternal:test_a_failing_gateway_is_retried_with_backoff_and_each
 end
 
 function TestNgxExternal:test_without_on_external_charges_stay_pending_and_it_is_said_once()
-  local s = start{ worker = "on_external = nil," }
+  local s = start{ worker = NO_HANDLER }
   self.server = s
   place_orders(s, "p", 3)
   ms.sleep(1.5) -- several worker steps
@@ -166,12 +175,14 @@ function TestNgxExternal:test_a_slow_handlers_claim_is_renewed_and_nobody_else_t
   local s = start()
   self.server = s
   place_orders(s, "slow", 1)
-  -- another engine (a process of its own would do the same) tries to claim
-  -- the Charge all along the handler's 12 s, past the 10 s lease
+  -- once nginx's handler holds it, another engine (a process of its own
+  -- would do the same) tries to claim the Charge all along the handler's
+  -- 12 s, past the 10 s lease
+  lu.assertNotNil(H.poll(function() return seen(s).started["slow-1"] end, 10, 0.05), "the handler started")
   local store = assert(ms.connect(helper.uri(), { db = s.db, wait = 10 }))
   local other = require("mongostore.engine").new{ store = store, log = function() end }
   local taken = {}
-  local deadline = ms.now() + 20
+  local deadline = ms.now() + 40
   while ms.now() < deadline and not seen(s).accepted["slow-1"] do
     for _, e in ipairs(assert(other:claim_external(10))) do
       taken[#taken + 1] = e.seq
@@ -179,9 +190,27 @@ function TestNgxExternal:test_a_slow_handlers_claim_is_renewed_and_nobody_else_t
     end
     ms.sleep(0.25)
   end
-  lu.assertEquals(seen(s).accepted["slow-1"], 1)
+  local lines = {}
+  for line in s:log():gmatch("[^\n]+") do
+    if line:find("on_external") or line:find("gateway") then lines[#lines + 1] = line end
+  end
+  lu.assertEquals(seen(s).accepted["slow-1"], 1, table.concat(lines, "\n"))
+  lu.assertEquals(seen(s).started["slow-1"], 1, "the handler ran once")
   lu.assertEquals(taken, {}, "the claim was taken while its handler ran")
   lu.assertTrue(H.poll(function() return externals_pending(s) == 0 end, 10, 0.1))
   store:close()
   lu.assertEquals(count_lines(s:log(), "claim ran out"), 0)
+end
+
+function TestNgxExternal:test_the_examples_own_charges_reach_its_stand_in_gateway_once()
+  local s = H.start{ workers = 2 }
+  self.server = s
+  place_orders(s, "ex", 3)
+  lu.assertTrue(H.poll(function() return externals_pending(s) == 0 end, 20, 0.1), "the outbox empties")
+  ms.sleep(0.5)
+  local log = s:log()
+  for i = 1, 3 do
+    lu.assertEquals(count_lines(log, "gateway %(stand%-in%): charge order ex%-" .. i .. " amount " .. i .. " key %S+"), 1,
+      log:sub(-3000))
+  end
 end
