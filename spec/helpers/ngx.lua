@@ -467,6 +467,20 @@ function M.poll(fn, timeout, interval)
   end
 end
 
+-- Waits (up to timeout seconds) until database db has no outbox entry
+-- pending: the example's worker has delivered what was emitted (its
+-- Charges go to its stand-in gateway), so the documents hold still and a
+-- snapshot taken now is not changed by a late ack. Returns whether it did.
+function M.outbox_settled(db, timeout)
+  local store = assert(ms.connect(helper.uri(), { db = db, wait = 10 }))
+  local done = M.poll(function()
+    local entries = store:pending_outbox()
+    return entries ~= nil and #entries == 0
+  end, timeout or 20, 0.05)
+  store:close()
+  return done == true
+end
+
 -- { min, median, p95, max, n } of a list of numbers.
 function M.stats(xs)
   local s = {}
