@@ -311,7 +311,9 @@ local EXTERNAL_IDLE_MIN, EXTERNAL_IDLE_MAX = 0.05, 1
 local function external_loop(state, fn, concurrency)
   local semaphore = require "ngx.semaphore"
   local wake = semaphore.new(0)
-  local queue, qhead = {}, 1        -- claimed entries not started yet
+  -- claimed entries not started yet: queue[qhead..qlen] (a count of its own:
+  -- the length of a list whose head was set to nil is not reliable)
+  local queue, qhead, qlen = {}, 1, 0
   local live = {}                   -- light threads -> their entry
   local running = 0
   local open = {}                   -- source_id .. token -> entries of the claim not settled
@@ -351,7 +353,7 @@ local function external_loop(state, fn, concurrency)
     for _, e in pairs(live) do
       if not e.settling then list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token } end
     end
-    for i = qhead, #queue do
+    for i = qhead, qlen do
       local e = queue[i]
       list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token }
     end
@@ -384,21 +386,21 @@ local function external_loop(state, fn, concurrency)
     local idle, last_renew = EXTERNAL_IDLE_MIN, ngx.now()
     while not (state.stopped or ngx.worker.exiting()) do
       local claimed = 0
-      if qhead > #queue and running < concurrency then
+      if qhead > qlen and running < concurrency then
         local entries, err = external_claim(concurrency - running)
         if entries == nil then
           ngx.log(ngx.WARN, "mongostore: on_external: ", tostring(err))
           idle = EXTERNAL_IDLE_MAX
         else
           claimed = #entries
-          queue, qhead = entries, 1
+          queue, qhead, qlen = entries, 1, #entries
           for _, e in ipairs(entries) do
             local k = key(e)
             open[k] = (open[k] or 0) + 1
           end
         end
       end
-      while running < concurrency and qhead <= #queue do
+      while running < concurrency and qhead <= qlen do
         local e = queue[qhead]
         queue[qhead] = nil
         qhead = qhead + 1
@@ -429,7 +431,7 @@ local function external_loop(state, fn, concurrency)
     -- stopping: let the running handlers finish and settle, give the rest back
     for t in pairs(live) do ngx.thread.wait(t) end
     local given = {}
-    for i = qhead, #queue do
+    for i = qhead, qlen do
       local e = queue[i]
       local k = key(e)
       if not given[k] then
