@@ -73,8 +73,11 @@ function msngx.config() end
 --- Delivery is at least once: a worker killed while a handler runs leaves the
 --- entry to come again after the lease, so a handler should pass
 --- `entry.event.id` (or the chart's idempotency key) on as the receiver's
---- idempotency key. Without `on_external` the entries stay pending (for another
---- worker that has one) and worker 0 says so once in the error log.
+--- idempotency key. A graceful stop (`nginx -s quit`, a reload) lets the running
+--- handlers finish and settle, and gives the claimed entries not started back, so
+--- bound each handler with socket timeouts. Without `on_external` the entries
+--- stay pending (for another worker that has one) and worker 0 says so once in
+--- the error log.
 ---
 --- Raises on a call before `configure`, a lock dict nginx does not declare, an unknown option, an `on_external` that is not a function or an `external_concurrency` that is not an integer from 1 to 1024.
 ---
