@@ -389,7 +389,10 @@ local function external_loop(state, fn, concurrency)
       if qhead > qlen and running < concurrency then
         local entries, err = external_claim(concurrency - running)
         if entries == nil then
-          ngx.log(ngx.WARN, "mongostore: on_external: ", tostring(err))
+          -- every slot busy is load, not a fault: the next round tries again
+          if not tostring(err):find("too many calls in flight", 1, true) then
+            ngx.log(ngx.WARN, "mongostore: on_external: ", tostring(err))
+          end
           idle = EXTERNAL_IDLE_MAX
         else
           claimed = #entries
