@@ -65,6 +65,7 @@ build = {
       ["mongostore.inbox"] = "lua/mongostore/inbox.lua",
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
       ["mongostore.engine.relays"] = "lua/mongostore/engine/relays.lua",
+      ["mongostore.engine.external"] = "lua/mongostore/engine/external.lua",
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
       ["mongostore.ngx_http"] = "lua/mongostore/ngx_http.lua",

@@ -86,17 +86,29 @@ typedef struct claim {
   double now, until;             /* until: now + lease */
   char claim[32], untilkey[48];  /* "<field>_claim", "<field>_claim.until" */
   int targeted;                  /* only entries with a target_id (a relay with no on_external) */
+  int external;                  /* only entries without one, whose retry_at has come (claim_external) */
 } claim_t;
 
 /* Whether an entry (an array element) is one this pass takes: every entry,
  * or with k->targeted only those addressed to an execution (a string
  * target_id), so external entries stay pending for a relay that has a
- * handler for them. */
+ * handler for them; with k->external only those without one, and of them
+ * only the ones whose retry_at (set by retry_outbox after a failed try) has
+ * come, so an entry waiting out its backoff costs no claim. */
 static int entry_taken(const claim_t *k, const bson_iter_t *entry) {
   bson_iter_t e;
-  if (!k->targeted) return 1;
+  int targeted = 0;
+  if (!k->targeted && !k->external) return 1;
   if (!BSON_ITER_HOLDS_DOCUMENT(entry) || !bson_iter_recurse(entry, &e)) return 0;
-  return bson_iter_find(&e, "target_id") && BSON_ITER_HOLDS_UTF8(&e);
+  while (bson_iter_next(&e)) {
+    const char *key = bson_iter_key(&e);
+    if (strcmp(key, "target_id") == 0) {
+      targeted = BSON_ITER_HOLDS_UTF8(&e);
+    } else if (k->external && strcmp(key, "retry_at") == 0) {
+      if (BSON_ITER_HOLDS_NUMBER(&e) && bson_iter_as_double(&e) > k->now) return 0;
+    }
+  }
+  return k->targeted ? targeted : !targeted;
 }
 
 /* The pass's find is the seq index alone (a server may plan any other
@@ -115,12 +127,16 @@ static mongoc_cursor_t *claim_find(ms_store_t *s, const claim_t *k, lua_Integer 
   bson_append_int32(&proj, "_id", 3, 1);
   bson_append_int32(&proj, k->untilkey, -1, 1);
   bson_append_int32(&proj, seqkey, -1, 1);
-  if (k->targeted) {
-    /* which entries have a target is told here, not by the filter, so
-     * the find stays on the seq index */
+  if (k->targeted || k->external) {
+    /* which entries have a target (and which wait out a backoff) is told
+     * here, not by the filter, so the find stays on the seq index */
     char tkey[32];
     snprintf(tkey, sizeof tkey, "%s.target_id", k->field);
     bson_append_int32(&proj, tkey, -1, 1);
+    if (k->external) {
+      snprintf(tkey, sizeof tkey, "%s.retry_at", k->field);
+      bson_append_int32(&proj, tkey, -1, 1);
+    }
   }
   bson_append_document_end(&opts, &proj);
   bson_append_int64(&opts, "batchSize", 9, (int64_t)limit);
@@ -290,7 +306,7 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
  * nothing once a later relay has claimed the document. Pushes the entries,
  * each with token, lease_until and source_id (unsorted). */
 static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Integer limit, double lease,
-                         const char *token, size_t toklen, int targeted, const char *doing) {
+                         const char *token, size_t toklen, int targeted, int external, const char *doing) {
   claim_t k;
   mongoc_cursor_t *cur;
   const bson_t *doc;
@@ -302,6 +318,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   k.token = token;
   k.toklen = toklen;
   k.targeted = targeted;
+  k.external = external;
   k.now = ms_now();
   k.until = k.now + lease;
   snprintf(k.claim, sizeof k.claim, "%s_claim", field);
@@ -324,7 +341,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
       lua_Integer seen;
       if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
       seen = entries_seen(doc, &k, &left);
-      if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass) */
+      if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass, ...) */
       bson_uint32_to_string(nids++, &kp, key, sizeof key);
       bson_append_value(&ids, kp, -1, bson_iter_value(&id_it));
       want += seen;
@@ -384,9 +401,10 @@ static int claim_args(lua_State *L, ms_store_t *s, const char *field, const char
   double lease = ms_arg_number(L, 3, "claim: lease");
   size_t toklen;
   const char *token = ms_arg_string(L, 4, "claim: token", &toklen);
-  int targeted = lua_toboolean(L, 5);
+  int targeted = lua_toboolean(L, 5), external = lua_toboolean(L, 6);
   if (limit < 1 || !(lease > 0) || toklen == 0) return luaL_error(L, "%s: limit >= 1, lease > 0 and a token", doing);
-  return claim_entries(L, s, field, limit, lease, token, toklen, targeted, doing);
+  if (targeted && external) return luaL_error(L, "%s: targeted or external, not both", doing);
+  return claim_entries(L, s, field, limit, lease, token, toklen, targeted, external, doing);
 }
 
 /* Gives a claimed document's entries back before the lease ends (a relay
@@ -435,7 +453,109 @@ static int l_release_spawn(lua_State *L) {
   return release_entry(L, s, "spawns", "release_spawn");
 }
 
-/* store:_claim_outbox(limit, lease, token[, targeted]) / _claim_spawns(...) */
+/* The source id and token every update of a held outbox claim starts from,
+ * checked; NULL (and *e set) on a bad value. */
+static const char *claim_args_of(lua_State *L, const char *doing, size_t *idlen, const char **token, size_t *toklen,
+                                 ms_err_t *e) {
+  char what[48];
+  const char *id;
+  snprintf(what, sizeof what, "%s: source_id", doing);
+  id = ms_check_id(L, 2, what, idlen, e);
+  snprintf(what, sizeof what, "%s: token", doing);
+  *token = ms_arg_string(L, 3, what, toklen);
+  if (!id) return NULL;
+  if (*toklen == 0 || ms_text_error(*token, *toklen)) {
+    ms_err_set(e, "invalid", "%s: token %s", doing, *toklen == 0 ? "is empty" : ms_text_error(*token, *toklen));
+    return NULL;
+  }
+  return id;
+}
+
+/* Sends update u to the document `id` while its outbox claim carries
+ * token (and, with seq >= 0, while it holds that entry); pushes whether it
+ * matched, or the error. */
+static int held_update(lua_State *L, ms_store_t *s, const char *id, size_t idlen, const char *token, size_t toklen,
+                       int64_t seq, bson_t *u, const char *doing) {
+  bson_t q = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  bson_iter_t it;
+  int ok, matched = 0;
+  bson_append_utf8(&q, "_id", 3, id, (int)idlen);
+  bson_append_utf8(&q, "outbox_claim.token", -1, token, (int)toklen);
+  if (seq >= 0) bson_append_int64(&q, "outbox.seq", -1, seq);
+  ok = mongoc_collection_update_one(s->exes, &q, u, NULL, &reply, &be);
+  bson_destroy(&q);
+  if (ok && bson_iter_init_find(&it, &reply, "matchedCount") && BSON_ITER_HOLDS_NUMBER(&it))
+    matched = bson_iter_as_int64(&it) > 0;
+  bson_destroy(&reply);
+  if (!ok) return ms_store_push_bson_err(L, s, &be, doing);
+  lua_pushboolean(L, matched);
+  return 1;
+}
+
+/* store:renew_outbox(source_id, token, lease) -> true, until | false
+ * Extends a held claim (a handler still running on its entries) to now +
+ * lease, only while it is still the caller's: false when it passed on. */
+static int l_renew_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "renew_outbox");
+  size_t idlen, toklen;
+  const char *id, *token;
+  double lease, until;
+  bson_t u = BSON_INITIALIZER, set;
+  ms_err_t e;
+  int rc;
+  id = claim_args_of(L, "renew_outbox", &idlen, &token, &toklen, &e);
+  lease = ms_arg_number(L, 4, "renew_outbox: lease");
+  if (!id) return ms_push_error(L, &e);
+  if (!(lease > 0 && lease <= 86400)) {
+    ms_err_set(&e, "invalid", "renew_outbox: lease must be seconds, > 0 and at most a day");
+    return ms_push_error(L, &e);
+  }
+  until = ms_now() + lease;
+  bson_append_document_begin(&u, "$set", 4, &set);
+  bson_append_double(&set, "outbox_claim.until", -1, until);
+  bson_append_document_end(&u, &set);
+  rc = held_update(L, s, id, idlen, token, toklen, -1, &u, "renew_outbox");
+  bson_destroy(&u);
+  if (rc != 1 || !lua_toboolean(L, -1)) return rc;
+  lua_pushnumber(L, until);
+  return 2;
+}
+
+/* store:retry_outbox(source_id, token, seq, retry_at, tries[, release]) -> true | false
+ * A failed try of a held external entry: stamps it with when it may be
+ * claimed again (retry_at, epoch seconds) and how many tries it had, and
+ * with release also gives the claim back, in one update that matches only
+ * while the claim is the caller's and the entry is there. */
+static int l_retry_outbox(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "retry_outbox");
+  size_t idlen, toklen;
+  const char *id, *token;
+  int64_t seq, tries;
+  double retry_at;
+  bson_t u = BSON_INITIALIZER, set;
+  ms_err_t e;
+  int rc;
+  id = claim_args_of(L, "retry_outbox", &idlen, &token, &toklen, &e);
+  seq = ms_arg_integer(L, 4, "retry_outbox: seq");
+  retry_at = ms_arg_number(L, 5, "retry_outbox: retry_at");
+  tries = ms_arg_integer(L, 6, "retry_outbox: tries");
+  if (!id) return ms_push_error(L, &e);
+  if (seq < 0 || tries < 0 || !(retry_at >= 0 && retry_at < 1e11)) {
+    ms_err_set(&e, "invalid", "retry_outbox: seq and tries >= 0, retry_at epoch seconds");
+    return ms_push_error(L, &e);
+  }
+  bson_append_document_begin(&u, "$set", 4, &set);
+  bson_append_double(&set, "outbox.$.retry_at", -1, retry_at);
+  bson_append_int64(&set, "outbox.$.tries", -1, tries);
+  if (lua_toboolean(L, 7)) bson_append_double(&set, "outbox_claim.until", -1, 0.0);
+  bson_append_document_end(&u, &set);
+  rc = held_update(L, s, id, idlen, token, toklen, seq, &u, "retry_outbox");
+  bson_destroy(&u);
+  return rc;
+}
+
+/* store:_claim_outbox(limit, lease, token[, targeted[, external]]) / _claim_spawns(...) */
 static int l_claim_outbox(lua_State *L) {
   STORE_OR_CLOSED(L, s, "pending_outbox");
   return claim_args(L, s, "outbox", "pending_outbox");
@@ -614,6 +734,8 @@ static const luaL_Reg relay_methods[] = {
   {"_claim_spawns", l_claim_spawns},
   {"release_outbox", l_release_outbox},
   {"release_spawn", l_release_spawn},
+  {"renew_outbox", l_renew_outbox},
+  {"retry_outbox", l_retry_outbox},
   {"ack_outbox", l_ack_outbox},
   {"ack_outbox_many", l_ack_outbox_many},
   {"ack_spawn", l_ack_spawn},

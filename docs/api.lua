@@ -91,6 +91,9 @@ api.internal = {
   ["mongostore.ngx_thread.worker_step"] = "the thread side of msngx.start_worker's steps",
   ["mongostore.ngx_thread.without_position"] = "shared with mongostore.ngx: a raised message without the "
     .. "file and line Lua put in front of it, for answers that may reach a client",
+  ["mongostore.ngx_thread.external_claim"] = "the thread side of start_worker's on_external loop: its claims",
+  ["mongostore.ngx_thread.external_renew"] = "the thread side of start_worker's on_external loop: its renewals",
+  ["mongostore.ngx_thread.external_settle"] = "the thread side of start_worker's on_external loop: its settles",
   ["mongostore.RecordStore.load"] = "the step under fetch, history and the queries: stored documents as records, "
     .. "refs loaded",
   ["mongostore.RecordQuery.filter"] = "the filter a query sends (what its page tokens are bound to), for the specs",
@@ -552,13 +555,15 @@ safety net.]],
           params = {
             { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
             { "lease", "number?", "seconds the claim holds (> 0, at most a day); needs a limit", default = "30" },
-            { "opts", "{ targeted: boolean? }?", "`targeted = true`: claim only entries with a target "
-              .. "(a relay with no handler for external events); `entries.external_left` counts the external "
-              .. "entries the claim saw and left pending" },
+            { "opts", "{ targeted: boolean?, external: boolean? }?", "`targeted = true`: claim only entries "
+              .. "with a target (a relay with no handler for external events); `entries.external_left` counts "
+              .. "the external entries the claim saw and left pending. `external = true`: the opposite, only "
+              .. "entries without a target whose `retry_at` has come (`engine:claim_external`); not both" },
           },
           returns = { { "entries", "mongostore.OutboxEntry[]", "oldest first (by seq)" } },
           fails = fails("invalid"),
-          raises = "a wrong type for `limit` or `lease`, or a lease without a limit" },
+          raises = "a wrong type for `limit` or `lease`, a lease without a limit, or both `targeted` and "
+            .. "`external`" },
         { method = "ack_outbox", of = "mongostore.Store",
           params = {
             { "seq", "integer", "the entry's seq" },
@@ -635,6 +640,37 @@ this for a dead letter when it has no `on_dead_letter`.]] },
             { "failed_at", "number", "epoch seconds" },
             { "attempts", "integer", "the tries it had" },
           } },
+        { method = "renew_outbox", of = "mongostore.Store",
+          params = {
+            { "source_id", "string", "the document the entries were claimed from" },
+            { "token", "string", "the claim's token" },
+            { "lease", "number", "seconds from now the claim holds (> 0, at most a day)" },
+          },
+          returns = {
+            { "renewed", "boolean", "false: the claim is no longer the caller's (its lease ran out and another "
+              .. "relay took the document)" },
+            { "until", "number?", "epoch seconds the claim now holds until" },
+          },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = "Extends a held claim while a handler still runs on its entries (`engine:renew_external`)." },
+        { method = "retry_outbox", of = "mongostore.Store",
+          params = {
+            { "source_id", "string", "the document the entry was claimed from" },
+            { "token", "string", "the claim's token" },
+            { "seq", "integer", "the entry" },
+            { "retry_at", "number", "epoch seconds before which `pending_outbox(..., { external = true })` "
+              .. "leaves it" },
+            { "tries", "integer", "the tries it has had" },
+            { "release", "boolean?", "also end the claim", default = "false" },
+          },
+          returns = { { "held", "boolean", "false: the claim had passed on (nothing was written)" } },
+          fails = fails("invalid"),
+          raises = "a wrong type for an argument",
+          desc = [[
+A failed try of an external entry (`engine:settle_external`): stamps the entry
+with `retry_at` and `tries` in one update that matches only while the claim is
+the caller's, so its backoff holds for every relay and process.]] },
         { method = "pending_spawns", of = "mongostore.Store",
           params = {
             { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
@@ -668,6 +704,9 @@ this for a dead letter when it has no `on_dead_letter`.]] },
             { "source_id", "string?", "(claimed) the execution that emitted it" },
             { "token", "string?", "(claimed) the claim's token" },
             { "lease_until", "number?", "(claimed) epoch seconds the claim holds until" },
+            { "tries", "integer?", "(external) failed tries so far (`settle_external`)" },
+            { "retry_at", "number?", "(external) epoch seconds of its next try" },
+            { "claim_size", "integer?", "(`claim_external`) the entries its claim holds" },
           } },
         { class = "mongostore.SpawnEntry",
           desc = "A pending spawn entry.",
@@ -3661,12 +3700,85 @@ engine:run{ stop = function() return stopping end, idle_sleep = 0.05, sweep_inte
           desc = [[
 Claims pending outbox entries and delivers each, in order per target; a target
 that does not exist yet is retried on later passes and given up after
-`max_attempts`. Events without a target go to `on_external`; an engine
-without one leaves them pending (it claims only targeted entries). With
+`max_attempts`. Events without a target go to `on_external`, one after
+another, until half the lease has passed (the rest is given back for the next
+pass, so the pass's acks land while its claims hold); an engine without one
+leaves them pending (it claims only targeted entries), for an engine that has
+one or a loop on `claim_external`. With
 `batch_delivery` (the default) the pass delivers its entries as `send_many`
 does and acks them in one bulk write, applying events only in the first half
 of its lease (what is left waits for the next pass), so that its acks land
 while its claims hold.]] },
+        { method = "claim_external", of = "mongostore.Engine",
+          params = { { "limit", "integer?", "claim at least this many entries (>= 1)", default = "batch" } },
+          returns = { { "entries", "mongostore.OutboxEntry[]", "external entries (no target), oldest first, each "
+            .. "with `token`, `source_id`, `lease_until`, `claim_size` and `tries` (after a failed try)" } },
+          fails = fails("invalid"),
+          raises = "a `limit` that is not a number",
+          desc = [[
+For an event loop of the application's that delivers external events itself
+(the engine needs no `on_external`): claims the pending outbox entries without
+a target whose wait after a failed try is over, whole source documents at a
+time under the engine's `lease`, as the relays claim. No other relay, loop or
+process gets them until the lease runs out (`renew_external` extends it);
+after a crash they come back once it has. Hand each entry to the handler and
+report with `settle_external`. While a document is claimed here its targeted
+entries wait too, so settle (or renew) promptly.]],
+          example = [[
+local entries = assert(engine:claim_external(16))
+for _, entry in ipairs(entries) do
+  local ok, err = pcall(charge_card, entry.event.data)
+  engine:settle_external(entry, ok, err)
+end]] },
+        { method = "renew_external", of = "mongostore.Engine",
+          params = { { "entries", "mongostore.OutboxEntry[]", "claimed entries whose handlers still run" } },
+          returns = {
+            { "renewed", "integer", "claims extended to now + `lease` (one update per source document)" },
+            { "lost", "mongostore.OutboxEntry[]", "entries whose claim ran out and passed on: another relay may "
+              .. "deliver them too" },
+          },
+          fails = fails("invalid"),
+          raises = "`entries` not a list of claimed entries",
+          desc = "Call it every `lease / 3` or so while a handler runs; each entry's `lease_until` is updated." },
+        { method = "settle_external", of = "mongostore.Engine",
+          params = {
+            { "entry", "mongostore.OutboxEntry", "an entry `claim_external` gave" },
+            { "ok", "boolean?", "true: delivered; false or nil: the try failed" },
+            { "err", "any?", "why it failed (logged)" },
+            { "opts", "mongostore.SettleOptions?", "" },
+          },
+          returns = { { "result", "mongostore.SettleResult", "what was done" } },
+          fails = fails("invalid"),
+          raises = "an `entry` that is not a claimed entry, a wrong `opts`, an unknown option",
+          desc = [[
+Delivered: acks the entry while the claim is still the caller's. Failed:
+counts a try on the entry itself (`tries`), logs `err`, and stamps the entry
+with its next try, 0.5 s doubled per failure up to 60 s, each wait drawn
+between half and all of that (jitter); after `max_attempts` tries it gives
+the entry up (`on_dead_letter`, else logged) and acks it. The backoff is on
+the entry, so it holds for every process. The last entry settled of a claim
+gives the claim back: what waits on the document is claimable at once, and a
+failed entry comes again after its wait.]] },
+        { class = "mongostore.SettleOptions",
+          desc = "The options of `engine:settle_external`; an unknown key raises.",
+          fields = {
+            { "release", "boolean?", "end the claim now (true) or keep it (false); default: when this is the "
+              .. "last open entry of the claim `claim_external` made on this engine (a loop that settles through "
+              .. "other engines, as `mongostore.ngx` does across thread VMs, counts them itself)" },
+            { "log", "boolean?", "false: do not log the failure (the caller logs `result.message`)",
+              default = "true" },
+          } },
+        { class = "mongostore.SettleResult",
+          desc = "What `engine:settle_external` did.",
+          fields = {
+            { "outcome", "\"delivered\"|\"retry\"|\"given_up\"", "acked; waiting for its next try; dead "
+              .. "lettered and acked" },
+            { "tries", "integer?", "(failed) the tries it has had" },
+            { "wait", "number?", "(retry) seconds until its next try" },
+            { "retry_at", "number?", "(retry) epoch seconds of its next try" },
+            { "lost", "true?", "(retry) the claim had passed on: nothing was written" },
+            { "message", "string?", "(failed) the log line" },
+          } },
         { method = "relay_inbox", of = "mongostore.Engine", params = {},
           returns = { { "n", "integer", "entries handled (delivered, or given up)" } },
           desc = [[
@@ -3850,13 +3962,51 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
           params = { { "opts", "mongostore.NgxWorkerOptions?", "how often to step" } },
           returns = { { "ok", "true", "" } },
           fails = { "unavailable" },
-          raises = "a call before `configure`, or a lock dict nginx does not declare",
+          raises = "a call before `configure`, a lock dict nginx does not declare, an unknown option, an "
+            .. "`on_external` that is not a function or an `external_concurrency` that is not an integer from "
+            .. "1 to 1024",
           desc = [[
 In `init_worker_by_lua`: runs the relays and the timer sweep on
 `ngx.timer.every` in each worker process, one nginx worker at a time (a
 `lua_shared_dict` lock). Each step runs in a worker thread; where the lua
 module cannot start threads from timers it falls back to direct calls. A
-premature timer (reload, shutdown) stops it.]] },
+premature timer (reload, shutdown) stops it.
+
+External events (an emit with no target, such as the order chart's `Charge`)
+are delivered only with `on_external`. Then every nginx worker runs a loop on
+a timer: it claims external entries through a thread call
+(`engine:claim_external`, the engine's claim and 10 s lease), runs
+`on_external(entry)` for each in an `ngx.thread` light thread of that timer,
+where cosockets work (`ngx.socket.tcp`, an HTTP client), at most
+`external_concurrency` at once, and renews the claims it holds every 10/3 s
+while the handlers run. An entry is acked only after `on_external` returns
+`true`; `false`/`nil, err` or a raise is a failed try, logged with `ngx.log`
+(warn; error once given up), and the entry comes again after a backoff with
+jitter (0.5 s doubling to 60 s, `engine:settle_external`), stored on the
+entry so that every worker honours it, until `max_attempts` (100) gives it up.
+Delivery is at least once: a worker killed while a handler runs leaves the
+entry to come again after the lease, so a handler should pass
+`entry.event.id` (or the chart's idempotency key) on as the receiver's
+idempotency key. A graceful stop (`nginx -s quit`, a reload) lets the running
+handlers finish and settle, and gives the claimed entries not started back, so
+bound each handler with socket timeouts. Without `on_external` the entries
+stay pending (for another worker that has one) and worker 0 says so once in
+the error log.]],
+          example = [[
+init_worker_by_lua_block {
+  require("mongostore.ngx").start_worker{
+    interval = 0.1, sweep_interval = 1, external_concurrency = 16,
+    on_external = function(entry)
+      local sock = ngx.socket.tcp()
+      sock:settimeout(5000)
+      local ok, err = sock:connect("127.0.0.1", 8081)
+      if not ok then return nil, err end
+      -- ... send entry.event as the gateway wants it, read its answer ...
+      sock:close()
+      return true
+    end,
+  }
+}]] },
         { class = "mongostore.NgxWorkerOptions",
           desc = "The options of `msngx.start_worker`.",
           fields = {
@@ -3864,6 +4014,11 @@ premature timer (reload, shutdown) stops it.]] },
             { "sweep_interval", "number?", "seconds between timer sweeps", default = "1" },
             { "lock_dict", "string?", "the `lua_shared_dict` for the lock", default = "\"mongostore_locks\"" },
             { "lock_ttl", "number?", "seconds the lock is held at most", default = "10" },
+            { "on_external", "fun(entry: mongostore.OutboxEntry): boolean?, string?", "delivers one external "
+              .. "event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks "
+              .. "it", default = "none: external events stay pending" },
+            { "external_concurrency", "integer?", "handlers running at once per nginx worker (1 to 1024)",
+              default = "16" },
           } },
         { fn = "stop_worker", module = "mongostore.ngx", params = {}, returns = {},
           desc = "Stops this process's worker at its next tick (it stops by itself on reload and shutdown)." },
@@ -4143,7 +4298,8 @@ api.ngx_forwards = {
   ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
                            "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
-                           "ack_outbox_many", "fail_outbox", "failed_outbox", "redeliver_failed" },
+                           "ack_outbox_many", "fail_outbox", "failed_outbox", "redeliver_failed", "renew_outbox",
+                           "retry_outbox" },
   ["mongostore.Engine"] = { "start", "send", "send_many", "enqueue", "cancel", "terminate", "suspend", "resume" },
 }
 

@@ -178,6 +178,9 @@
 ---@field source_id? string (claimed) the execution that emitted it
 ---@field token? string (claimed) the claim's token
 ---@field lease_until? number (claimed) epoch seconds the claim holds until
+---@field tries? integer (external) failed tries so far (`settle_external`)
+---@field retry_at? number (external) epoch seconds of its next try
+---@field claim_size? integer (`claim_external`) the entries its claim holds
 
 --- A pending spawn entry.
 ---@class mongostore.SpawnEntry
@@ -648,12 +651,12 @@ function Store:is_processed(id, event_id) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:list_executions(q) end
 
---- Raises on a wrong type for `limit` or `lease`, or a lease without a limit.
+--- Raises on a wrong type for `limit` or `lease`, a lease without a limit, or both `targeted` and `external`.
 ---
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@param opts? { targeted: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending
+---@param opts? { targeted: boolean?, external: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending. `external = true`: the opposite, only entries without a target whose `retry_at` has come (`engine:claim_external`); not both
 ---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
@@ -730,6 +733,37 @@ function Store:failed_outbox(limit) end
 ---@return (boolean|string)? moved # false: no such failed entry; on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:redeliver_failed(source_id, seq) end
+
+--- Extends a held claim while a handler still runs on its entries (`engine:renew_external`).
+---
+--- Raises on a wrong type for an argument.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entries were claimed from
+---@param token string the claim's token
+---@param lease number seconds from now the claim holds (> 0, at most a day)
+---@return boolean? renewed # false: the claim is no longer the caller's (its lease ran out and another relay took the document)
+---@return (number|string)? until # epoch seconds the claim now holds until; on failure, the message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:renew_outbox(source_id, token, lease) end
+
+--- A failed try of an external entry (`engine:settle_external`): stamps the entry
+--- with `retry_at` and `tries` in one update that matches only while the claim is
+--- the caller's, so its backoff holds for every relay and process.
+---
+--- Raises on a wrong type for an argument.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entry was claimed from
+---@param token string the claim's token
+---@param seq integer the entry
+---@param retry_at number epoch seconds before which `pending_outbox(..., { external = true })` leaves it
+---@param tries integer the tries it has had
+---@param release? boolean also end the claim
+---@return boolean? held # false: the claim had passed on (nothing was written)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:retry_outbox(source_id, token, seq, retry_at, tries, release) end
 
 --- Raises on a wrong type for `limit` or `lease`, or a lease without a limit.
 ---

@@ -112,6 +112,8 @@ local Engine = {}
 Engine.__index = Engine
 -- the relay passes (mongostore.engine.relays)
 for name, fn in pairs(require("mongostore.engine.relays").methods) do Engine[name] = fn end
+-- claim_external, renew_external, settle_external (mongostore.engine.external)
+for name, fn in pairs(require("mongostore.engine.external").methods) do Engine[name] = fn end
 
 local function default_log(msg)
   io.stderr:write("mongostore.engine: ", msg, "\n")
@@ -205,6 +207,7 @@ function M.new(opts)
     lease = opts.lease or 10,   -- seconds a claimed entry is this worker's
     attempts = new_lru(cache_size, true), -- outbox seq -> failed deliveries in this process
     external_retry = new_lru(cache_size), -- outbox seq -> when a failed external entry is tried again
+    external_open = new_lru(cache_size),  -- claim_external's claims -> their entries not settled yet
     definitions = new_lru(cache_size),    -- execution id -> definition id (for the spawn relay)
     unresolved = new_lru(cache_size),     -- child id -> true once its unregistered chart was logged
   }, Engine)

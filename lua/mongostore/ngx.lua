@@ -363,15 +363,208 @@ end
 
 local worker
 
+-- What the on_external loop asks of a thread (mongostore.ngx_thread's
+-- external_*): the decoded answer, or nil, msg, code.
+local function external_call(func, label, timeout, ...)
+  local c = codecs().json
+  local n = select("#", ...)
+  local res, werr
+  if n == 0 then
+    res, werr = thread_call(timeout, func, config)
+  else
+    local args, aerr = encode_args(c, ...)
+    if not args then return nil, format("%s: %s", label, tostring(aerr)), "invalid" end
+    res, werr = thread_call(timeout, func, config, args)
+  end
+  local ok, a, b, d = pcall(results, label, c, res, werr)
+  if not ok then return nil, label .. ": " .. tostring(a), "unavailable" end
+  return a, b, d
+end
+
+-- The claim's limit travels bare (no encoding): a number.
+local function external_claim(limit)
+  local c = codecs().json
+  local ok, a, b, d = pcall(results, "claim_external", c, thread_call(1, "external_claim", config, limit))
+  if not ok then return nil, "claim_external: " .. tostring(a), "unavailable" end
+  return a, b, d
+end
+
+-- Seconds between renewals of the claims a handler holds: a third of the
+-- engine's lease (10 s), so that one failed renewal still leaves time.
+local EXTERNAL_RENEW = 10 / 3
+-- The loop's wait when there is nothing to claim: 50 ms doubling to 1 s.
+local EXTERNAL_IDLE_MIN, EXTERNAL_IDLE_MAX = 0.05, 1
+
+-- The on_external loop of one nginx worker (every worker runs one: the
+-- claims keep them apart). It claims external entries through a thread,
+-- runs fn(entry) in a light thread of this timer for each (cosockets work
+-- there), at most `concurrency` at once, renews the claims of the entries it
+-- holds every EXTERNAL_RENEW seconds, and settles each entry through a
+-- thread once its fn is done: true acks it, anything else (false or nil, err,
+-- or a raise) is a failed try, logged, with its backoff on the entry.
+local function external_loop(state, fn, concurrency)
+  local semaphore = require "ngx.semaphore"
+  local wake = semaphore.new(0)
+  -- claimed entries not started yet: queue[qhead..qlen] (a count of its own:
+  -- the length of a list whose head was set to nil is not reliable)
+  local queue, qhead, qlen = {}, 1, 0
+  local live = {}                   -- light threads -> their entry
+  local running = 0
+  local open = {}                   -- source_id .. token -> entries of the claim not settled
+  local function key(e) return e.source_id .. "\0" .. e.token end
+
+  local function settle(e, ok, why)
+    e.settling = true -- its claim may be given back from here: not renewed
+    local k = key(e)
+    local left = (open[k] or 1) - 1
+    open[k] = left > 0 and left or nil
+    local r, err = external_call("external_settle", "settle_external", config.call_timeout, e, ok == true,
+                                 why ~= nil and tostring(why) or nil, left <= 0)
+    if not r then
+      ngx.log(ngx.ERR, "mongostore: on_external: outbox ", tostring(e.seq), ": ", tostring(err),
+              " (its claim lapses and it comes again)")
+    elseif r.outcome == "given_up" then
+      ngx.log(ngx.ERR, "mongostore: on_external: ", r.message)
+    elseif r.outcome == "retry" then
+      ngx.log(ngx.WARN, "mongostore: on_external: ", r.message)
+    end
+  end
+
+  local function run_entry(e)
+    local ok, res, why = pcall(fn, e)
+    if not ok then
+      why = res
+    elseif res ~= true then
+      why = why ~= nil and why or ("on_external returned " .. tostring(res))
+    end
+    settle(e, ok and res == true, why)
+    running = running - 1
+    wake:post(1)
+  end
+
+  local function held()
+    local list = {}
+    for _, e in pairs(live) do
+      if not e.settling then list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token } end
+    end
+    for i = qhead, qlen do
+      local e = queue[i]
+      list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token }
+    end
+    return list
+  end
+
+  local function renew()
+    local list = held()
+    if #list == 0 then return end
+    local _, lost = external_call("external_renew", "renew_external", config.call_timeout, list)
+    if type(lost) == "table" then
+      for _, e in ipairs(lost) do
+        ngx.log(ngx.WARN, "mongostore: on_external: outbox ", tostring(e.seq),
+                ": its claim ran out while its handler ran; another worker may deliver it too")
+      end
+    end
+  end
+
+  local function reap()
+    for t in pairs(live) do
+      if coroutine.status(t) == "dead" then
+        ngx.thread.wait(t)
+        live[t] = nil
+      end
+    end
+  end
+
+  return function(premature)
+    if premature then return end
+    local idle, last_renew = EXTERNAL_IDLE_MIN, ngx.now()
+    while not (state.stopped or ngx.worker.exiting()) do
+      local claimed = 0
+      if qhead > qlen and running < concurrency then
+        local entries, err = external_claim(concurrency - running)
+        if entries == nil then
+          -- every slot busy is load, not a fault: the next round tries again
+          if not tostring(err):find("too many calls in flight", 1, true) then
+            ngx.log(ngx.WARN, "mongostore: on_external: ", tostring(err))
+          end
+          idle = EXTERNAL_IDLE_MAX
+        else
+          claimed = #entries
+          queue, qhead, qlen = entries, 1, #entries
+          for _, e in ipairs(entries) do
+            local k = key(e)
+            open[k] = (open[k] or 0) + 1
+          end
+        end
+      end
+      while running < concurrency and qhead <= qlen do
+        local e = queue[qhead]
+        queue[qhead] = nil
+        qhead = qhead + 1
+        running = running + 1
+        local t, serr = ngx.thread.spawn(run_entry, e)
+        if t then
+          live[t] = e
+        else
+          running = running - 1
+          ngx.log(ngx.ERR, "mongostore: on_external: could not start a light thread: ", tostring(serr))
+          settle(e, false, "no light thread: " .. tostring(serr))
+        end
+      end
+      reap()
+      if ngx.now() - last_renew >= EXTERNAL_RENEW then
+        last_renew = ngx.now()
+        renew()
+      end
+      if running >= concurrency then
+        wake:wait(EXTERNAL_RENEW / 2) -- every slot busy: until a handler is done
+      elseif claimed > 0 then
+        idle = EXTERNAL_IDLE_MIN -- there was work: claim again at once
+      else
+        wake:wait(idle)
+        idle = math.min(idle * 2, EXTERNAL_IDLE_MAX)
+      end
+    end
+    -- stopping: let the running handlers finish and settle, give the rest back
+    for t in pairs(live) do ngx.thread.wait(t) end
+    local given = {}
+    for i = qhead, qlen do
+      local e = queue[i]
+      local k = key(e)
+      if not given[k] then
+        given[k] = true
+        pcall(M.release_outbox, e.source_id, e.token)
+      end
+    end
+  end
+end
+
 -- msngx.start_worker{ interval = 0.1, sweep_interval = 1, lock_dict = "mongostore_locks",
---                     lock_ttl = 10 }
+--                     lock_ttl = 10, on_external = fn(entry), external_concurrency = 16 }
 -- In init_worker_by_lua. Each step runs in a worker thread (the timer yields
 -- meanwhile); where the lua module cannot start threads from a timer it
 -- falls back to direct calls, which block this worker's event loop for one
 -- short round trip each.
+-- on_external: external events (emits with no target) are handed to
+-- fn(entry) in light threads of this nginx worker, where cosockets work
+-- (external_loop); without it they stay pending, which is logged once.
+local START_OPTS = { interval = true, sweep_interval = true, lock_dict = true, lock_ttl = true, on_external = true,
+                     external_concurrency = true }
+
 function M.start_worker(opts)
   if not config then error("mongostore.ngx.start_worker: call configure{...} first", 2) end
   opts = opts or {}
+  if type(opts) ~= "table" then error("mongostore.ngx.start_worker: opts must be a table", 2) end
+  for k in pairs(opts) do
+    if not START_OPTS[k] then error("mongostore.ngx.start_worker: unknown option " .. tostring(k), 2) end
+  end
+  if opts.on_external ~= nil and type(opts.on_external) ~= "function" then
+    error("mongostore.ngx.start_worker: on_external must be a function", 2)
+  end
+  local concurrency = opts.external_concurrency or 16
+  if type(concurrency) ~= "number" or concurrency % 1 ~= 0 or concurrency < 1 or concurrency > 1024 then
+    error("mongostore.ngx.start_worker: external_concurrency must be an integer from 1 to 1024", 2)
+  end
   local interval = opts.interval or 0.1
   local sweep_interval = opts.sweep_interval or 1
   local dict_name = opts.lock_dict or "mongostore_locks"
@@ -450,6 +643,13 @@ function M.start_worker(opts)
 
   local ok, err = ngx.timer.every(interval, tick)
   if not ok then return nil, "start_worker: " .. tostring(err), "unavailable" end
+  if opts.on_external then
+    ok, err = ngx.timer.at(0, external_loop(state, opts.on_external, concurrency))
+    if not ok then return nil, "start_worker: on_external: " .. tostring(err), "unavailable" end
+  elseif ngx.worker.id() == 0 then
+    ngx.log(ngx.WARN, "mongostore: start_worker has no on_external: external events (emits with no target) ",
+            "are not delivered by this nginx; they stay pending for a worker that has one")
+  end
   return true
 end
 

@@ -389,10 +389,40 @@ end
 function M.worker_step(cfg, sweep)
   local h, err = handles(cfg)
   if not h then error(err, 0) end
+  -- start_worker says at start whether this nginx delivers external
+  -- entries (its on_external loop): not each thread VM's engine again
+  h.engine.said_external = true
   local n = h.engine:relay_spawns() + h.engine:relay_outbox()
   if h.engine.inbox then n = n + require("mongostore.inbox").idle_pass(h.engine) end
   if sweep then n = n + h.engine:sweep() end
   return n
+end
+
+-- start_worker's on_external loop, whose handlers run in the nginx worker
+-- (cosockets): it claims external entries here (engine:claim_external, the
+-- entries answered as plain tables), renews their claims while the handlers
+-- run, and settles each when its handler is done. The loop counts each
+-- claim's entries itself (a thread VM's engine sees only its own calls), so
+-- settle is told whether the entry ends its claim; it logs with ngx.log, so
+-- the engine here does not (result.message).
+function M.external_claim(cfg, limit)
+  local h, err, code = handles(cfg)
+  if not h then return pack(nil, err, code) end
+  return answer(pcall(h.engine.claim_external, h.engine, limit))
+end
+
+function M.external_renew(cfg, args)
+  local h, err, code = handles(cfg)
+  if not h then return pack(nil, err, code) end
+  return with_args("renew_external", args, function(entries) return h.engine:renew_external(entries) end)
+end
+
+function M.external_settle(cfg, args)
+  local h, err, code = handles(cfg)
+  if not h then return pack(nil, err, code) end
+  return with_args("settle_external", args, function(entry, ok, why, release)
+    return h.engine:settle_external(entry, ok, why, { release = release == true, log = false })
+  end)
 end
 
 return M

@@ -33,6 +33,7 @@ M.CALLS = {
   release_outbox = "plain", release_spawn = "plain", due_timers = "plain", delete_timer = "plain",
   append_trace = "plain", read_trace = "plain", info = "plain", stats = "plain",
   ack_outbox_many = "plain", fail_outbox = "plain", failed_outbox = "plain", redeliver_failed = "plain",
+  renew_outbox = "plain", retry_outbox = "plain",
   load_many = "executions", commit_many = "executions",
   close = "local",
 }
@@ -483,8 +484,12 @@ end
 -- is still this caller's. With opts.targeted, only entries addressed to an
 -- execution are claimed: external entries (no target_id) stay pending for a
 -- relay that has an on_external handler, and rows.external_left counts the
--- ones this claim saw and left.
-local CLAIM_OPTS = { targeted = true }
+-- ones this claim saw and left. With opts.external, the opposite: only
+-- external entries, and of them only those whose retry_at (retry_outbox,
+-- after a failed try) has come (engine:claim_external). The C core adds
+-- renew_outbox(source_id, token, lease) and retry_outbox(source_id, token,
+-- seq, retry_at, tries[, release]) for such held claims.
+local CLAIM_OPTS = { targeted = true, external = true }
 function Store:pending_outbox(limit, lease, opts)
   no_lease_without_limit("pending_outbox", limit, lease)
   local rows, err, code
@@ -494,8 +499,12 @@ function Store:pending_outbox(limit, lease, opts)
     if opts ~= nil then
       if type(opts) ~= "table" then error("pending_outbox: opts must be a table, got " .. type(opts), 2) end
       check_keys(opts, CLAIM_OPTS, "pending_outbox", "option")
+      if opts.targeted and opts.external then
+        error("pending_outbox: opts.targeted and opts.external exclude each other", 2)
+      end
     end
-    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid(), opts ~= nil and opts.targeted == true)
+    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid(), opts ~= nil and opts.targeted == true,
+                                         opts ~= nil and opts.external == true)
   else
     rows, err, code = self:_pending_outbox()
   end

@@ -140,6 +140,7 @@ function TestApiRules:test_reserved_and_control_kinds_never_pass_the_events_endp
   start("order", "x-ctl", { total = 30 })
   local status, body = event("x-ctl", { kind = "PlaceOrder", id = "po" })
   lu.assertEquals(status, 202, H.encode({ body }))
+  lu.assertTrue(H.outbox_settled(srv().db), "the Charge is delivered (on_external)")
   local before = H.snapshot(srv().db)
   local exe0 = show("x-ctl")
   for _, ev in ipairs(REFUSED) do
@@ -237,6 +238,7 @@ function TestApiRules:test_a_resent_event_id_is_accepted_once()
   local status, body = event("x-dup", { kind = "PlaceOrder", id = "po-1" })
   lu.assertEquals(status, 202)
   lu.assertEquals(body, { ok = true, outcome = "transition", status = "RUNNING" })
+  lu.assertTrue(H.outbox_settled(srv().db), "the Charge is delivered (on_external)")
   local exe1 = show("x-dup")
   local before = H.snapshot(srv().db)
   for _ = 1, 2 do

@@ -126,18 +126,30 @@ Server.__index = Server
 -- The rendered config with a spec's additions (M.start's opts): `http`,
 -- directives put before init_by_lua; `locations`, put before /ping;
 -- `package_path`, entries put first in lua_package_path; `configure`, Lua
--- text (fields such as `inbox = false,`) added to msngx.configure's table.
-local function add_to_config(conf, opts)
-  if not (opts.http or opts.locations or opts.package_path or opts.configure) then return end
+-- text (fields such as `inbox = false,`) added to msngx.configure's table;
+-- `worker`, Lua text added last to msngx.start_worker's table (a field
+-- given there wins over the example's own). In each, {{PORT}} is the port.
+local function add_to_config(conf, opts, port)
+  if not (opts.http or opts.locations or opts.package_path or opts.configure or opts.worker) then return end
   local text = assert(read(conf))
+  local function at_port(t) return (t:gsub("{{PORT}}", tostring(port))) end
   local function put(pattern, add, what)
     local n
     text, n = text:gsub(pattern, function(at) return add .. at end, 1)
     assert(n == 1, "the example config has no " .. what)
   end
-  if opts.http then put("\n[ ]*init_by_lua_block", "\n" .. opts.http, "init_by_lua_block") end
-  if opts.locations then put("\n[ ]*location = /ping", "\n" .. opts.locations, "/ping location") end
-  if opts.configure then put("\n[ ]*run_modules = ", "\n" .. opts.configure, "run_modules in msngx.configure") end
+  if opts.http then put("\n[ ]*init_by_lua_block", "\n" .. at_port(opts.http), "init_by_lua_block") end
+  if opts.locations then put("\n[ ]*location = /ping", "\n" .. at_port(opts.locations), "/ping location") end
+  if opts.configure then
+    put("\n[ ]*run_modules = ", "\n" .. at_port(opts.configure), "run_modules in msngx.configure")
+  end
+  if opts.worker then
+    local n
+    text, n = text:gsub("(start_worker%b{})", function(call)
+      return call:sub(1, -2) .. "\n" .. at_port(opts.worker) .. "\n}"
+    end, 1)
+    assert(n == 1, "the example config has no start_worker{...}")
+  end
   if opts.package_path then
     local entries = type(opts.package_path) == "table" and table.concat(opts.package_path, ";") or opts.package_path
     local n
@@ -154,7 +166,7 @@ local function new_prefix(port, opts)
   local conf = render.render{ prefix = prefix, port = port, workers = opts.workers or 2, threads = opts.threads or 8,
                               vm_pool = opts.vm_pool or tonumber(os.getenv("MONGOSTORE_NGX_VM_POOL") or ""),
                               log_level = "info" }
-  add_to_config(conf, opts)
+  add_to_config(conf, opts, port)
   return prefix, conf
 end
 
@@ -454,6 +466,20 @@ function M.poll(fn, timeout, interval)
     if ms.now() > deadline then return nil end
     ms.sleep(interval or 0.05)
   end
+end
+
+-- Waits (up to timeout seconds) until database db has no outbox entry
+-- pending: the example's worker has delivered what was emitted (its
+-- Charges go to its stand-in gateway), so the documents hold still and a
+-- snapshot taken now is not changed by a late ack. Returns whether it did.
+function M.outbox_settled(db, timeout)
+  local store = assert(ms.connect(helper.uri(), { db = db, wait = 10 }))
+  local done = M.poll(function()
+    local entries = store:pending_outbox()
+    return entries ~= nil and #entries == 0
+  end, timeout or 20, 0.05)
+  store:close()
+  return done == true
 end
 
 -- { min, median, p95, max, n } of a list of numbers.

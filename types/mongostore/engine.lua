@@ -59,6 +59,20 @@ local Engine = {}
 ---@field idle_sleep? number seconds to sleep when a pass found nothing
 ---@field sweep_interval? number seconds between timer sweeps
 
+--- The options of `engine:settle_external`; an unknown key raises.
+---@class mongostore.SettleOptions
+---@field release? boolean end the claim now (true) or keep it (false); default: when this is the last open entry of the claim `claim_external` made on this engine (a loop that settles through other engines, as `mongostore.ngx` does across thread VMs, counts them itself)
+---@field log? boolean false: do not log the failure (the caller logs `result.message`)
+
+--- What `engine:settle_external` did.
+---@class mongostore.SettleResult
+---@field outcome "delivered"|"retry"|"given_up" acked; waiting for its next try; dead lettered and acked
+---@field tries? integer (failed) the tries it has had
+---@field wait? number (retry) seconds until its next try
+---@field retry_at? number (retry) epoch seconds of its next try
+---@field lost? true (retry) the claim had passed on: nothing was written
+---@field message? string (failed) the log line
+
 --- A pass's claim, from `inbox.claim`.
 ---@class mongostore.InboxClaim
 ---@field token string the claim's token (what its ack and release match)
@@ -182,14 +196,67 @@ function Engine:relay_spawns() end
 
 --- Claims pending outbox entries and delivers each, in order per target; a target
 --- that does not exist yet is retried on later passes and given up after
---- `max_attempts`. Events without a target go to `on_external`; an engine
---- without one leaves them pending (it claims only targeted entries). With
+--- `max_attempts`. Events without a target go to `on_external`, one after
+--- another, until half the lease has passed (the rest is given back for the next
+--- pass, so the pass's acks land while its claims hold); an engine without one
+--- leaves them pending (it claims only targeted entries), for an engine that has
+--- one or a loop on `claim_external`. With
 --- `batch_delivery` (the default) the pass delivers its entries as `send_many`
 --- does and acks them in one bulk write, applying events only in the first half
 --- of its lease (what is left waits for the next pass), so that its acks land
 --- while its claims hold.
 ---@return integer n # entries handled
 function Engine:relay_outbox() end
+
+--- For an event loop of the application's that delivers external events itself
+--- (the engine needs no `on_external`): claims the pending outbox entries without
+--- a target whose wait after a failed try is over, whole source documents at a
+--- time under the engine's `lease`, as the relays claim. No other relay, loop or
+--- process gets them until the lease runs out (`renew_external` extends it);
+--- after a crash they come back once it has. Hand each entry to the handler and
+--- report with `settle_external`. While a document is claimed here its targeted
+--- entries wait too, so settle (or renew) promptly.
+---
+--- Raises on a `limit` that is not a number.
+---
+--- Fails with `nil, message, code`.
+---@param limit? integer claim at least this many entries (>= 1)
+---@return mongostore.OutboxEntry[]? entries # external entries (no target), oldest first, each with `token`, `source_id`, `lease_until`, `claim_size` and `tries` (after a failed try)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Engine:claim_external(limit) end
+
+--- Call it every `lease / 3` or so while a handler runs; each entry's `lease_until` is updated.
+---
+--- Raises on `entries` not a list of claimed entries.
+---
+--- Fails with `nil, message, code`.
+---@param entries mongostore.OutboxEntry[] claimed entries whose handlers still run
+---@return integer? renewed # claims extended to now + `lease` (one update per source document)
+---@return (mongostore.OutboxEntry[]|string)? lost # entries whose claim ran out and passed on: another relay may deliver them too; on failure, the message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Engine:renew_external(entries) end
+
+--- Delivered: acks the entry while the claim is still the caller's. Failed:
+--- counts a try on the entry itself (`tries`), logs `err`, and stamps the entry
+--- with its next try, 0.5 s doubled per failure up to 60 s, each wait drawn
+--- between half and all of that (jitter); after `max_attempts` tries it gives
+--- the entry up (`on_dead_letter`, else logged) and acks it. The backoff is on
+--- the entry, so it holds for every process. The last entry settled of a claim
+--- gives the claim back: what waits on the document is claimable at once, and a
+--- failed entry comes again after its wait.
+---
+--- Raises on an `entry` that is not a claimed entry, a wrong `opts`, an unknown option.
+---
+--- Fails with `nil, message, code`.
+---@param entry mongostore.OutboxEntry an entry `claim_external` gave
+---@param ok? boolean true: delivered; false or nil: the try failed
+---@param err? any why it failed (logged)
+---@param opts? mongostore.SettleOptions
+---@return mongostore.SettleResult? result # what was done
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Engine:settle_external(entry, ok, err, opts) end
 
 --- The inbox pass: claims the queued events of up to `batch` executions (the most
 --- urgent first, then the oldest) under a lease of `lease` seconds and a fence,

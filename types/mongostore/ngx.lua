@@ -26,6 +26,8 @@
 ---@field sweep_interval? number seconds between timer sweeps
 ---@field lock_dict? string the `lua_shared_dict` for the lock
 ---@field lock_ttl? number seconds the lock is held at most
+---@field on_external? fun(entry: mongostore.OutboxEntry): boolean?, string delivers one external event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks it
+---@field external_concurrency? integer handlers running at once per nginx worker (1 to 1024)
 
 --- An Execution as it crosses the thread boundary: a plain table of its fields
 --- (what `msngx.load` returns and `msngx.commit` takes back).
@@ -67,7 +69,28 @@ function msngx.config() end
 --- module cannot start threads from timers it falls back to direct calls. A
 --- premature timer (reload, shutdown) stops it.
 ---
---- Raises on a call before `configure`, or a lock dict nginx does not declare.
+--- External events (an emit with no target, such as the order chart's `Charge`)
+--- are delivered only with `on_external`. Then every nginx worker runs a loop on
+--- a timer: it claims external entries through a thread call
+--- (`engine:claim_external`, the engine's claim and 10 s lease), runs
+--- `on_external(entry)` for each in an `ngx.thread` light thread of that timer,
+--- where cosockets work (`ngx.socket.tcp`, an HTTP client), at most
+--- `external_concurrency` at once, and renews the claims it holds every 10/3 s
+--- while the handlers run. An entry is acked only after `on_external` returns
+--- `true`; `false`/`nil, err` or a raise is a failed try, logged with `ngx.log`
+--- (warn; error once given up), and the entry comes again after a backoff with
+--- jitter (0.5 s doubling to 60 s, `engine:settle_external`), stored on the
+--- entry so that every worker honours it, until `max_attempts` (100) gives it up.
+--- Delivery is at least once: a worker killed while a handler runs leaves the
+--- entry to come again after the lease, so a handler should pass
+--- `entry.event.id` (or the chart's idempotency key) on as the receiver's
+--- idempotency key. A graceful stop (`nginx -s quit`, a reload) lets the running
+--- handlers finish and settle, and gives the claimed entries not started back, so
+--- bound each handler with socket timeouts. Without `on_external` the entries
+--- stay pending (for another worker that has one) and worker 0 says so once in
+--- the error log.
+---
+--- Raises on a call before `configure`, a lock dict nginx does not declare, an unknown option, an `on_external` that is not a function or an `external_concurrency` that is not an integer from 1 to 1024.
 ---
 --- Fails with `nil, message, code`.
 ---@param opts? mongostore.NgxWorkerOptions how often to step
@@ -315,7 +338,7 @@ function msngx.load_for_event(id, event_id, timer_path) end
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
 ---@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@param opts? { targeted: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending
+---@param opts? { targeted: boolean?, external: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending. `external = true`: the opposite, only entries without a target whose `retry_at` has come (`engine:claim_external`); not both
 ---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
@@ -369,6 +392,31 @@ function msngx.release_outbox(source_id, token) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.release_spawn(source_id, token) end
+
+--- Runs [`store:renew_outbox`](store.md#store-renew_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entries were claimed from
+---@param token string the claim's token
+---@param lease number seconds from now the claim holds (> 0, at most a day)
+---@return boolean? renewed # false: the claim is no longer the caller's (its lease ran out and another relay took the document)
+---@return (number|string)? until # epoch seconds the claim now holds until; on failure, the message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.renew_outbox(source_id, token, lease) end
+
+--- Runs [`store:retry_outbox`](store.md#store-retry_outbox) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param source_id string the document the entry was claimed from
+---@param token string the claim's token
+---@param seq integer the entry
+---@param retry_at number epoch seconds before which `pending_outbox(..., { external = true })` leaves it
+---@param tries integer the tries it has had
+---@param release? boolean also end the claim
+---@return boolean? held # false: the claim had passed on (nothing was written)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.retry_outbox(source_id, token, seq, retry_at, tries, release) end
 
 --- Runs [`store:stats`](store.md#store-stats) in a worker thread.
 ---

@@ -4,6 +4,7 @@
 -- puts these methods on its Engine.
 local ms = require "mongostore"
 local inbox = require "mongostore.inbox"
+local external_backoff = require("mongostore.engine.external").backoff
 
 local type, pairs, ipairs, tostring, pcall = type, pairs, ipairs, tostring, pcall
 local format = string.format
@@ -134,21 +135,15 @@ local function entry_outcome(self, e, ok, derr, code, blocked)
   return false, false
 end
 
--- The wait before an external entry's next try after its a-th failure:
--- 0.5 s doubled per failure up to 60 s, each drawn between half and all of
--- that (jitter, so that entries failed together do not come back together).
-local EXTERNAL_BASE, EXTERNAL_CAP = 0.5, 60
-local function external_backoff(a)
-  local full = EXTERNAL_BASE * 2 ^ (a - 1)
-  if full > EXTERNAL_CAP then full = EXTERNAL_CAP end
-  return full * (0.5 + 0.5 * math.random())
-end
-
 -- Hands an external entry (no target) to on_external. Only a relay that
 -- has one claims such entries (claim_outbox), so this is never reached
 -- without it. A failure is logged and the entry waits out its backoff
--- (its next try is "blocked" until then, without counting an attempt).
-local function external(self, e)
+-- (its next try is "blocked" until then, without counting an attempt; the
+-- wait is mongostore.engine.external's). Past the pass's deadline (half its
+-- lease) an entry is left for the next pass, blocked too: a handler started
+-- later could outlast the claim, and the pass's acks would come too late.
+local function external(self, e, deadline)
+  if deadline and ms.now() >= deadline then return false, nil, "blocked" end
   local wait = self.external_retry:get(e.seq)
   if wait and self.now() < wait then return false, nil, "blocked" end
   local ok, derr = pcall(self.on_external, e)
@@ -186,9 +181,9 @@ local function claim_outbox(self)
 end
 
 -- How entry k went: blocked behind an earlier entry of its target, handed
--- to on_external when it has none, else deliver(e, k).
-local function settle(self, e, k, blocked, deliver)
-  if e.target_id == nil then return external(self, e) end
+-- to on_external when it has none (until the deadline), else deliver(e, k).
+local function settle(self, e, k, blocked, deliver, deadline)
+  if e.target_id == nil then return external(self, e, deadline) end
   if blocked[e.target_id] then return false, nil, "blocked" end
   return deliver(e, k)
 end
@@ -198,13 +193,14 @@ end
 -- on later passes, and given up after max_attempts.
 function Engine:relay_outbox()
   if self.batch_delivery then return self:relay_outbox_batch() end
+  local deadline = ms.now() + self.lease / 2 -- for on_external (see external)
   local entries = claim_outbox(self)
   if not entries then return 0 end
   local n = 0
   local blocked = {} -- a target whose entry waits: its later entries wait too, in order
   local function deliver(e) return self:deliver(e.target_id, e.event) end
   for k, e in ipairs(entries) do
-    local ok, derr, code = settle(self, e, k, blocked, deliver)
+    local ok, derr, code = settle(self, e, k, blocked, deliver, deadline)
     local done, acked = entry_outcome(self, e, ok, derr, code, blocked)
     if done then
       if not acked then self.store:ack_outbox(e.seq, e.token) end
@@ -243,7 +239,7 @@ function Engine:relay_outbox_batch()
   local n, blocked = 0, {}
   local acks, ack_of, open = {}, {}, {} -- source -> its ack; source -> an entry of it not done
   for k, e in ipairs(entries) do
-    local ok, derr, code = settle(self, e, k, blocked, delivered)
+    local ok, derr, code = settle(self, e, k, blocked, delivered, deadline)
     local done, acked = entry_outcome(self, e, ok, derr, code, blocked)
     if done then
       n = n + 1
