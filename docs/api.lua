@@ -4019,6 +4019,10 @@ init_worker_by_lua_block {
               .. "it", default = "none: external events stay pending" },
             { "external_concurrency", "integer?", "handlers running at once per nginx worker (1 to 1024)",
               default = "16" },
+            { "deliver", "mongostore.WebhookConfig?", "instead of `on_external`: a signed webhook per external "
+              .. "event (`webhook.handler(deliver)`, its `concurrency` as `external_concurrency`); a failed POST "
+              .. "is retried with backoff (0.5 s doubling to 60 s, jittered) until `max_attempts`, then kept as "
+              .. "failed (`mongostore outbox --failed`, `--redeliver`)" },
           } },
         { fn = "stop_worker", module = "mongostore.ngx", params = {}, returns = {},
           desc = "Stops this process's worker at its next tick (it stops by itself on reload and shutdown)." },
@@ -4242,7 +4246,6 @@ local ok, err = send(entry)   -- in a timer or a light thread]] },
             { "concurrency", "integer?", "requests at once, for a caller that runs several", default = "16" },
             { "verify", "boolean?", "check the server's certificate and name", default = "true" },
             { "headers", "table<string, string>?", "extra request headers" },
-            { "max_age", "number?", "seconds a failing entry is retried before it is given up", default = "3600" },
           } },
         { fn = "sign", module = "mongostore.webhook",
           params = { { "secret", "string", "the HMAC key" }, { "timestamp", "string|number", "epoch seconds" },

@@ -548,8 +548,11 @@ end
 -- on_external: external events (emits with no target) are handed to
 -- fn(entry) in light threads of this nginx worker, where cosockets work
 -- (external_loop); without it they stay pending, which is logged once.
+-- deliver = { url =, secret =, concurrency = 16, timeout = 10, verify = true,
+-- headers = }: a ready on_external, the signed webhook of mongostore.webhook
+-- (one POST per event), concurrency its external_concurrency.
 local START_OPTS = { interval = true, sweep_interval = true, lock_dict = true, lock_ttl = true, on_external = true,
-                     external_concurrency = true }
+                     external_concurrency = true, deliver = true }
 
 function M.start_worker(opts)
   if not config then error("mongostore.ngx.start_worker: call configure{...} first", 2) end
@@ -561,7 +564,16 @@ function M.start_worker(opts)
   if opts.on_external ~= nil and type(opts.on_external) ~= "function" then
     error("mongostore.ngx.start_worker: on_external must be a function", 2)
   end
+  local on_external = opts.on_external
   local concurrency = opts.external_concurrency or 16
+  if opts.deliver ~= nil then
+    if on_external then error("mongostore.ngx.start_worker: give on_external or deliver, not both", 2) end
+    local webhook = require "mongostore.webhook"
+    local ok, herr = pcall(webhook.handler, opts.deliver)
+    if not ok then error("mongostore.ngx.start_worker: " .. tostring(herr):gsub("^.-:%d+: ", ""), 2) end
+    on_external = herr
+    concurrency = opts.deliver.concurrency or opts.external_concurrency or 16
+  end
   if type(concurrency) ~= "number" or concurrency % 1 ~= 0 or concurrency < 1 or concurrency > 1024 then
     error("mongostore.ngx.start_worker: external_concurrency must be an integer from 1 to 1024", 2)
   end
@@ -643,8 +655,8 @@ function M.start_worker(opts)
 
   local ok, err = ngx.timer.every(interval, tick)
   if not ok then return nil, "start_worker: " .. tostring(err), "unavailable" end
-  if opts.on_external then
-    ok, err = ngx.timer.at(0, external_loop(state, opts.on_external, concurrency))
+  if on_external then
+    ok, err = ngx.timer.at(0, external_loop(state, on_external, concurrency))
     if not ok then return nil, "start_worker: on_external: " .. tostring(err), "unavailable" end
   elseif ngx.worker.id() == 0 then
     ngx.log(ngx.WARN, "mongostore: start_worker has no on_external: external events (emits with no target) ",

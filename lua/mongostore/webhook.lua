@@ -7,7 +7,7 @@
 -- are plain Lua on the core's HMAC and work anywhere.
 local core = require "mongostore.core"
 
-local type, tostring, tonumber, pairs, ipairs, format = type, tostring, tonumber, pairs, ipairs, string.format
+local type, tostring, tonumber, pairs, format = type, tostring, tonumber, pairs, string.format
 
 local M = {}
 
@@ -61,14 +61,12 @@ function M.body(entry)
   }
 end
 
-local CONFIG = { url = true, secret = true, timeout = true, concurrency = true, verify = true, headers = true,
-                 max_age = true }
+local CONFIG = { url = true, secret = true, timeout = true, concurrency = true, verify = true, headers = true }
 
 -- check(cfg) -> cfg, or raises naming what is wrong: url (http or https),
 -- secret (a non-empty string), timeout (seconds > 0, default 10),
 -- concurrency (integer >= 1, default 16), verify (TLS, default true),
--- headers (extra ones), max_age (seconds an entry is retried before it is
--- given up, default 3600).
+-- headers (extra ones).
 function M.check(cfg, fn)
   fn = fn or "deliver"
   if type(cfg) ~= "table" then error(fn .. " must be a table { url =, secret = }", 3) end
@@ -81,11 +79,9 @@ function M.check(cfg, fn)
   if type(cfg.secret) ~= "string" or #cfg.secret < 16 then
     error(fn .. ".secret must be a string of at least 16 bytes", 3)
   end
-  for _, name in ipairs { "timeout", "max_age" } do
-    local v = cfg[name]
-    if v ~= nil and (type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge) then
-      error(fn .. "." .. name .. " must be a number of seconds > 0", 3)
-    end
+  local v = cfg.timeout
+  if v ~= nil and (type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge) then
+    error(fn .. ".timeout must be a number of seconds > 0", 3)
   end
   local c = cfg.concurrency
   if c ~= nil and (type(c) ~= "number" or c % 1 ~= 0 or c < 1) then

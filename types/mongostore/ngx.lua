@@ -28,6 +28,7 @@
 ---@field lock_ttl? number seconds the lock is held at most
 ---@field on_external? fun(entry: mongostore.OutboxEntry): boolean?, string delivers one external event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks it
 ---@field external_concurrency? integer handlers running at once per nginx worker (1 to 1024)
+---@field deliver? mongostore.WebhookConfig instead of `on_external`: a signed webhook per external event (`webhook.handler(deliver)`, its `concurrency` as `external_concurrency`); a failed POST is retried with backoff (0.5 s doubling to 60 s, jittered) until `max_attempts`, then kept as failed (`mongostore outbox --failed`, `--redeliver`)
 
 --- An Execution as it crosses the thread boundary: a plain table of its fields
 --- (what `msngx.load` returns and `msngx.commit` takes back).
@@ -47,7 +48,6 @@
 ---@field concurrency? integer requests at once, for a caller that runs several
 ---@field verify? boolean check the server's certificate and name
 ---@field headers? table<string, string> extra request headers
----@field max_age? number seconds a failing entry is retried before it is given up
 
 ---@class mongostore.ngx
 local msngx = {}
