@@ -3966,9 +3966,10 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             .. "`on_external` that is not a function or an `external_concurrency` that is not an integer from "
             .. "1 to 1024",
           desc = [[
-In `init_worker_by_lua`: runs the relays and the timer sweep on
-`ngx.timer.every` in each worker process, one nginx worker at a time (a
-`lua_shared_dict` lock). Each step runs in a worker thread; where the lua
+In `init_worker_by_lua`: runs the relays, the inbox and the timer sweep on
+`ngx.timer.every` in each worker process: the relays and the inbox on every
+nginx worker at once (their claims keep them apart), the sweep on one at a
+time (a `lua_shared_dict` lock). Each step runs in a worker thread; where the lua
 module cannot start threads from timers it falls back to direct calls. A
 premature timer (reload, shutdown) stops it.
 
@@ -4012,7 +4013,7 @@ init_worker_by_lua_block {
           fields = {
             { "interval", "number?", "seconds between steps", default = "0.1" },
             { "sweep_interval", "number?", "seconds between timer sweeps", default = "1" },
-            { "lock_dict", "string?", "the `lua_shared_dict` for the lock", default = "\"mongostore_locks\"" },
+            { "lock_dict", "string?", "the `lua_shared_dict` for the sweep's lock", default = "\"mongostore_locks\"" },
             { "lock_ttl", "number?", "seconds the lock is held at most", default = "10" },
             { "on_external", "fun(entry: mongostore.OutboxEntry): boolean?, string?", "delivers one external "
               .. "event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks "

@@ -2,9 +2,10 @@
 -- store and the engine through nginx worker threads (ngx.run_worker_thread),
 -- so they yield instead of blocking the event loop, and so do the app's own
 -- functions through msngx.run (document operations, say); start_worker runs
--- the relays and the timer sweep on ngx.timer.every, one nginx worker at a
--- time. Arguments and results cross the thread boundary as one encoded text
--- (JSON for the store calls, BSON for msngx.run: mongostore.ngx_thread.CODECS).
+-- the relays and the inbox on ngx.timer.every in every nginx worker, the
+-- timer sweep in one at a time. Arguments and results cross the thread
+-- boundary as one encoded text (JSON for the store calls, BSON for
+-- msngx.run: mongostore.ngx_thread.CODECS).
 local type, error, tostring, pairs, ipairs, select = type, error, tostring, pairs, ipairs, select
 local unpack = unpack or table.unpack
 local function pack(...) return { n = select("#", ...), ... } end
@@ -616,13 +617,18 @@ function M.start_worker(opts)
     -- after a failed step (no server, most likely) this worker pauses,
     -- doubling up to 5 s, rather than log and hold a thread every tick
     if state.retry_at and ngx.now() < state.retry_at then return end
+    -- one step at a time in this worker: a tick that finds the last step
+    -- still running (a slow or silent server) lets it be, so steps never
+    -- pile up on the thread slots the requests need
+    if state.stepping then return end
+    -- the relays and the inbox run on every nginx worker at once (their
+    -- claims keep them apart); the sweep on one at a time, under the lock
     local me = tostring(ngx.worker.pid())
-    local ok = dict:add("step", me, lock_ttl)
-    if not ok then return end
+    local now = ngx.now()
+    local sweep = now - state.last_sweep >= sweep_interval and dict:add("sweep", me, lock_ttl)
+    if sweep then state.last_sweep = now end
+    state.stepping = true
     local done, err = pcall(function()
-      local now = ngx.now()
-      local sweep = now - state.last_sweep >= sweep_interval
-      if sweep then state.last_sweep = now end
       if state.threads ~= false then
         -- the step runs in a worker thread: the timer yields meanwhile
         local res = thread_call(1, "worker_step", config, sweep)
@@ -649,7 +655,8 @@ function M.start_worker(opts)
       if e.inbox then require("mongostore.inbox").idle_pass(e) end
       if sweep then e:sweep() end
     end)
-    if dict:get("step") == me then dict:delete("step") end
+    state.stepping = false
+    if sweep and dict:get("sweep") == me then dict:delete("sweep") end
     if not done then log("worker step: " .. tostring(err)) end
   end
 

@@ -24,7 +24,7 @@
 ---@class mongostore.NgxWorkerOptions
 ---@field interval? number seconds between steps
 ---@field sweep_interval? number seconds between timer sweeps
----@field lock_dict? string the `lua_shared_dict` for the lock
+---@field lock_dict? string the `lua_shared_dict` for the sweep's lock
 ---@field lock_ttl? number seconds the lock is held at most
 ---@field on_external? fun(entry: mongostore.OutboxEntry): boolean?, string delivers one external event (`entry.event`) from a light thread of the nginx worker, cosockets allowed; `true` acks it
 ---@field external_concurrency? integer handlers running at once per nginx worker (1 to 1024)
@@ -63,9 +63,10 @@ function msngx.configure(cfg) end
 ---@return table? cfg # the recorded settings (the URI with its timeouts); nil before `configure`
 function msngx.config() end
 
---- In `init_worker_by_lua`: runs the relays and the timer sweep on
---- `ngx.timer.every` in each worker process, one nginx worker at a time (a
---- `lua_shared_dict` lock). Each step runs in a worker thread; where the lua
+--- In `init_worker_by_lua`: runs the relays, the inbox and the timer sweep on
+--- `ngx.timer.every` in each worker process: the relays and the inbox on every
+--- nginx worker at once (their claims keep them apart), the sweep on one at a
+--- time (a `lua_shared_dict` lock). Each step runs in a worker thread; where the lua
 --- module cannot start threads from timers it falls back to direct calls. A
 --- premature timer (reload, shutdown) stops it.
 ---
