@@ -1,10 +1,12 @@
 /*
  * commit.c - the CAS commit: an execution's new data with its outbox,
- * spawns, timers, dedupe mark and trace step in one update (or one insert
+ * spawns, timers, dedupe marks and trace steps in one update (or one insert
  * for a new execution), filtered on the loaded version (and, under an
  * inbox claim, on no later claim's fence). What a commit carries is
  * converted and checked before any I/O, so bad input writes nothing, not
- * even a counter.
+ * even a counter. A commit usually marks one event; a group commit (the
+ * inbox's, several queued events of one execution applied in order in
+ * memory) marks up to MS_GROUP_MAX, all or none.
  */
 #include "store.h"
 
@@ -12,22 +14,27 @@
 #include <stdio.h>
 #include <string.h>
 
+#define MS_GROUP_MAX 256
+
 typedef struct commit_in {
   const char *id, *definition_id, *data, *processed, *status, *parent_id;
   size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
   double min_fire;         /* earliest fire_at scheduled by this commit, or MS_NO_TIMER */
   int64_t old;
+  int64_t advance;         /* how far the version moves on: 1, or a group's event count */
   int64_t fence;           /* the inbox claim's fence the commit is made under (0: none) */
   int n_emits, n_spawns;
   bson_t emits;            /* array of { target_id, event } without seq */
   bson_t spawns;           /* array of { child_id, root_path, context } without seq */
   bson_t set_timers;       /* "timers.<enc>" -> fire_at */
   bson_t unset_timers;     /* "timers.<enc>" -> "" */
-  bson_t trace;            /* the step, without index unless the caller gave one */
-  int has_trace;
+  bson_t trace;            /* the steps as an array, without index unless the caller gave one */
+  int has_trace;           /* how many steps */
+  int n_processed;         /* event ids the commit marks (processed is the first) */
+  const char *pids[MS_GROUP_MAX];
+  size_t plens[MS_GROUP_MAX];
   const char *dd_in;       /* the dedupe digests the caller loaded (dedupe.c) */
   size_t dd_in_len;
-  uint8_t digest[MS_DIGEST];
   uint8_t *dd_out;         /* the digests this commit stores, when it marks an event */
   size_t dd_out_len;
   char doing[160];         /* "commit <id>", the prefix of its messages */
@@ -272,15 +279,68 @@ static int read_timers(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
   return check_set_unset(c, e);
 }
 
-static int read_trace_step(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
-  if (lua_getfield(L, ops, "trace") == LUA_TNIL) { lua_pop(L, 1); return 0; }
-  if (ms_table_to_bson(L, -1, &c->trace, "trace", e) || ms_check_step(&c->trace, "trace", e)) {
-    lua_pop(L, 1);
+/* One step (the table on top of the stack) appended to c->trace as entry
+ * c->has_trace. */
+static int read_one_step(lua_State *L, commit_in_t *c, const char *what, ms_err_t *e) {
+  bson_t step = BSON_INITIALIZER;
+  char ik[24];
+  const char *ikey;
+  size_t iklen;
+  if (ms_table_to_bson(L, -1, &step, what, e) || ms_check_step(&step, what, e)) {
+    bson_destroy(&step);
     return -1;
   }
-  c->has_trace = 1;
+  iklen = bson_uint32_to_string((uint32_t)c->has_trace, &ikey, ik, sizeof ik);
+  bson_append_document(&c->trace, ikey, (int)iklen, &step);
+  bson_destroy(&step);
+  c->has_trace++;
+  return 0;
+}
+
+/* ops.trace: one step, or (a group commit) a list of them, one per event. */
+static int read_trace_step(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  int list = 0;
+  if (lua_getfield(L, ops, "trace") == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  if (lua_istable(L, -1)) {
+    list = lua_rawgeti(L, -1, 1) != LUA_TNIL;
+    lua_pop(L, 1);
+  }
+  if (list) {
+    if (list_length(L, "trace", &n, e)) {
+      lua_pop(L, 1);
+      return -1;
+    }
+    for (i = 1; i <= n; i++) {
+      char what[32];
+      snprintf(what, sizeof what, "trace[%d]", (int)i);
+      lua_rawgeti(L, -1, i);
+      if (read_one_step(L, c, what, e)) {
+        lua_pop(L, 2);
+        return -1;
+      }
+      lua_pop(L, 1);
+    }
+  } else {
+    if (read_one_step(L, c, "trace", e)) {
+      lua_pop(L, 1);
+      return -1;
+    }
+  }
   lua_pop(L, 1);
   return 0;
+}
+
+/* The commit's first trace step (its own index, when it gives one). */
+static int64_t first_step_index(const commit_in_t *c) {
+  bson_iter_t it;
+  const uint8_t *data;
+  uint32_t len;
+  bson_t step;
+  if (!(bson_iter_init_find(&it, &c->trace, "0") && BSON_ITER_HOLDS_DOCUMENT(&it))) return -1;
+  bson_iter_document(&it, &len, &data);
+  if (!bson_init_static(&step, data, len)) return -1;
+  return ms_step_index(&step, -1);
 }
 
 /* Appends entries of src (an array of documents) to dst under key as an
@@ -310,6 +370,17 @@ static void append_with_seqs(bson_t *dst, const char *key, const bson_t *src, in
   bson_append_array_end(dst, &arr);
 }
 
+/* The commit's event ids as the entries of an array. */
+static void append_pids(bson_t *arr, const commit_in_t *c) {
+  int k;
+  for (k = 0; k < c->n_processed; k++) {
+    char ik[24];
+    const char *ikey;
+    size_t iklen = bson_uint32_to_string((uint32_t)k, &ikey, ik, sizeof ik);
+    bson_append_utf8(arr, ikey, (int)iklen, c->pids[k], (int)c->plens[k]);
+  }
+}
+
 typedef struct seqs {
   int64_t outbox, spawn, trace;
   int aged;  /* some come from a block reserved before (ms_take_seqs) */
@@ -327,7 +398,7 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
   bson_t set, push, each, spec, min;
   bson_append_document_begin(u, "$set", 4, &set);
   bson_append_utf8(&set, "data", 4, c->data, (int)c->data_len);
-  bson_append_int64(&set, "version", 7, c->old + 1);
+  bson_append_int64(&set, "version", 7, c->old + c->advance);
   if (c->old == 0) bson_append_utf8(&set, "definition_id", 13, c->definition_id, (int)c->def_len);
   append_promoted(&set, c);
   if (c->processed) bson_append_binary(&set, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out, (uint32_t)c->dd_out_len);
@@ -355,11 +426,11 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
     }
     if (c->has_trace) ms_append_trace_push(&push, &c->trace, q->trace, s->trace_max);
     if (c->processed) {
-      /* the readable tail of the dedupe marks; the filter made sure the id
-       * is not in it yet */
+      /* the readable tail of the dedupe marks; the filter made sure the ids
+       * are not in it yet */
       bson_append_document_begin(&push, "processed", 9, &spec);
       bson_append_array_begin(&spec, "$each", 5, &each);
-      bson_append_utf8(&each, "0", 1, c->processed, (int)c->processed_len);
+      append_pids(&each, c);
       bson_append_array_end(&spec, &each);
       bson_append_int64(&spec, "$slice", 6, -ms_dedupe_tail(s));
       bson_append_document_end(&push, &spec);
@@ -375,7 +446,7 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   bson_iter_t it;
   bson_append_utf8(d, "_id", 3, c->id, (int)c->id_len);
   bson_append_utf8(d, "definition_id", 13, c->definition_id, (int)c->def_len);
-  bson_append_int64(d, "version", 7, c->old + 1);
+  bson_append_int64(d, "version", 7, c->old + c->advance);
   bson_append_utf8(d, "data", 4, c->data, (int)c->data_len);
   append_promoted(d, c);
   if (c->fence) bson_append_int64(d, "inbox_fence", 11, c->fence);
@@ -383,7 +454,7 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   append_with_seqs(d, "outbox", &c->emits, q->outbox);
   append_with_seqs(d, "spawns", &c->spawns, q->spawn);
   bson_append_array_begin(d, "processed", 9, &arr);
-  if (c->processed) bson_append_utf8(&arr, "0", 1, c->processed, (int)c->processed_len);
+  append_pids(&arr, c);
   bson_append_array_end(d, &arr);
   bson_append_binary(d, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out ? c->dd_out : (const uint8_t *)"",
                      (uint32_t)c->dd_out_len);
@@ -395,7 +466,7 @@ static void build_insert(const ms_store_t *s, const commit_in_t *c, const seqs_t
   }
   bson_append_document_end(d, &timers);
   bson_append_array_begin(d, "trace", 5, &arr);
-  if (c->has_trace) ms_append_trace_step(&arr, "0", &c->trace, q->trace);
+  ms_append_trace_steps(&arr, &c->trace, q->trace);
   bson_append_array_end(d, &arr);
   (void)s;
 }
@@ -493,12 +564,19 @@ static void build_cas_filter(const commit_in_t *c, const seqs_t *q, bson_t *filt
   } else {
     bson_append_int64(filter, "version", 7, c->old);
   }
-  if (c->processed) {
+  if (c->n_processed == 1) {
     /* the dedupe guard: an event is marked once, whatever the caller loaded */
     bson_t ne;
     bson_append_document_begin(filter, "processed", 9, &ne);
     bson_append_utf8(&ne, "$ne", 3, c->processed, (int)c->processed_len);
     bson_append_document_end(filter, &ne);
+  } else if (c->n_processed > 1) {
+    bson_t nin, arr;
+    bson_append_document_begin(filter, "processed", 9, &nin);
+    bson_append_array_begin(&nin, "$nin", 4, &arr);
+    append_pids(&arr, c);
+    bson_append_array_end(&nin, &arr);
+    bson_append_document_end(filter, &nin);
   }
 }
 
@@ -517,7 +595,11 @@ static int cas_update(ms_store_t *s, const commit_in_t *c, const seqs_t *q, cons
 /* nil, msg, "duplicate", version: the commit's event is marked already */
 static int push_duplicate(lua_State *L, const commit_in_t *c) {
   lua_pushnil(L);
-  lua_pushfstring(L, "commit %s: event %s is already processed", c->id, c->processed);
+  if (c->n_processed > 1)
+    lua_pushfstring(L, "commit %s: an event of the group (%s, ... %d in all) is already processed", c->id,
+                    c->processed, c->n_processed);
+  else
+    lua_pushfstring(L, "commit %s: event %s is already processed", c->id, c->processed);
   lua_pushliteral(L, "duplicate");
   lua_pushinteger(L, (lua_Integer)c->old);
   return 4;
@@ -573,6 +655,77 @@ static int push_committed(lua_State *L, commit_in_t *c) {
   return c->processed ? 2 : 1;
 }
 
+/* ops.processed_event_id (one id) or ops.processed_event_ids (a group's,
+ * 1..MS_GROUP_MAX distinct ids, in the order applied). */
+static int read_processed(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
+  lua_Integer i, n;
+  int k;
+  if (lua_getfield(L, ops, "processed_event_id") != LUA_TNIL) {
+    if (!(c->pids[0] = ms_check_id(L, -1, "commit: processed_event_id", &c->plens[0], e))) return -1;
+    c->n_processed = 1;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, ops, "processed_event_ids") != LUA_TNIL) {
+    if (c->n_processed) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: processed_event_id and processed_event_ids are exclusive", c->doing);
+      return -1;
+    }
+    if (!lua_istable(L, -1) || (n = (lua_Integer)lua_rawlen(L, -1)) < 1 || n > MS_GROUP_MAX) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: processed_event_ids must be a list of 1 to %d ids", c->doing, MS_GROUP_MAX);
+      return -1;
+    }
+    for (i = 1; i <= n; i++) {
+      lua_rawgeti(L, -1, i);
+      /* the strings stay referenced by the caller's list while we run */
+      if (!(c->pids[i - 1] = ms_check_id(L, -1, "commit: processed_event_ids[i]", &c->plens[i - 1], e))) {
+        lua_pop(L, 2);
+        return -1;
+      }
+      lua_pop(L, 1);
+      for (k = 0; k < (int)i - 1; k++) {
+        if (c->plens[k] == c->plens[i - 1] && memcmp(c->pids[k], c->pids[i - 1], c->plens[k]) == 0) {
+          lua_pop(L, 1);
+          ms_err_set(e, "invalid", "%s: processed_event_ids holds %s twice", c->doing, c->pids[k]);
+          return -1;
+        }
+      }
+    }
+    c->n_processed = (int)n;
+  }
+  lua_pop(L, 1);
+  c->processed = c->n_processed ? c->pids[0] : NULL;
+  c->processed_len = c->n_processed ? c->plens[0] : 0;
+  return 0;
+}
+
+/* Whether the loaded digests hold any of the commit's events (1: then it
+ * is a duplicate, with no round trip); else the digests it stores, in
+ * c->dd_out. */
+static int mark_digests(const ms_store_t *s, commit_in_t *c) {
+  uint8_t d[MS_DIGEST];
+  const char *list = c->dd_in;
+  size_t len = c->dd_in_len;
+  int k;
+  for (k = 0; k < c->n_processed; k++) {
+    ms_ev_digest(c->pids[k], c->plens[k], d);
+    if (ms_digests_hold((const uint8_t *)c->dd_in, c->dd_in_len, d)) {
+      bson_free(c->dd_out);
+      c->dd_out = NULL;
+      return 1;
+    }
+    {
+      uint8_t *out = ms_digests_add(s, list, len, d, &len);
+      bson_free(c->dd_out);
+      c->dd_out = out;
+      list = (const char *)out;
+    }
+  }
+  c->dd_out_len = len;
+  return 0;
+}
+
 /* The positional arguments and the scalar opts: a wrong type raises, a bad
  * id or a negative version is invalid. */
 static int read_commit_args(lua_State *L, int base, commit_in_t *c, ms_err_t *e) {
@@ -594,8 +747,17 @@ static int read_commit_args(lua_State *L, int base, commit_in_t *c, ms_err_t *e)
   lua_pop(L, 1);
   if (lua_getfield(L, ops, "parent_id") == LUA_TSTRING) c->parent_id = lua_tolstring(L, -1, &c->parent_len);
   lua_pop(L, 1);
-  if (lua_getfield(L, ops, "processed_event_id") != LUA_TNIL) {
-    if (!(c->processed = ms_check_id(L, -1, "commit: processed_event_id", &c->processed_len, e))) return -1;
+  if (read_processed(L, ops, c, e)) return -1;
+  /* a group commit moves the version on by one per event, as one commit
+   * each would have, so what the events derived from it stays unique */
+  c->advance = 1;
+  if (lua_getfield(L, ops, "advance") != LUA_TNIL) {
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > MS_GROUP_MAX) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: advance must be an integer from 1 to %d", c->doing, MS_GROUP_MAX);
+      return -1;
+    }
+    c->advance = (int64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
   /* the digests loaded with the execution (a string kept by the Lua layer;
@@ -650,9 +812,9 @@ static int reserve_seqs(ms_store_t *s, const commit_in_t *c, seqs_t *q, bson_err
       (c->n_spawns && !ms_take_seqs(s, MS_SEQ_SPAWN, c->n_spawns, &q->spawn, &q->aged, be)))
     return 0;
   if (c->has_trace) {
-    int64_t given = ms_step_index(&c->trace, -1);
+    int64_t given = c->has_trace == 1 ? first_step_index(c) : -1;
     if (given >= 0) q->trace = given;
-    else if (!ms_next_trace_index(s, c->id, c->id_len, &q->trace, be)) return 0;
+    else if (!ms_next_trace_index(s, c->id, c->id_len, c->has_trace, &q->trace, be)) return 0;
   }
   return 1;
 }
@@ -722,12 +884,8 @@ static int l_commit(lua_State *L) {
   seqs_t q = {0, 0, 0, 0};
   memset(&c, 0, sizeof c);
   if (read_commit_args(L, 2, &c, &e)) return ms_push_error(L, &e);
-  if (c.processed) {
-    /* marked already among the loaded digests: no round trip at all */
-    ms_ev_digest(c.processed, c.processed_len, c.digest);
-    if (ms_digests_hold((const uint8_t *)c.dd_in, c.dd_in_len, c.digest)) return push_marked(L, s, &c);
-    c.dd_out = ms_digests_add(s, c.dd_in, c.dd_in_len, c.digest, &c.dd_out_len);
-  }
+  /* marked already among the loaded digests: no round trip at all */
+  if (c.processed && mark_digests(s, &c)) return push_marked(L, s, &c);
   if (read_commit_ops(L, s, &c, 6, &e)) return ms_push_error(L, &e);
   if (!reserve_seqs(s, &c, &q, &be)) {
     commit_in_destroy(&c);
@@ -802,14 +960,7 @@ static int read_item(lua_State *L, const ms_store_t *s, int items, lua_Integer i
     ms_err_set(e, "invalid", "%s: a new execution (version 0) is committed alone", it->c.doing);
     rc = -1;
   }
-  if (rc == 0 && it->c.processed) {
-    ms_ev_digest(it->c.processed, it->c.processed_len, it->c.digest);
-    if (ms_digests_hold((const uint8_t *)it->c.dd_in, it->c.dd_in_len, it->c.digest)) {
-      rc = 1;  /* marked already among the loaded digests */
-    } else {
-      it->c.dd_out = ms_digests_add(s, it->c.dd_in, it->c.dd_in_len, it->c.digest, &it->c.dd_out_len);
-    }
-  }
+  if (rc == 0 && it->c.processed && mark_digests(s, &it->c)) rc = 1;  /* marked already among the loaded digests */
   if (rc == 0 && read_commit_ops(L, s, &it->c, base + 4, e)) rc = -2;  /* c destroyed */
   lua_settop(L, base - 2);
   return rc;
@@ -840,9 +991,9 @@ static int reserve_batch_seqs(ms_store_t *s, batch_item_t *items, size_t n, bson
     next_outbox += c->n_emits;
     next_spawn += c->n_spawns;
     if (c->has_trace) {
-      int64_t given = ms_step_index(&c->trace, -1);
+      int64_t given = c->has_trace == 1 ? first_step_index(c) : -1;
       if (given >= 0) items[i].q.trace = given;
-      else if (!ms_next_trace_index(s, c->id, c->id_len, &items[i].q.trace, be)) return 0;
+      else if (!ms_next_trace_index(s, c->id, c->id_len, c->has_trace, &items[i].q.trace, be)) return 0;
     }
   }
   return 1;
@@ -887,7 +1038,7 @@ static int64_t mark_write_errors(lua_State *L, ms_store_t *s, batch_item_t *item
 
 /* Whether a fetched document holds event ev's mark (digests or harel's
  * `processed` array). */
-static int doc_marked(const bson_t *doc, const char *ev, size_t evlen) {
+static int doc_marked_one(const bson_t *doc, const char *ev, size_t evlen) {
   bson_iter_t it, arr;
   if (ms_doc_marks(doc, ev, evlen)) return 1;
   if (bson_iter_init_find(&it, doc, "processed") && BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)) {
@@ -900,6 +1051,16 @@ static int doc_marked(const bson_t *doc, const char *ev, size_t evlen) {
     }
   }
   return 0;
+}
+
+/* Whether it holds every mark of the commit: a group's update marks all of
+ * its events at once, so a document that holds them all took it (or a
+ * writer that applied the same events). */
+static int doc_marked(const bson_t *doc, const commit_in_t *c) {
+  int k;
+  for (k = 0; k < c->n_processed; k++)
+    if (!doc_marked_one(doc, c->pids[k], c->plens[k])) return 0;
+  return c->n_processed > 0;
 }
 
 /* The bulk matched fewer documents than it held commits: one find of the
@@ -953,7 +1114,7 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
       have[i] = 1;
       found[i] = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it)
                                                                                             : 0;
-      marked[i] = c->processed && doc_marked(doc, c->processed, c->processed_len);
+      marked[i] = doc_marked(doc, c);
       fences[i] = (bson_iter_init_find(&it, doc, "inbox_fence") && BSON_ITER_HOLDS_NUMBER(&it))
                     ? bson_iter_as_int64(&it) : 0;
     }

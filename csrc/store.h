@@ -138,9 +138,11 @@ int ms_encode_path(const char *path, size_t len, bson_string_t **out, ms_err_t *
 int ms_check_step(const bson_t *step, const char *what, ms_err_t *e);  /* a storable step, its index sane */
 int64_t ms_step_index(const bson_t *step, int64_t fallback);            /* the step's own index */
 void ms_append_trace_step(bson_t *dst, const char *key, const bson_t *step, int64_t index);
-/* push's "trace" entry: the step, trimmed to the last trace_max (0: all) */
-void ms_append_trace_push(bson_t *push, const bson_t *step, int64_t index, int64_t trace_max);
-int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int64_t *index, bson_error_t *be);
+/* The steps of an array as entries of dst, indexed from first on */
+void ms_append_trace_steps(bson_t *dst, const bson_t *steps, int64_t first);
+/* push's "trace" entry: the steps (an array), trimmed to the last trace_max (0: all) */
+void ms_append_trace_push(bson_t *push, const bson_t *steps, int64_t first, int64_t trace_max);
+int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int count, int64_t *index, bson_error_t *be);
 
 /* promoted.c: the filter that picks the documents harel's store committed last */
 void ms_foreign_index_filter(bson_t *filter);

@@ -5,13 +5,14 @@
  */
 #include "store.h"
 
-/* The next 0-based trace index of an execution, from counter trace:<id>
- * (the whole id: two ids that share a long prefix are two counters). */
-int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int64_t *index, bson_error_t *be) {
+/* The first of the next count 0-based trace indexes of an execution, from
+ * counter trace:<id> (the whole id: two ids that share a long prefix are
+ * two counters). */
+int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int count, int64_t *index, bson_error_t *be) {
   bson_string_t *name = bson_string_new("trace:");
   int ok;
   bson_string_append_printf(name, "%.*s", (int)idlen, id);
-  ok = ms_next_seq(s, name->str, name->len, 1, index, be);
+  ok = ms_next_seq(s, name->str, name->len, count, index, be);
   bson_string_free(name, true);
   if (ok) *index -= 1;
   return ok;
@@ -45,12 +46,34 @@ int64_t ms_step_index(const bson_t *step, int64_t fallback) {
   return fallback;
 }
 
-/* $push of one trace step, trimmed to the last trace_max in the same update. */
-void ms_append_trace_push(bson_t *push, const bson_t *step, int64_t index, int64_t trace_max) {
+/* The steps of an array (keys "0".."n-1") as entries of dst, the k-th
+ * indexed first + k unless it gives its own index. */
+void ms_append_trace_steps(bson_t *dst, const bson_t *steps, int64_t first) {
+  bson_iter_t it;
+  int64_t k = 0;
+  if (!bson_iter_init(&it, steps)) return;
+  while (bson_iter_next(&it)) {
+    const uint8_t *data;
+    uint32_t len;
+    bson_t step;
+    char ik[24];
+    const char *ikey;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) continue;
+    bson_iter_document(&it, &len, &data);
+    if (!bson_init_static(&step, data, len)) continue;
+    bson_uint32_to_string((uint32_t)k, &ikey, ik, sizeof ik);
+    ms_append_trace_step(dst, ikey, &step, first + k);
+    k++;
+  }
+}
+
+/* $push of the steps (an array of them), trimmed to the last trace_max in
+ * the same update. */
+void ms_append_trace_push(bson_t *push, const bson_t *steps, int64_t first, int64_t trace_max) {
   bson_t spec, each;
   bson_append_document_begin(push, "trace", 5, &spec);
   bson_append_array_begin(&spec, "$each", 5, &each);
-  ms_append_trace_step(&each, "0", step, index);
+  ms_append_trace_steps(&each, steps, first);
   bson_append_array_end(&spec, &each);
   if (trace_max > 0) bson_append_int64(&spec, "$slice", 6, -trace_max);
   bson_append_document_end(push, &spec);
@@ -74,14 +97,19 @@ static int l_append_trace(lua_State *L) {
   }
   index = ms_step_index(&step, -1);
   if (index < 0) {
-    if (!ms_next_trace_index(s, id, idlen, &index, &be)) {
+    if (!ms_next_trace_index(s, id, idlen, 1, &index, &be)) {
       bson_destroy(&step);
       return ms_store_push_bson_err(L, s, &be, "append_trace");
     }
   }
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_document_begin(&update, "$push", 5, &push);
-  ms_append_trace_push(&push, &step, index, s->trace_max);
+  {
+    bson_t steps = BSON_INITIALIZER;
+    bson_append_document(&steps, "0", 1, &step);
+    ms_append_trace_push(&push, &steps, index, s->trace_max);
+    bson_destroy(&steps);
+  }
   bson_append_document_end(&update, &push);
   bson_append_bool(&opts, "upsert", 6, true);
   ok = mongoc_collection_update_one(s->exes, &filter, &update, &opts, NULL, &be);

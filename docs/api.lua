@@ -389,9 +389,16 @@ for fewer documents than it was sent, one find tells the items apart.]] },
             { "emits", "mongostore.Emit[]?", "events queued in this commit's outbox" },
             { "processed_event_id", "string?", "the event this commit applies: marked handled, and the commit "
               .. "is refused with `duplicate` when it is marked already" },
+            { "processed_event_ids", "string[]?", "a group commit's events (at most 256, distinct, in the order "
+              .. "applied; exclusive with `processed_event_id`): all are marked in the one update or none is, "
+              .. "and `duplicate` means one of them was marked already" },
+            { "advance", "integer?", "how far the version moves on (1 to 256; a group commit of n events: n, "
+              .. "as n commits would, so the ids its events derive from the version stay unique)",
+              default = "1" },
             { "timers", "mongostore.TimerChange[]?", "durable timers armed or cancelled" },
             { "spawns", "mongostore.Spawn[]?", "children to fork (created by the spawn relay)" },
-            { "trace", "mongostore.TraceStep?", "a step for the trace ring" },
+            { "trace", "mongostore.TraceStep|mongostore.TraceStep[]?", "a step for the trace ring (a group "
+              .. "commit: a list of steps, one per event, indexed in order)" },
             { "fence", "integer?", "the inbox claim's fence the commit is made under (`mongostore.inbox`): the "
               .. "commit lands only while no commit under a higher fence has (else `stale`), and stores it as "
               .. "the execution's `inbox_fence`" },
@@ -3502,6 +3509,10 @@ written and no hook has run.]],
               .. "1 s: an idle worker pays the claim's find at most once a second), `step` always runs it; "
               .. "`false` opts out", default = "true" },
             { "inbox_max_events", "integer?", "the queued events one inbox pass takes at most", default = "1000" },
+            { "inbox_group", "integer?", "the queued events of one execution the inbox applies in one commit at "
+              .. "most (1 to 256): applied in order in memory under one version check, each marked processed in "
+              .. "the same update; a group that does not land is applied again one event at a time",
+              default = "32" },
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
             { "on_external", "fun(entry: mongostore.OutboxEntry)?", "receives emitted events with no target; "
@@ -3826,8 +3837,9 @@ left to it.]] },
         { fn = "deliver", module = "mongostore.inbox",
           params = { { "e", "mongostore.Engine", "" }, { "claim", "mongostore.InboxClaim", "" } },
           returns = { { "claim", "mongostore.InboxClaim", "the same, each entry with `done` and `result`" } },
-          desc = "Delivers the claim's events through `deliver_many`, in order per execution, each commit "
-            .. "carrying the execution's fence; after a `stale` refusal nothing more of that execution is tried." },
+          desc = "Delivers the claim's events through `deliver_many`, in order per execution, up to the "
+            .. "engine's `inbox_group` events of one execution in one commit, each commit carrying the "
+            .. "execution's fence; after a `stale` refusal nothing more of that execution is tried." },
         { fn = "ack", module = "mongostore.inbox",
           params = { { "e", "mongostore.Engine", "" }, { "claim", "mongostore.InboxClaim", "" } },
           returns = { { "n", "integer", "entries deleted: none once a later claim stamped them" } },

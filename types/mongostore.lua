@@ -94,9 +94,11 @@
 ---@class mongostore.CommitOptions
 ---@field emits? mongostore.Emit[] events queued in this commit's outbox
 ---@field processed_event_id? string the event this commit applies: marked handled, and the commit is refused with `duplicate` when it is marked already
+---@field processed_event_ids? string[] a group commit's events (at most 256, distinct, in the order applied; exclusive with `processed_event_id`): all are marked in the one update or none is, and `duplicate` means one of them was marked already
+---@field advance? integer how far the version moves on (1 to 256; a group commit of n events: n, as n commits would, so the ids its events derive from the version stay unique)
 ---@field timers? mongostore.TimerChange[] durable timers armed or cancelled
 ---@field spawns? mongostore.Spawn[] children to fork (created by the spawn relay)
----@field trace? mongostore.TraceStep a step for the trace ring
+---@field trace? mongostore.TraceStep|mongostore.TraceStep[] a step for the trace ring (a group commit: a list of steps, one per event, indexed in order)
 ---@field fence? integer the inbox claim's fence the commit is made under (`mongostore.inbox`): the commit lands only while no commit under a higher fence has (else `stale`), and stores it as the execution's `inbox_fence`
 
 --- An event queued in the outbox.

@@ -9,6 +9,7 @@ local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 local inbox = require "mongostore.inbox"
+local set_version = execution.set_version
 
 local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
   type, pairs, ipairs, error, tostring, setmetatable, getmetatable
@@ -122,7 +123,8 @@ end
 -- The options each call takes: a misspelt one raises.
 local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
                    max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
-                   log = true, cache_size = true, batch_delivery = true, inbox = true, inbox_max_events = true }
+                   log = true, cache_size = true, batch_delivery = true, inbox = true, inbox_max_events = true,
+                   inbox_group = true }
 local START_OPTS = { id = true, context = true, priority = true }
 local ENQUEUE_OPTS = { priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
@@ -149,6 +151,9 @@ end
 -- while the inbox is idle (inbox.idle_pass: 50 ms doubling to 1 s); step
 -- always runs it. false opts out (no producer enqueues: save the find).
 -- inbox_max_events: the queued events one inbox pass takes at most (1000).
+-- inbox_group: how many queued events of one execution the inbox applies in
+-- one commit at most (32; 1 to 256): applied in order in memory, one version
+-- check, every event marked in the one update.
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
@@ -179,11 +184,14 @@ function M.new(opts)
     end
   end
   for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes", "cache_size",
-                          "inbox_max_events" } do
+                          "inbox_max_events", "inbox_group" } do
     local v = opts[name]
     if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1) then
       error("engine.new: " .. name .. " must be an integer >= 1", 2)
     end
+  end
+  if opts.inbox_group ~= nil and opts.inbox_group > 256 then
+    error("engine.new: inbox_group must be an integer from 1 to 256", 2)
   end
   if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0 and opts.lease <= 86400)) then
     error("engine.new: lease must be a number of seconds > 0 (at most a day)", 2)
@@ -196,6 +204,7 @@ function M.new(opts)
     batch_delivery = opts.batch_delivery ~= false,
     inbox = opts.inbox ~= false,
     inbox_max_events = opts.inbox_max_events or 1000,
+    inbox_group = opts.inbox_group or 32,
     now = opts.now or ms.now,
     max_conflicts = opts.max_conflicts or 50,
     max_attempts = opts.max_attempts or 100,
@@ -258,6 +267,35 @@ local function commit_opts(self, exe, event, fx, now, fence)
     processed_event_id = event.id,
     trace = self.trace and trace_step(event, fx, exe, now) or nil,
     fence = fence,
+  }
+end
+
+-- The one commit of a group: the events items[members[k]], applied in order
+-- (fxs[k] what the k-th did, after[k] the execution as it left it). Emits
+-- and spawns in order, each timer path as the last event left it, every
+-- event id marked, a trace step per event.
+local function group_commit_opts(self, items, members, fxs, after, now)
+  local emits, spawns, timers, at, ids, steps = {}, {}, {}, {}, {}, {}
+  for k, i in ipairs(members) do
+    local fx, ev = fxs[k], items[i].event
+    for _, e in ipairs(fx.emits or {}) do emits[#emits + 1] = e end
+    for _, sp in ipairs(fx.spawns or {}) do spawns[#spawns + 1] = sp end
+    for _, t in ipairs(fx.timers or {}) do
+      local where = at[t.path]
+      if where then timers[where] = t else
+        timers[#timers + 1] = t
+        at[t.path] = #timers
+      end
+    end
+    if ev.id ~= nil then ids[#ids + 1] = ev.id end
+    if self.trace then steps[#steps + 1] = trace_step(ev, fx, after[k], now) end
+  end
+  return {
+    emits = emits, spawns = spawns, timers = timers,
+    processed_event_ids = #ids > 0 and ids or nil,
+    trace = self.trace and steps or nil,
+    fence = items[members[1]].fence,
+    advance = #members,
   }
 end
 
@@ -338,7 +376,15 @@ end
 -- or { err = msg, code = code }.
 -- An item's fence (the inbox's) goes with each of its commits; a commit
 -- refused as "stale" stops its target's later events, with no retry.
-function Engine:deliver_many(items, deadline)
+-- group (optional, default 1): up to that many events of one target in a
+-- row go in one commit instead of one each (the inbox's group commit):
+-- applied in order to the execution in hand, their emits, spawns and trace
+-- steps in order, each timer as the last of them left it, every event id
+-- marked in the one update. A group whose commit does not land (a conflict,
+-- an event marked before) is delivered again one event at a time. A group
+-- ends before an event that does not fit the chart's declared fields, that
+-- repeats an id of the group, or that carries another fence.
+function Engine:deliver_many(items, deadline, group)
   local store, results = self.store, {}
   local attempted = false
   local function out_of_time()
@@ -383,14 +429,18 @@ function Engine:deliver_many(items, deadline)
     end
     settle(i, self:deliver(it.id, it.event, nil, it.from_outside, it.fence))
   end
-  local round = 1
+  local pos = {} -- target -> the index in queue[target] of its next event
+  for _, id in ipairs(order) do pos[id] = 1 end
+  group = group or 1
   while true do
     local commits, which = {}, {}
     local any = false
     for _, id in ipairs(order) do
-      local i = queue[id][round]
+      local q = queue[id]
+      local i = q[pos[id]]
       if i then
         any = true
+        pos[id] = pos[id] + 1
         local exe = exes[id]
         local c = exe and self:chart_of(exe)
         if failed[id] then
@@ -406,11 +456,39 @@ function Engine:deliver_many(items, deadline)
         elseif items[i].from_outside and not fits_declared(c, items[i].event, id) then
           settle(i, fits_declared(c, items[i].event, id))
         else
-          local ev, now = items[i].event, self.now()
+          -- this event, and (a group) the target's next ones while they fit,
+          -- applied in order to the execution in hand, for one commit
+          local members, fxs, after, now = { i }, {}, {}, self.now()
           local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
-          local fx = runtime.apply(c, exe, ev, now, {})
-          commits[#commits + 1] = { exe, commit_opts(self, exe, ev, fx, now, items[i].fence) }
-          which[#commits] = { i = i, fx = fx, exe = exe, before = before }
+          local seen, old = {}, exe.version
+          while true do
+            local ev = items[members[#members]].event
+            if ev.id ~= nil then seen[ev.id] = true end
+            -- the k-th event applies to the version k - 1 commits would have
+            -- made, so the ids it derives from it are the ones it would get alone
+            set_version(exe, old + #members - 1)
+            local fx = runtime.apply(c, exe, ev, now, {})
+            fxs[#fxs + 1] = fx
+            after[#after + 1] = { status = exe.status, active_path = exe.active_path, error = exe.error }
+            local nxt = q[pos[id]]
+            if #members >= group or not nxt then break end
+            local nev = items[nxt].event
+            if (nev.id ~= nil and seen[nev.id]) or items[nxt].fence ~= items[i].fence
+                or (items[nxt].from_outside and not fits_declared(c, nev, id)) then
+              break
+            end
+            members[#members + 1] = nxt
+            pos[id] = pos[id] + 1
+          end
+          set_version(exe, old)
+          local opts
+          if #members == 1 then
+            opts = commit_opts(self, exe, items[i].event, fxs[1], now, items[i].fence)
+          else
+            opts = group_commit_opts(self, items, members, fxs, after, now)
+          end
+          commits[#commits + 1] = { exe, opts }
+          which[#commits] = { members = members, fxs = fxs, after = after, exe = exe, before = before, id = id }
         end
       end
     end
@@ -418,23 +496,33 @@ function Engine:deliver_many(items, deadline)
     if #commits > 0 then
       local got = store:commit_many(commits)
       for k, r in ipairs(got) do
-        local i, fx = which[k].i, which[k].fx
-        local id = items[i].id
+        local w = which[k]
+        local members, id = w.members, w.id
         if r.ok then
-          if fx.failed then log_failed(self, id, items[i].event.kind, fx) end
-          settle(i, true, "applied", delivery_result(fx.outcome, which[k].exe, fx.failed))
+          for m, i in ipairs(members) do
+            local fx = w.fxs[m]
+            if fx.failed then log_failed(self, id, items[i].event.kind, fx) end
+            settle(i, true, "applied", delivery_result(fx.outcome, w.after[m], fx.failed))
+          end
         else
           -- the execution in hand went through the interpreter without its
           -- commit landing, or may be behind the stored one: reload from now on
           alone[id] = true
-          if r.code == "duplicate" then settle(i, true, "duplicate",
-                                                   delivery_result("duplicate", which[k].before))
-          elseif r.code == "stale" then settle(i, nil, r.err, r.code)
-          else one(i) end
+          if #members > 1 then
+            -- nothing of the group landed: each of its events goes the one-event way
+            if r.code == "stale" then
+              settle(members[1], nil, r.err, r.code)
+              for m = 2, #members do one(members[m]) end
+            else
+              for _, i in ipairs(members) do one(i) end
+            end
+          elseif r.code == "duplicate" then
+            settle(members[1], true, "duplicate", delivery_result("duplicate", w.before))
+          elseif r.code == "stale" then settle(members[1], nil, r.err, r.code)
+          else one(members[1]) end
         end
       end
     end
-    round = round + 1
   end
   return results
 end

@@ -52,7 +52,7 @@ function M.deliver(engine, claim)
   for k, e in ipairs(claim.entries) do
     items[k] = { id = e.execution_id, event = e.event, fence = claim.fences[e.execution_id], from_outside = true }
   end
-  local got = engine:deliver_many(items, claim.deadline)
+  local got = engine:deliver_many(items, claim.deadline, engine.inbox_group)
   for k, e in ipairs(claim.entries) do
     local r = got[k]
     e.result = r

@@ -88,8 +88,17 @@ local function prepare_emits(emits, doing)
   return out
 end
 
-local COMMIT_OPTS = { emits = true, processed_event_id = true, timers = true, spawns = true, trace = true,
-                      fence = true }
+local COMMIT_OPTS = { emits = true, processed_event_id = true, processed_event_ids = true, timers = true,
+                      spawns = true, trace = true, fence = true, advance = true }
+
+-- How far a commit moves the version on (opts.advance: 1, or a group's
+-- event count); a bad value is the core's to refuse.
+local function advance_of(opts)
+  local a = opts.advance
+  if a == nil then return 1 end
+  if math_type(a) ~= "integer" or a < 1 or a > 256 then return nil end
+  return a
+end
 
 local function check_fence(fence, fn)
   if fence ~= nil and type(fence) ~= "number" then
@@ -100,6 +109,13 @@ end
 -- store:commit(exe, { emits, processed_event_id, timers, spawns, trace, fence })
 -- -> true | nil, msg, code[, found]. On success exe.version is one higher;
 -- on any failure it stays where it was and nothing is written.
+-- A group commit (the inbox's: several events of one execution applied in
+-- order in memory) gives processed_event_ids = { id, ... } (at most 256,
+-- distinct) instead of processed_event_id, and trace = { step, ... }, one
+-- step per event: every id is marked in the one update, or none is, and a
+-- "duplicate" answer means one of them was marked already. advance = n
+-- moves the version on by n (a group of n events: as n commits would, so
+-- the ids its events' emits and spawns derive from the version stay unique).
 -- fence: the commit is made under an inbox claim with this fence
 -- (mongostore.inbox); it lands only while no commit under a higher fence
 -- has, else nil, msg, "stale", and the execution keeps the highest.
@@ -113,11 +129,13 @@ function Store:commit(exe, opts)
   local emits, err = prepare_emits(opts.emits, doing)
   if err then return invalid(err) end
   local old = exe.version
+  local adv = advance_of(opts)
+  if not adv then return invalid(doing .. ": advance must be an integer from 1 to 256") end
   local data
-  data, err = execution.to_json(exe, old + 1)
+  data, err = execution.to_json(exe, old + adv)
   if not data then return invalid(doing .. ": " .. err) end
   local dd = digests_of(exe)
-  if dd == nil and old > 0 and opts.processed_event_id ~= nil then
+  if dd == nil and old > 0 and (opts.processed_event_id ~= nil or opts.processed_event_ids ~= nil) then
     -- digests unknown (fields of another version, or built by hand): fetch
     -- them (the version check below makes sure they are the ones at `old`)
     local got, _, fetched = self:_load(exe.id)
@@ -128,14 +146,16 @@ function Store:commit(exe, opts)
     parent_id = exe.parent_id,
     emits = emits,
     processed_event_id = opts.processed_event_id,
+    processed_event_ids = opts.processed_event_ids,
     dedupe = dd,
     timers = opts.timers,
     spawns = opts.spawns,
     trace = opts.trace,
     fence = opts.fence,
+    advance = adv,
   })
   if ok then
-    set_version(exe, old + 1)
+    set_version(exe, old + adv)
     if msg ~= nil then set_digests(exe, msg) end
     return true
   end
@@ -149,17 +169,20 @@ local function commit_args(self, exe, opts)
   local emits, err = prepare_emits(opts.emits, doing)
   if err then return nil, err end
   local old = exe.version
+  local adv = advance_of(opts)
+  if not adv then return nil, doing .. ": advance must be an integer from 1 to 256" end
   local data
-  data, err = execution.to_json(exe, old + 1)
+  data, err = execution.to_json(exe, old + adv)
   if not data then return nil, doing .. ": " .. err end
   local dd = digests_of(exe)
-  if dd == nil and old > 0 and opts.processed_event_id ~= nil then
+  if dd == nil and old > 0 and (opts.processed_event_id ~= nil or opts.processed_event_ids ~= nil) then
     local got, _, fetched = self:_load(exe.id)
     if got ~= nil then dd = fetched end
   end
   return exe.id, exe.definition_id, old, data, {
     status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
-    dedupe = dd, timers = opts.timers, spawns = opts.spawns, trace = opts.trace, fence = opts.fence,
+    processed_event_ids = opts.processed_event_ids, dedupe = dd, advance = adv, timers = opts.timers,
+    spawns = opts.spawns, trace = opts.trace, fence = opts.fence,
   }
 end
 
@@ -193,7 +216,8 @@ function Store:commit_many(items)
       if not id then
         results[i] = { err = def, code = "invalid" }
       else
-        batch[#batch + 1] = { id = id, definition_id = def, version = old, data = data, opts = ops }
+        batch[#batch + 1] = { id = id, definition_id = def, version = old, data = data, opts = ops,
+                              advance = ops.advance }
         where[#batch] = i
       end
     end
@@ -207,7 +231,7 @@ function Store:commit_many(items)
         local i = where[k]
         if r.ok then
           local exe = items[i][1]
-          set_version(exe, batch[k].version + 1)
+          set_version(exe, batch[k].version + batch[k].advance)
           if r.digests ~= nil then set_digests(exe, r.digests) end
           results[i] = { ok = true }
         else

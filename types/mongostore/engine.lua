@@ -17,6 +17,7 @@
 ---@field lease? number seconds a claimed entry (or an inbox claim) is this worker's
 ---@field inbox? boolean `step` and `run` also run the inbox pass (`relay_inbox`), so what `enqueue` accepts is delivered; `run` backs off while the inbox is idle (50 ms doubling up to 1 s: an idle worker pays the claim's find at most once a second), `step` always runs it; `false` opts out
 ---@field inbox_max_events? integer the queued events one inbox pass takes at most
+---@field inbox_group? integer the queued events of one execution the inbox applies in one commit at most (1 to 256): applied in order in memory under one version check, each marked processed in the same update; a group that does not land is applied again one event at a time
 ---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
 ---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise is logged and the entry is tried again after a wait of its own (0.5 s doubled per failure up to 60 s, with jitter), given up after `max_attempts`. An engine without it (the CLI's) never claims external entries: they stay pending for a worker that has one, which its log says once
 ---@field on_dead_letter? fun(entry: mongostore.OutboxEntry, err: string) receives entries given up on

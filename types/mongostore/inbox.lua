@@ -18,7 +18,7 @@ local inbox = {}
 ---@return ("network"|"timeout"|"server"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function inbox.claim(e) end
 
---- Delivers the claim's events through `deliver_many`, in order per execution, each commit carrying the execution's fence; after a `stale` refusal nothing more of that execution is tried.
+--- Delivers the claim's events through `deliver_many`, in order per execution, up to the engine's `inbox_group` events of one execution in one commit, each commit carrying the execution's fence; after a `stale` refusal nothing more of that execution is tried.
 ---@param e mongostore.Engine
 ---@param claim mongostore.InboxClaim
 ---@return mongostore.InboxClaim claim # the same, each entry with `done` and `result`
