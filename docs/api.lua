@@ -175,6 +175,10 @@ api.codes = {
     .. "timestamp this process saw (or read at open). Nothing was written.",
     "Fix the clock; `clock_regression_grace` and `allow_clock_regression` on `records.open` relax the "
     .. "guard." },
+  { "finished",
+    "(engine, msngx) A control call (`cancel`, `terminate`, `suspend`, `resume`) reached an execution that "
+    .. "has ended (`DONE`, `CANCELLED` or `FAILED`, named in the message). Nothing was written.",
+    "Nothing to do: the execution is over. The OpenResty example answers 409." },
 }
 
 local WRITE_FAILS = { "network", "timeout", "unavailable", "server", "closed" }
@@ -2741,16 +2745,21 @@ local big = mongostore.int64("9007199254740993")]] },
         { fn = "json.decode", module = "mongostore",
           params = {
             { "text", "string", "JSON text" },
-            { "opts", "mongostore.JsonDecodeOptions?", "`exact`" },
+            { "opts", "mongostore.JsonDecodeOptions?", "`exact`, `allow_duplicates`" },
           },
           returns = { { "v", "any", "the value: arrays marked, null as `mongostore.null`" } },
           fails = { "invalid" },
-          raises = "a `text` that is not a string, or an `opts` that is not a table" },
+          raises = "a `text` that is not a string, an `opts` that is not a table, or `exact` and "
+            .. "`allow_duplicates` together",
+          desc = "A key repeated in one object is refused (`json: repeated key in object at byte N`): which "
+            .. "of the two did the sender mean, and which one did a check before this reading see?" },
         { class = "mongostore.JsonDecodeOptions",
           desc = "The options of `json.decode`.",
           fields = {
-            { "exact", "boolean?", "refuse, rather than change silently: integers outside int64, nonzero "
-              .. "numbers that would read as 0, and keys repeated in one object", default = "false" },
+            { "exact", "boolean?", "refuse, rather than change silently: integers outside int64 and nonzero "
+              .. "numbers that would read as 0 (and, as always, keys repeated in one object)", default = "false" },
+            { "allow_duplicates", "boolean?", "take a key repeated in one object, the last one winning, "
+              .. "rather than refuse the text", default = "false" },
           } },
         { field = "json", module = "mongostore", type = "mongostore.JsonCodec", desc = "The JSON codec." },
         { class = "mongostore.JsonCodec", desc = "The type of `mongostore.json`: `encode` and `decode`." },
@@ -3848,13 +3857,14 @@ left to it.]] },
     },
     {
       title = "Control",
-      intro = "Control events reach the children too. Each returns what `send` returns.",
+      intro = "Control events reach the children too. Each returns what `send` returns; on an execution "
+        .. "that has ended each fails `finished` and writes nothing.",
       entries = {
         { method = "cancel", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Cooperative when the active configuration has a `Cancel` transition, which is taken; "
             .. "otherwise the execution ends `CANCELLED` at once." },
@@ -3862,21 +3872,21 @@ left to it.]] },
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Ends the execution at once, running no hooks." },
         { method = "suspend", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Events that arrive are held, in order, until `resume`." },
         { method = "resume", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Releases the held events." },
       },

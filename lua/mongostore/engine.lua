@@ -296,6 +296,11 @@ function Engine:deliver(id, event, timer_path, from_outside, fence)
     if from_outside then
       local fits, ferr, fcode = fits_declared(c, event, id)
       if not fits then return nil, ferr, fcode end
+      -- a control call on an execution that has ended has nothing to
+      -- change: it writes nothing (no version, no dedupe mark) and says so
+      if from_outside == "control" and runtime.FINISHED[exe.status] then
+        return nil, format("%s %s: the execution is finished (%s)", event.kind:lower(), id, exe.status), "finished"
+      end
     end
     local now = self.now()
     local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
@@ -479,14 +484,14 @@ local function checked_id(id, fn)
   return id
 end
 
-local function send_checked(self, id, event, fn)
+local function send_checked(self, id, event, fn, how)
   local _, iderr = checked_id(id, fn)
   local ev, err, code = checked_event(self, event, fn)
   if iderr then return nil, iderr, "invalid" end
   if not ev then return nil, err, code end
   event.id = ev.id
   local ok
-  ok, err, code = self:deliver(id, ev, nil, true)
+  ok, err, code = self:deliver(id, ev, nil, how or true)
   if not ok then return nil, err, code end
   return true, err, code
 end
@@ -745,7 +750,7 @@ end
 
 local function control(self, id, kind, fn)
   if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
-  return send_checked(self, id, { kind = kind, data = {} }, fn)
+  return send_checked(self, id, { kind = kind, data = {} }, fn, "control")
 end
 
 -- Cooperative when the chart has a Cancel transition in the active

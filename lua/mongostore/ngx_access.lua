@@ -122,7 +122,8 @@ function M.bearer(header)
 end
 
 -- The pure decision: req = { kind = "read"|"write", authorization = header,
--- content_type = header, origin = header, has_body = bool } -> true, or
+-- content_type = header, origin = header, method = "POST" (default), has_body
+-- = bool } -> true, or
 -- false, status (401, 403 or 415), why (for the log, never the client).
 function Access:decide(req)
   local kind = req.kind
@@ -138,11 +139,15 @@ function Access:decide(req)
         return false, 403, "origin not allowed"
       end
     end
-    local ct = type(req.content_type) == "string" and lower(req.content_type) or nil
-    local media = ct and ct:match("^%s*([^;%s]+)")
-    local charset = ct and ct:match(";%s*charset%s*=%s*\"?([^;\"%s]+)")
-    if media ~= "application/json" or (charset and charset ~= "utf-8") then
-      return false, 415, "content type is not application/json"
+    -- a POST (the one write a web page can send cross-site without asking
+    -- first) and any request with a body: JSON only
+    if req.method == nil or req.method == "POST" or req.has_body then
+      local ct = type(req.content_type) == "string" and lower(req.content_type) or nil
+      local media = ct and ct:match("^%s*([^;%s]+)")
+      local charset = ct and ct:match(";%s*charset%s*=%s*\"?([^;\"%s]+)")
+      if media ~= "application/json" or (charset and charset ~= "utf-8") then
+        return false, 415, "content type is not application/json"
+      end
     end
   end
   return true
@@ -160,13 +165,14 @@ end
 -- with the refusal (401 with WWW-Authenticate: Bearer, 403 or 415), the why
 -- logged at info with the request id.
 function Access:check(kind)
-  local ngx = ngx
   local h = ngx.req.get_headers(100)
   local ok, status, why = self:decide{
     kind = kind,
     authorization = header(h, "authorization") or nil,
     content_type = header(h, "content-type") or nil,
     origin = header(h, "origin"),
+    method = ngx.req.get_method(),
+    has_body = h["content-length"] ~= nil or h["transfer-encoding"] ~= nil,
   }
   if ok then return true end
   ngx.log(ngx.INFO, "access ", tostring(ngx.var.request_id), ": ", why)

@@ -85,6 +85,11 @@ function TestAccessDecide:test_write_needs_json()
   lu.assertEquals({ ok, status }, { false, 415 })
   lu.assertTrue(x:decide{ kind = "write", authorization = "Bearer w-token-1",
                           content_type = "Application/JSON; charset=UTF-8" })
+  -- a DELETE without a body needs no content type; with one it does
+  lu.assertTrue(x:decide{ kind = "write", authorization = "Bearer w-token-1", method = "DELETE" })
+  ok, status = x:decide{ kind = "write", authorization = "Bearer w-token-1", method = "PUT", has_body = true,
+                         content_type = "text/plain" }
+  lu.assertEquals({ ok, status }, { false, 415 })
 end
 
 function TestAccessDecide:test_write_origin()

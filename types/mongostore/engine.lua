@@ -284,7 +284,7 @@ function Engine:sweep(now) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:cancel(id) end
 
 --- Ends the execution at once, running no hooks.
@@ -295,7 +295,7 @@ function Engine:cancel(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:terminate(id) end
 
 --- Events that arrive are held, in order, until `resume`.
@@ -306,7 +306,7 @@ function Engine:terminate(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:suspend(id) end
 
 --- Releases the held events.
@@ -317,7 +317,7 @@ function Engine:suspend(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:resume(id) end
 
 return engine

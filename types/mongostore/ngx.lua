@@ -433,7 +433,7 @@ function msngx.stats() end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.cancel(id) end
 
 --- Runs [`engine:enqueue`](engine.md#engine-enqueue) in a worker thread.
@@ -453,7 +453,7 @@ function msngx.enqueue(id, event, opts) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.resume(id) end
 
 --- Runs [`engine:send`](engine.md#engine-send) in a worker thread.
@@ -491,7 +491,7 @@ function msngx.start(chart_id, opts) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.suspend(id) end
 
 --- Runs [`engine:terminate`](engine.md#engine-terminate) in a worker thread.
@@ -500,7 +500,7 @@ function msngx.suspend(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.terminate(id) end
 
 return msngx
