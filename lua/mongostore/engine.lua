@@ -448,6 +448,25 @@ end
 -- wrong Lua type raises (a programming error); a kind or id that is empty or
 -- not UTF-8, data that cannot be stored, or an encoded event larger than
 -- max_event_bytes returns nil, msg, code and nothing is written.
+-- How deep an event's data may nest (data itself is level 1). The core's
+-- codecs stop at 100 levels, and an accepted event must stay readable
+-- wherever it goes: held in an execution's deferred list (3 levels above
+-- it), recorded in its context by an action, and loaded back through
+-- mongostore.ngx's thread crossing (4 more) into an HTTP answer (1 more).
+-- Refusing it here, before anything is written, keeps every such read
+-- within the limit, with room to spare.
+local MAX_EVENT_DEPTH = 80
+M.MAX_EVENT_DEPTH = MAX_EVENT_DEPTH
+
+-- Whether t nests deeper than `left` levels (stops there, so a cycle ends too).
+local function deeper_than(t, left)
+  if left <= 0 then return true end
+  for _, v in pairs(t) do
+    if type(v) == "table" and deeper_than(v, left - 1) then return true end
+  end
+  return false
+end
+
 local function checked_event(self, event, fn)
   if type(event) ~= "table" then error(fn .. ": event must be a table, got " .. type(event), 3) end
   if type(event.kind) ~= "string" then error(fn .. ": event.kind must be a string, got " .. type(event.kind), 3) end
@@ -465,6 +484,9 @@ local function checked_event(self, event, fn)
   if event.id ~= nil then
     why = text_error(event.id)
     if why then return nil, format("%s: event.id %s", fn, why), "invalid" end
+  end
+  if event.data ~= nil and deeper_than(event.data, MAX_EVENT_DEPTH) then
+    return nil, format("%s: event.data is nested deeper than %d levels", fn, MAX_EVENT_DEPTH), "invalid"
   end
   local ev = { id = event.id or ms.uuid(), kind = event.kind, data = event.data or {},
                created_time = event.created_time or self.now(), received_time = self.now() }
@@ -636,6 +658,9 @@ function Engine:start(chart_id, opts)
     return nil, "start: opts.priority must be an integer from 0 to 4", "invalid"
   end
   if opts.context ~= nil then
+    if deeper_than(opts.context, MAX_EVENT_DEPTH) then
+      return nil, format("start: opts.context is nested deeper than %d levels", MAX_EVENT_DEPTH), "invalid"
+    end
     local text, err = ms.json.encode(opts.context, "context")
     if not text then return nil, "start: " .. tostring(err), "invalid" end
     if text:sub(1, 1) ~= "{" then
@@ -644,6 +669,12 @@ function Engine:start(chart_id, opts)
     local c = self.charts[chart_id]
     local bad = c and check_timeout_context(c, opts.context)
     if bad then return nil, bad, "invalid" end
+  end
+  -- a chart that declares its inputs takes those and no other field
+  local declared = self.charts[chart_id]
+  if declared and declared.inputs then
+    local fits, ierr = chart_mod.check_inputs(declared, opts.context)
+    if not fits then return nil, "start: " .. ierr, "invalid" end
   end
   local id = opts.id or ms.uuid()
   -- no read first: the first commit is an insert, and an id that exists

@@ -83,6 +83,10 @@ local Engine = {}
 ---@class mongostore.engine
 local engine = {}
 
+--- 80: how deep an event's data (itself level 1) or a start's context may nest. Deeper is `invalid`, refused before anything is written, so that whatever was accepted can be read back: held in an execution, loaded through `mongostore.ngx`'s thread crossing and sent in an HTTP answer, each adding levels under the codecs' limit of 100.
+---@type integer
+engine.MAX_EVENT_DEPTH = nil
+
 --- Raises on a missing store, a chart that did not come from `chart.define`, an option of the wrong type or out of range, or an unknown option.
 ---@param opts mongostore.EngineOptions the store, the charts and the settings
 ---@return mongostore.Engine engine

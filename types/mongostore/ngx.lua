@@ -49,6 +49,10 @@
 ---@field verify? boolean check the server's certificate and name
 ---@field headers? table<string, string> extra request headers
 
+--- Who may call; from `access.new` or `access.from_env`.
+---@class mongostore.Access
+local Access = {}
+
 ---@class mongostore.ngx
 local msngx = {}
 
@@ -205,6 +209,26 @@ function msngx.start_external(chart_id, opts) end
 ---@return string? message
 ---@return ("invalid"|"server"|"unavailable")? code
 function msngx.run(module, fn, ...) end
+
+--- In a request handler: true, or the request ends with the refusal (`ngx.exit`).
+---
+--- Raises on a `kind` that is neither.
+---@param kind "read"|"write" what the request does
+---@return true ok # the request may go on
+function Access:check(kind) end
+
+--- What `check` decides, without nginx.
+---
+--- Raises on a `kind` that is neither `read` nor `write`.
+---@param req { kind: string, authorization: string?, content_type: string?, origin: string?, method: string?, has_body: boolean? } the request's facts
+---@return boolean ok
+---@return integer? status # 401, 403 or 415 when not
+---@return string? why # for the log, never the client
+function Access:decide(req) end
+
+---@param token? string a bearer token
+---@return "read"|"write"|nil kind # what it allows
+function Access:token_kind(token) end
 
 --- Runs [`store:ack_outbox`](store.md#store-ack_outbox) in a worker thread.
 ---

@@ -119,8 +119,17 @@ local function send(status, body, headers)
   return ngx.exit(ngx.HTTP_OK) -- the status is already out: just end the request
 end
 
+-- nginx's $request_id, the same for the whole request (nginx.conf also
+-- names it in X-Request-Id, which makes nginx keep it rather than draw a
+-- new one on each read).
 local function request_id()
-  return ngx.var.request_id
+  local ctx = ngx.ctx
+  local id = ctx.request_id
+  if not id then
+    id = ngx.var.request_id
+    ctx.request_id = id
+  end
+  return id
 end
 
 local function fail(status, msg, code)
