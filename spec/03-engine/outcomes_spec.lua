@@ -174,7 +174,9 @@ end
 
 function TestOutcomes:test_the_cli_send_exits_1_when_the_execution_failed()
   assert(self.engine:start("outcome_shop", { id = "c-1" }))
-  local charts_file = os.tmpname()
+  local tmp = os.tmpname()
+  local charts_file = tmp .. ".lua" -- the CLI runs only .lua files as code
+  os.remove(tmp)
   local f = assert(io.open(charts_file, "w"))
   f:write([[
 local chart = require "mongostore.chart"
