@@ -69,6 +69,7 @@ build = {
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
       ["mongostore.ngx_http"] = "lua/mongostore/ngx_http.lua",
+      ["mongostore.ngx_access"] = "lua/mongostore/ngx_access.lua",
       ["mongostore.webhook"] = "lua/mongostore/webhook.lua",
       ["mongostore.values"] = "lua/mongostore/values.lua",
       ["mongostore.ejson"] = "lua/mongostore/ejson.lua",

@@ -157,6 +157,8 @@ static const char *read_name(lua_State *L, int opts, const mongoc_uri_t *uri, ms
   return NULL;
 }
 
+static void database_release(lua_State *L, ms_database_t *db);
+
 /* mongostore.database(uri, opts): as connect, pings until the server
  * answers or opts.wait seconds have passed. */
 static int l_open(lua_State *L) {
@@ -194,9 +196,13 @@ static int l_open(lua_State *L) {
   db->op_started = ms_now();
   ms_failed_reset();
   if (!ms_wait_for_server(db->client, wait, attempt_ms, &be)) {
+    int n;
     ms_err_from_bson(&e, &be, "database");
     ms_scrub(db->password, &e);
-    return ms_push_error(L, &e);
+    n = ms_push_error(L, &e);
+    /* the client goes back to the pool now, not at garbage collection */
+    database_release(L, db);
+    return n;
   }
   db->max_bson = ms_read_max_bson(db->client);
   db->db = mongoc_client_get_database(db->client, db->name);

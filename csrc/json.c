@@ -270,6 +270,7 @@ typedef struct jp {
   size_t len, pos;
   int depth;
   int exact; /* refuse what would not come back as written (json_decode's opts.exact) */
+  int dups;  /* a repeated key in one object: the last wins (opts.allow_duplicates) instead of an error */
   ms_err_t *e;
 } jp_t;
 
@@ -608,8 +609,9 @@ static int parse_object(jp_t *p) {
       /* a key with \u0000 in it could be neither encoded again nor stored */
       k = lua_tolstring(p->L, -1, &klen);
       if (memchr(k, '\0', klen)) return jp_error(p, at, "key contains a NUL byte");
-      if (p->exact) {
-        /* the last would win and the first vanish without a word */
+      if (!p->dups) {
+        /* the last would win and the first vanish without a word: which
+         * one did the sender mean, and which one did a check upstream see? */
         lua_pushvalue(p->L, -1);
         lua_rawget(p->L, -3);
         if (!lua_isnil(p->L, -1)) return jp_error(p, at, "repeated key in object");
@@ -664,7 +666,7 @@ static int parse_value(jp_t *p) {
   }
 }
 
-static int json_decode(lua_State *L, const char *s, size_t len, int exact, ms_err_t *e) {
+static int json_decode(lua_State *L, const char *s, size_t len, int exact, int dups, ms_err_t *e) {
   jp_t p;
   int top = lua_gettop(L);
   p.L = L;
@@ -673,6 +675,7 @@ static int json_decode(lua_State *L, const char *s, size_t len, int exact, ms_er
   p.pos = 0;
   p.depth = 0;
   p.exact = exact;
+  p.dups = dups;
   p.e = e;
   luaL_checkstack(L, 4, "mongostore: json");
   skip_ws(&p);
@@ -690,7 +693,7 @@ static int json_decode(lua_State *L, const char *s, size_t len, int exact, ms_er
 }
 
 int ms_json_decode(lua_State *L, const char *s, size_t len, ms_err_t *e) {
-  return json_decode(L, s, len, 0, e);
+  return json_decode(L, s, len, 0, 0, e);
 }
 
 /* ======================================================================
@@ -717,26 +720,35 @@ static int l_json_encode(lua_State *L) {
   return 1;
 }
 
-/* json_decode(text[, { exact = true }]): exact refuses, with nil, msg, what
- * the default reading would change without a word: an integer literal
- * outside int64 (it would become the nearest double), a nonzero number that
- * underflows to 0, and a key repeated in one object (the last would win).
- * A number written with a fraction or an exponent is a double either way. */
+/* json_decode(text[, { exact = true, allow_duplicates = true }]): a key
+ * repeated in one object is refused with nil, msg unless allow_duplicates
+ * (then the last wins). exact refuses too what the default reading would
+ * change without a word: an integer literal outside int64 (it would become
+ * the nearest double) and a nonzero number that underflows to 0. A number
+ * written with a fraction or an exponent is a double either way. */
+static int opt_boolean(lua_State *L, const char *name) {
+  int v;
+  lua_getfield(L, 2, name);
+  if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+    return luaL_error(L, "json_decode: opts.%s must be a boolean, got %s", name, luaL_typename(L, -1));
+  v = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
 static int l_json_decode(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
-  int exact = 0;
+  int exact = 0, dups = 0;
   ms_err_t e;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    lua_getfield(L, 2, "exact");
-    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
-      return luaL_error(L, "json_decode: opts.exact must be a boolean, got %s", luaL_typename(L, -1));
-    exact = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    exact = opt_boolean(L, "exact");
+    dups = opt_boolean(L, "allow_duplicates");
+    if (exact && dups) return luaL_error(L, "json_decode: opts.exact refuses repeated keys: drop opts.allow_duplicates");
     lua_settop(L, 1);
   }
-  if (json_decode(L, s, len, exact, &e)) return ms_push_error(L, &e);
+  if (json_decode(L, s, len, exact, dups, &e)) return ms_push_error(L, &e);
   return 1;
 }
 

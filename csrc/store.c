@@ -325,6 +325,8 @@ static void open_collections(ms_store_t *s, const char *prefix) {
   s->inbox_claims = mongoc_client_get_collection(s->client, s->db, coll);
 }
 
+static void store_release(ms_store_t *s);
+
 /* connect(uri, opts): parses the URI, then pings until the server answers or
  * opts.wait seconds have passed, so a worker started beside its server waits
  * for it instead of failing. */
@@ -359,13 +361,23 @@ static int l_connect(lua_State *L) {
   s->socket_timeout_ms = mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SOCKETTIMEOUTMS, MS_SOCKET_TIMEOUT_MS);
   mongoc_uri_destroy(uri);
   s->client = ms_pool_pop(s->pool);
+  /* from here on a failure gives the client back to the pool at once:
+   * waiting for the garbage collector would leave it taken, and with
+   * maxPoolSize=1 the next connect to the URI would wait for it for good */
   if (!ms_wait_for_server(s->client, o.wait, attempt_ms, &be)) {
+    int n;
     ms_err_from_bson(&e, &be, "connect");
-    return ms_store_push_err(L, s, &e);
+    n = ms_store_push_err(L, s, &e);
+    store_release(s);
+    return n;
   }
   s->max_bson = ms_read_max_bson(s->client);
   open_collections(s, o.prefix);
-  if (!ensure_indexes(s, &be)) return ms_store_push_bson_err(L, s, &be, "connect: create indexes");
+  if (!ensure_indexes(s, &be)) {
+    int n = ms_store_push_bson_err(L, s, &be, "connect: create indexes");
+    store_release(s);
+    return n;
+  }
   return 1;
 }
 

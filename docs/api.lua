@@ -34,12 +34,14 @@ api.modules = {
   { name = "mongostore.inbox", as = "inbox" },
   { name = "mongostore.webhook", as = "webhook" },
   { name = "mongostore.ngx_http", as = "ngx_http" },
+  { name = "mongostore.ngx_access", as = "access" },
 }
 
 -- The receiver each class's methods are shown on (`store:commit(...)`).
 api.receivers = {
   ["mongostore.Store"] = "store",
   ["mongostore.Engine"] = "engine",
+  ["mongostore.Access"] = "access",
   ["mongostore.Chart"] = "c",
   ["mongostore.Database"] = "db",
   ["mongostore.Collection"] = "coll",
@@ -175,6 +177,10 @@ api.codes = {
     .. "timestamp this process saw (or read at open). Nothing was written.",
     "Fix the clock; `clock_regression_grace` and `allow_clock_regression` on `records.open` relax the "
     .. "guard." },
+  { "finished",
+    "(engine, msngx) A control call (`cancel`, `terminate`, `suspend`, `resume`) reached an execution that "
+    .. "has ended (`DONE`, `CANCELLED` or `FAILED`, named in the message). Nothing was written.",
+    "Nothing to do: the execution is over. The OpenResty example answers 409." },
 }
 
 local WRITE_FAILS = { "network", "timeout", "unavailable", "server", "closed" }
@@ -2748,16 +2754,21 @@ local big = mongostore.int64("9007199254740993")]] },
         { fn = "json.decode", module = "mongostore",
           params = {
             { "text", "string", "JSON text" },
-            { "opts", "mongostore.JsonDecodeOptions?", "`exact`" },
+            { "opts", "mongostore.JsonDecodeOptions?", "`exact`, `allow_duplicates`" },
           },
           returns = { { "v", "any", "the value: arrays marked, null as `mongostore.null`" } },
           fails = { "invalid" },
-          raises = "a `text` that is not a string, or an `opts` that is not a table" },
+          raises = "a `text` that is not a string, an `opts` that is not a table, or `exact` and "
+            .. "`allow_duplicates` together",
+          desc = "A key repeated in one object is refused (`json: repeated key in object at byte N`): which "
+            .. "of the two did the sender mean, and which one did a check before this reading see?" },
         { class = "mongostore.JsonDecodeOptions",
           desc = "The options of `json.decode`.",
           fields = {
-            { "exact", "boolean?", "refuse, rather than change silently: integers outside int64, nonzero "
-              .. "numbers that would read as 0, and keys repeated in one object", default = "false" },
+            { "exact", "boolean?", "refuse, rather than change silently: integers outside int64 and nonzero "
+              .. "numbers that would read as 0 (and, as always, keys repeated in one object)", default = "false" },
+            { "allow_duplicates", "boolean?", "take a key repeated in one object, the last one winning, "
+              .. "rather than refuse the text", default = "false" },
           } },
         { field = "json", module = "mongostore", type = "mongostore.JsonCodec", desc = "The JSON codec." },
         { class = "mongostore.JsonCodec", desc = "The type of `mongostore.json`: `encode` and `decode`." },
@@ -3162,6 +3173,23 @@ local order = chart.define{
           returns = { { "kinds", "string[]?", "the declared external kinds, sorted (a fresh list); nil when the "
             .. "chart declares none" } },
           raises = "a `c` that is not a chart" },
+        { fn = "check_inputs", module = "mongostore.chart",
+          params = {
+            { "c", "mongostore.Chart", "a chart" },
+            { "context", "table?", "a start's context" },
+          },
+          returns = { { "ok", "true", "the context fits the chart's inputs (always, for a chart without)" } },
+          fails = { "invalid" },
+          raises = "a `c` that is not a chart, or a `context` that is not a table",
+          desc = "What `engine:start` (and so `msngx.start_external`) checks before anything is written: "
+            .. "only declared fields, each of its type and bounds, and every required one given. Fails with "
+            .. "`nil, message` (`opts.context.attempts is not an input of chart order`); the engine returns "
+            .. "it as `nil, \"start: ...\", \"invalid\"`." },
+        { fn = "inputs", module = "mongostore.chart",
+          params = { { "c", "mongostore.Chart", "a chart" } },
+          returns = { { "inputs", "table<string, mongostore.InputDef>?", "the declared inputs, normalised "
+            .. "(a fresh table); nil when the chart declares none" } },
+          raises = "a `c` that is not a chart" },
         { field = "RESERVED", module = "mongostore.chart", type = "table<string, true>",
           desc = "The kinds the engine gives meaning to: `Start`, `Finished`, `Timeout`, `Cancel`, `Reset`, "
             .. "`SetState`, `Terminate`, `Suspend`, `Resume`. A chart may handle `Cancel`, `Timeout` and "
@@ -3192,6 +3220,19 @@ local order = chart.define{
               default = "\"mongostore\"" },
             { "carry", "string[]?", "the context keys an invoked execution of this chart carries back, under "
               .. "dialect = \"harel\"" },
+            { "inputs", "table<string, string|mongostore.InputDef>?", "the context fields a start may set: "
+              .. "name = a type (`\"number\"`, `\"string?\"`: the `?` makes it optional) or an `InputDef`. A chart "
+              .. "that declares inputs is started only with declared fields of their types (else `invalid`, "
+              .. "nothing written); one without takes any context. A wrong declaration raises" },
+          } },
+        { class = "mongostore.InputDef",
+          desc = "One declared input; an unknown key raises.",
+          fields = {
+            { "type", "string", "`string`, `number` (finite), `integer`, `boolean`, `object` or `array`" },
+            { "optional", "boolean?", "may be left out", default = "false" },
+            { "min", "number?", "the least value (numbers)" },
+            { "max", "number?", "the greatest value (numbers)" },
+            { "max_length", "integer?", "at most this many bytes (strings) or items (arrays)" },
           } },
         { class = "mongostore.StateDef",
           desc = "A state: `{ \"Name\", ... }`; an unknown key raises.",
@@ -3401,7 +3442,13 @@ machine order {
               "named guards in Lua, over the text's `guard` declarations" },
             { "machine", "string?", "the machine to read, when the text declares several" },
             { "id", "string?", "the chart's id", default = "the machine's name" },
-            { "base_dir", "string?", "the directory `import`s are read from (without it, an import is refused)" },
+            { "base_dir", "string?", "the directory `import`s are read from (without it, an import is refused). "
+              .. "An import names a `.stm` file relative to the importing one; an absolute path, a `..` leading "
+              .. "out of `base_dir` and the import paths, a file that is not `.stm` or not a regular file are "
+              .. "refused, and nothing of a file that is not `.stm` is read (so no error quotes it)" },
+            { "import_paths", "string[]?", "more directories an import is looked up in (after the importing "
+              .. "file's own) and may be read from" },
+            { "max_import_bytes", "integer?", "the largest file an import reads", default = "1048576" },
           } },
         { fn = "check_event", module = "mongostore.stm",
           params = {
@@ -3476,9 +3523,11 @@ by itself on restart (`engine:recover()`).
 What the engine takes from a caller is checked whole before anything is sent:
 a wrong Lua type raises (`send: event.kind must be a string, got number`); a
 bad value (an empty or non-UTF-8 id or kind, data the value rules cannot
-store, an unknown chart, a priority outside 0..4) is `nil, msg, "invalid"`,
-and an event larger than `max_event_bytes` is `"too_large"`. Then nothing is
-written and no hook has run.]],
+store, an unknown chart, a priority outside 0..4, event data or a start's
+context nested deeper than `engine.MAX_EVENT_DEPTH` levels, a context field
+the chart's `inputs` do not declare or of the wrong type) is `nil, msg,
+"invalid"`, and an event larger than `max_event_bytes` is `"too_large"`. Then
+nothing is written and no hook has run.]],
   sections = {
     {
       title = "Making one",
@@ -3488,6 +3537,11 @@ written and no hook has run.]],
           returns = { { "engine", "mongostore.Engine", "" } },
           raises = "a missing store, a chart that did not come from `chart.define`, an option of the wrong "
             .. "type or out of range, or an unknown option" },
+        { field = "MAX_EVENT_DEPTH", module = "mongostore.engine", type = "integer",
+          desc = "80: how deep an event's data (itself level 1) or a start's context may nest. Deeper is "
+            .. "`invalid`, refused before anything is written, so that whatever was accepted can be read "
+            .. "back: held in an execution, loaded through `mongostore.ngx`'s thread crossing and sent in an "
+            .. "HTTP answer, each adding levels under the codecs' limit of 100." },
         { class = "mongostore.EngineOptions",
           desc = "The options of `engine.new`; an unknown key raises.",
           fields = {
@@ -3860,13 +3914,14 @@ left to it.]] },
     },
     {
       title = "Control",
-      intro = "Control events reach the children too. Each returns what `send` returns.",
+      intro = "Control events reach the children too. Each returns what `send` returns; on an execution "
+        .. "that has ended each fails `finished` and writes nothing.",
       entries = {
         { method = "cancel", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Cooperative when the active configuration has a `Cancel` transition, which is taken; "
             .. "otherwise the execution ends `CANCELLED` at once." },
@@ -3874,21 +3929,21 @@ left to it.]] },
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Ends the execution at once, running no hooks." },
         { method = "suspend", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Events that arrive are held, in order, until `resume`." },
         { method = "resume", of = "mongostore.Engine",
           params = { { "id", "string", "the execution" } },
           returns = { { "ok", "true", "" }, { "how", "\"applied\"|\"duplicate\"", "" },
                       { "result", "mongostore.DeliveryResult", "what the control event did" } },
-          fails = fails("not_found", "conflict", "invalid"),
+          fails = fails("not_found", "finished", "conflict", "invalid"),
           raises = "an `id` that is not a string",
           desc = "Releases the held events." },
       },
@@ -4300,6 +4355,79 @@ if not ok then return ngx.exit(401) end]] },
           params = { { "url", "string", "http:// or https://" } },
           returns = { { "u", "{ scheme: string, host: string, port: integer, path: string }", "its parts" } },
           desc = "nil and a message saying what is wrong for a url it cannot take." },
+      },
+    },
+    {
+      title = "Who may call, and taking client values",
+      intro = [[
+`mongostore.ngx_access` decides who may call an HTTP API in nginx. Each
+request carries `Authorization: Bearer <token>`: a read token for `GET` and
+`HEAD`, a write token (which reads too) for anything else. A write also needs
+`Content-Type: application/json` (a `POST` always, another method when it
+has a body) and, when the browser sends an `Origin`, one of the allowed ones:
+what an HTML form or a script on another site can post without asking first
+(`text/plain`, forms) is refused, so no page on another site can
+`terminate` an execution. The tokens are kept only as HMAC-SHA256 digests under a key made
+at `access.new`, and a token sent is compared with every configured one over
+its 32-byte digest, so the time taken says nothing of how much of it matched.
+Refusals end the request with 401 (no or unknown token, with
+`WWW-Authenticate: Bearer`), 403 (a read token writing, a foreign Origin) or
+415 (another media type) and a body that says no more than the status; the reason goes
+to the error log at `info` with the request id. With no token configured
+every request is refused.
+
+The OpenResty example (`examples/openresty/app/api.lua`) shows the rest of
+taking client values safely: `ACCESS:check` first on every request, even an
+unknown path; bodies read with `json_decode(body, { exact = true })` (no
+repeated key, no number that would be stored as another); ids, kinds and
+list arguments checked for type, length, UTF-8 and control characters before
+any call; only the kinds a chart declares `external` and only the context
+fields it declares as `inputs` (`chart.define{ inputs = ... }`, checked by
+`engine:start` and so by `msngx.start_external`); event data at most
+`engine.MAX_EVENT_DEPTH` levels deep, so that what is accepted can be read
+back; every error body `{ error, code?, request_id }` with what went wrong
+inside (a Lua error, libmongoc's message naming the server) only in the
+error log under that id. Its `nginx.conf` declares the token variables with
+`env`, runs the workers as `nobody` when nginx starts as root, and
+rate-limits `POST /executions` per client address (429).]],
+      entries = {
+        { fn = "new", module = "mongostore.ngx_access",
+          params = { { "opts", "{ read_tokens: string[]?, write_tokens: string[]?, allowed_origins: string[]? }",
+                       "the tokens, and the origins (`scheme://host[:port]`) that may write from a browser" } },
+          returns = { { "access", "mongostore.Access", "" } },
+          raises = "an unknown option, an empty token, an origin that is not `scheme://host[:port]`",
+          example = [[
+local ACCESS = require("mongostore.ngx_access").from_env()
+-- content_by_lua
+ACCESS:check(ngx.req.get_method() == "GET" and "read" or "write")  -- or the request ends here]] },
+        { fn = "from_env", module = "mongostore.ngx_access",
+          params = { { "getenv", "fun(name: string): string?", "where to read", default = "os.getenv" } },
+          returns = { { "access", "mongostore.Access", "" } },
+          desc = "`MONGOSTORE_API_READ_TOKENS`, `MONGOSTORE_API_WRITE_TOKENS` and `MONGOSTORE_API_ORIGINS`, "
+            .. "each comma-separated. nginx clears the environment of its workers: declare each with `env` in "
+            .. "nginx.conf (or call this in `init_by_lua`, which runs in the master)." },
+        { fn = "bearer", module = "mongostore.ngx_access",
+          params = { { "header", "string?", "an Authorization header" } },
+          returns = { { "token", "string?", "its bearer token" } } },
+        { class = "mongostore.Access", desc = "Who may call; from `access.new` or `access.from_env`." },
+        { method = "check", of = "mongostore.Access",
+          params = { { "kind", "\"read\"|\"write\"", "what the request does" } },
+          returns = { { "ok", "true", "the request may go on" } },
+          raises = "a `kind` that is neither",
+          desc = "In a request handler: true, or the request ends with the refusal (`ngx.exit`)." },
+        { method = "decide", of = "mongostore.Access",
+          params = { { "req", "{ kind: string, authorization: string?, content_type: string?, origin: string?, "
+                       .. "method: string?, has_body: boolean? }", "the request's facts" } },
+          returns = { { "ok", "boolean", "" }, { "status", "integer?", "401, 403 or 415 when not" },
+                      { "why", "string?", "for the log, never the client" } },
+          raises = "a `kind` that is neither `read` nor `write`",
+          desc = "What `check` decides, without nginx." },
+        { method = "token_kind", of = "mongostore.Access",
+          params = { { "token", "string?", "a bearer token" } },
+          returns = { { "kind", "\"read\"|\"write\"|nil", "what it allows" } } },
+        { field = "BODIES", module = "mongostore.ngx_access", type = "table<integer, string>",
+          desc = "The refusals' bodies by status: `{\"error\":\"unauthorized\"}`, `forbidden`, "
+            .. "`unsupported media type`." },
       },
     },
   },

@@ -29,6 +29,14 @@ return chart.define{
   id = "order",
   initial = "Cart",
   external = { "PlaceOrder", "Paid", "Declined", "Picked", "Packed", "Go" },
+  -- what a caller may put in the context at start: attempts is the chart's
+  -- own count, so a client cannot start with it (or with anything else)
+  inputs = {
+    total = { type = "number", min = 0, optional = true },
+    payment_timeout = { type = "number", min = 0, max = 86400, optional = true },
+    -- the caller's own data kept with the order (no hook reads it)
+    meta = "object?",
+  },
   states = {
     { "Cart" },
     { "AwaitingPayment", timeout = { context = "payment_timeout" }, on_enter = request_payment },

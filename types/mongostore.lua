@@ -30,6 +30,7 @@
 ---| "validation" # (models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. Nothing was sent.
 ---| "transaction" # (models) `registry:transaction` was called inside a running one on the same registry: MongoDB has no nested transactions.
 ---| "clock_regression" # (records) The clock went back further than the store's grace allows since the latest store timestamp this process saw (or read at open). Nothing was written.
+---| "finished" # (engine, msngx) A control call (`cancel`, `terminate`, `suspend`, `resume`) reached an execution that has ended (`DONE`, `CANCELLED` or `FAILED`, named in the message). Nothing was written.
 
 --- The options of `mongostore.connect`; an unknown key raises.
 ---@class mongostore.ConnectOptions
@@ -400,7 +401,8 @@ local Session = {}
 
 --- The options of `json.decode`.
 ---@class mongostore.JsonDecodeOptions
----@field exact? boolean refuse, rather than change silently: integers outside int64, nonzero numbers that would read as 0, and keys repeated in one object
+---@field exact? boolean refuse, rather than change silently: integers outside int64 and nonzero numbers that would read as 0 (and, as always, keys repeated in one object)
+---@field allow_duplicates? boolean take a key repeated in one object, the last one winning, rather than refuse the text
 
 --- The type of `mongostore.json`: `encode` and `decode`.
 ---@class mongostore.JsonCodec
@@ -1338,11 +1340,13 @@ function mongostore.int64(v) end
 ---@return "invalid"? code
 function mongostore.json.encode(v, what) end
 
---- Raises on a `text` that is not a string, or an `opts` that is not a table.
+--- A key repeated in one object is refused (`json: repeated key in object at byte N`): which of the two did the sender mean, and which one did a check before this reading see?
+---
+--- Raises on a `text` that is not a string, an `opts` that is not a table, or `exact` and `allow_duplicates` together.
 ---
 --- Fails with `nil, message, code`.
 ---@param text string JSON text
----@param opts? mongostore.JsonDecodeOptions `exact`
+---@param opts? mongostore.JsonDecodeOptions `exact`, `allow_duplicates`
 ---@return any? v # the value: arrays marked, null as `mongostore.null`
 ---@return string? message
 ---@return "invalid"? code

@@ -381,6 +381,150 @@ local function external_set(chart_id, list, transitions)
   return proxy
 end
 
+-- inputs = { total = "number", note = "string?", tries = { type = "integer", min = 0, max = 5 } }:
+-- the context fields a caller of engine:start may set, and their types. A
+-- chart that declares inputs is started only with declared fields, each of
+-- its type (nil, message otherwise); one without takes any context. A
+-- type name ending in "?", or optional = true, may be left out; the others
+-- must be given. min and max bound numbers; max_length bounds strings
+-- (bytes) and arrays (items).
+local INPUT_TYPES = { string = true, number = true, integer = true, boolean = true, object = true, array = true }
+local INPUT_KEYS = { type = true, optional = true, min = true, max = true, max_length = true }
+
+local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
+
+local function input_set(chart_id, inputs)
+  local function bad(name, fmt, ...)
+    error(format("chart %s: inputs%s: " .. fmt, chart_id, name and ("." .. tostring(name)) or "", ...), 0)
+  end
+  if type(inputs) ~= "table" or getmetatable(inputs) ~= nil then bad(nil, "must be a table of name = type") end
+  local set = {}
+  for name, spec in pairs(inputs) do
+    if type(name) ~= "string" or name == "" then bad(nil, "names must be non-empty strings, got %s", type(name)) end
+    local one = {}
+    if type(spec) == "string" then
+      one.type, one.optional = spec:match("^(%a+)(%??)$")
+      one.optional = one.optional == "?"
+      if not one.type then bad(name, "'%s' is not a type", spec) end
+    elseif type(spec) == "table" then
+      for k in pairs(spec) do
+        if not INPUT_KEYS[k] then bad(name, "unknown key '%s'", tostring(k)) end
+      end
+      one.type = spec.type
+      if spec.optional ~= nil and type(spec.optional) ~= "boolean" then bad(name, "optional must be a boolean") end
+      one.optional = spec.optional == true
+      for _, k in ipairs { "min", "max", "max_length" } do
+        if spec[k] ~= nil and not finite(spec[k]) then bad(name, "%s must be a finite number", k) end
+        one[k] = spec[k]
+      end
+      if one.min and one.max and one.min > one.max then bad(name, "min is above max") end
+    else
+      bad(name, "must be a type name or { type = ... }, got %s", type(spec))
+    end
+    if not INPUT_TYPES[one.type] then
+      bad(name, "'%s' is not a type (string, number, integer, boolean, object, array)", tostring(one.type))
+    end
+    if (one.min or one.max) and one.type ~= "number" and one.type ~= "integer" then
+      bad(name, "min and max are for numbers")
+    end
+    if one.max_length and one.type ~= "string" and one.type ~= "array" then
+      bad(name, "max_length is for strings and arrays")
+    end
+    set[name] = one
+  end
+  return set
+end
+
+-- An integer beyond 2^53 decoded on LuaJIT is a boxed int64.
+local function is_int64_box(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return mt and mt.__name == "mongostore.int64" or false
+end
+
+local function input_error(name, one, v)
+  local core = require "mongostore.core"
+  local t = one.type
+  local ok
+  if is_int64_box(v) then
+    ok = t == "number" or t == "integer"
+    -- its nearest double is close enough to hold against min and max
+    if ok then v = tonumber(tostring(v)) or 0 end
+  elseif t == "string" then
+    ok = type(v) == "string"
+  elseif t == "number" then
+    ok = finite(v)
+  elseif t == "integer" then
+    ok = finite(v) and v == math.floor(v)
+  elseif t == "boolean" then
+    ok = type(v) == "boolean"
+  elseif t == "object" then
+    ok = type(v) == "table" and not core.is_array(v)
+  else
+    ok = type(v) == "table" and core.is_array(v)
+  end
+  if not ok then
+    local got = type(v)
+    if got == "number" then
+      got = tostring(v)
+    elseif got == "table" then
+      got = core.is_array(v) and "an array" or "an object"
+    end
+    local article = (t == "integer" or t == "array" or t == "object") and "an" or "a"
+    return format("opts.context.%s must be %s %s, got %s", name, article, t, got)
+  end
+  if one.min and v < one.min then return format("opts.context.%s must be at least %s", name, tostring(one.min)) end
+  if one.max and v > one.max then return format("opts.context.%s must be at most %s", name, tostring(one.max)) end
+  if one.max_length and #v > one.max_length then
+    return format("opts.context.%s must be at most %d %s long", name, one.max_length,
+      t == "string" and "bytes" or "items")
+  end
+  return nil
+end
+
+-- chart.check_inputs(c, context) -> true | nil, message: whether a start may
+-- be given this context (always, for a chart that declares no inputs).
+function M.check_inputs(c, context)
+  if not M.is_chart(c) then error("chart.check_inputs: c must be a chart (chart.define), got " .. type(c), 2) end
+  if context ~= nil and type(context) ~= "table" then
+    error("chart.check_inputs: context must be a table, got " .. type(context), 2)
+  end
+  local inputs = c.inputs
+  if not inputs then return true end
+  context = context or {}
+  local names = {}
+  for k in pairs(context) do
+    if type(k) ~= "string" then return nil, "opts.context keys must be strings" end
+    names[#names + 1] = k
+  end
+  table.sort(names)
+  for _, k in ipairs(names) do
+    local one = inputs[k]
+    if not one then return nil, format("opts.context.%s is not an input of chart %s", k, c.id) end
+    local why = input_error(k, one, context[k])
+    if why then return nil, why end
+  end
+  local missing = {}
+  for k, one in pairs(inputs) do
+    if not one.optional and context[k] == nil then missing[#missing + 1] = k end
+  end
+  table.sort(missing)
+  if missing[1] then return nil, format("opts.context.%s is required by chart %s", missing[1], c.id) end
+  return true
+end
+
+-- chart.inputs(c) -> { name = { type =, optional =, min =, max =, max_length = } } (a copy) or nil
+function M.inputs(c)
+  if not M.is_chart(c) then error("chart.inputs: c must be a chart (chart.define), got " .. type(c), 2) end
+  if not c.inputs then return nil end
+  local out = {}
+  for k, one in pairs(c.inputs) do
+    local copy = {}
+    for f, v in pairs(one) do copy[f] = v end
+    out[k] = copy
+  end
+  return out
+end
+
 -- A chart is read through a proxy: its fields cannot be assigned.
 local Chart = {}
 local ChartMeta = {
@@ -389,14 +533,14 @@ local ChartMeta = {
 }
 
 -- chart.define{ id = "order", initial = "Cart", states = {...}, transitions = {...},
---               external = { "PlaceOrder", ... } }
+--               external = { "PlaceOrder", ... }, inputs = { total = "number", ... } }
 function M.define(def)
   if type(def) ~= "table" then error("chart.define: expected a table", 2) end
   local id = def.id
   if type(id) ~= "string" or id == "" then error("chart.define: id must be a non-empty string", 2) end
   for k in pairs(def) do
     if k ~= "id" and k ~= "initial" and k ~= "states" and k ~= "transitions" and k ~= "history"
-      and k ~= "external" and k ~= "dialect" and k ~= "carry" then
+      and k ~= "external" and k ~= "dialect" and k ~= "carry" and k ~= "inputs" then
       error(format("chart %s: unknown key '%s'", id, tostring(k)), 2)
     end
   end
@@ -440,7 +584,13 @@ function M.define(def)
     if not ok3 then error(err3, 2) end
     external = err3
   end
-  local fields = setmetatable({ id = id, root = root, index = index, external = external,
+  local inputs
+  if def.inputs ~= nil then
+    local ok4, err4 = pcall(input_set, id, def.inputs)
+    if not ok4 then error(err4, 2) end
+    inputs = err4
+  end
+  local fields = setmetatable({ id = id, root = root, index = index, external = external, inputs = inputs,
                                 dialect = def.dialect or "mongostore" }, { __index = Chart })
   return setmetatable({}, { __index = fields, __newindex = ChartMeta.__newindex, __name = ChartMeta.__name,
                             __metatable = ChartMeta })

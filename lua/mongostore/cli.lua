@@ -134,11 +134,30 @@ local function connect(o)
   return store
 end
 
--- A module name (found on package.path) or a path to a .lua file.
+-- Names that are never loaded as code: data files, whatever their place.
+local DATA_FILES = { json = true, stm = true, yaml = true, yml = true, txt = true, toml = true, csv = true,
+                     xml = true }
+
+-- Why name is neither a .lua file nor a module name, or nil.
+local function not_code(name)
+  if name:match("%.lua$") then return nil end
+  if name:find("[/\\]") then return "a path must end in .lua" end
+  local ext = name:match("%.([%w]+)$")
+  if ext and DATA_FILES[ext:lower()] then return "a ." .. ext:lower() .. " file is not code" end
+  if not name:match("^[%w_%-]+[%w_%-%.]*$") then return "not a module name" end
+  return nil
+end
+
+-- A module name (found on package.path) or a path to a .lua file: nothing
+-- else is run as code (a chart.json given here is refused, not executed).
 local function load_lua(name, what)
   local ok, v
-  if name:find("/", 1, true) or name:match("%.lua$") then
-    local chunk, err = loadfile(name)
+  local why = not_code(name)
+  if why then
+    usage(format("cannot load %s %s: only a .lua file or a module name is loaded as code (%s)", what, name, why))
+  end
+  if name:match("%.lua$") then
+    local chunk, err = loadfile(name, "t") -- source only: no precompiled chunk
     if not chunk then usage(format("cannot load %s %s: %s", what, name, err)) end
     ok, v = pcall(chunk)
   else

@@ -334,6 +334,11 @@ function Engine:deliver(id, event, timer_path, from_outside, fence)
     if from_outside then
       local fits, ferr, fcode = fits_declared(c, event, id)
       if not fits then return nil, ferr, fcode end
+      -- a control call on an execution that has ended has nothing to
+      -- change: it writes nothing (no version, no dedupe mark) and says so
+      if from_outside == "control" and runtime.FINISHED[exe.status] then
+        return nil, format("%s %s: the execution is finished (%s)", event.kind:lower(), id, exe.status), "finished"
+      end
     end
     local now = self.now()
     local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
@@ -531,6 +536,25 @@ end
 -- wrong Lua type raises (a programming error); a kind or id that is empty or
 -- not UTF-8, data that cannot be stored, or an encoded event larger than
 -- max_event_bytes returns nil, msg, code and nothing is written.
+-- How deep an event's data may nest (data itself is level 1). The core's
+-- codecs stop at 100 levels, and an accepted event must stay readable
+-- wherever it goes: held in an execution's deferred list (3 levels above
+-- it), recorded in its context by an action, and loaded back through
+-- mongostore.ngx's thread crossing (4 more) into an HTTP answer (1 more).
+-- Refusing it here, before anything is written, keeps every such read
+-- within the limit, with room to spare.
+local MAX_EVENT_DEPTH = 80
+M.MAX_EVENT_DEPTH = MAX_EVENT_DEPTH
+
+-- Whether t nests deeper than `left` levels (stops there, so a cycle ends too).
+local function deeper_than(t, left)
+  if left <= 0 then return true end
+  for _, v in pairs(t) do
+    if type(v) == "table" and deeper_than(v, left - 1) then return true end
+  end
+  return false
+end
+
 local function checked_event(self, event, fn)
   if type(event) ~= "table" then error(fn .. ": event must be a table, got " .. type(event), 3) end
   if type(event.kind) ~= "string" then error(fn .. ": event.kind must be a string, got " .. type(event.kind), 3) end
@@ -548,6 +572,9 @@ local function checked_event(self, event, fn)
   if event.id ~= nil then
     why = text_error(event.id)
     if why then return nil, format("%s: event.id %s", fn, why), "invalid" end
+  end
+  if event.data ~= nil and deeper_than(event.data, MAX_EVENT_DEPTH) then
+    return nil, format("%s: event.data is nested deeper than %d levels", fn, MAX_EVENT_DEPTH), "invalid"
   end
   local ev = { id = event.id or ms.uuid(), kind = event.kind, data = event.data or {},
                created_time = event.created_time or self.now(), received_time = self.now() }
@@ -567,14 +594,14 @@ local function checked_id(id, fn)
   return id
 end
 
-local function send_checked(self, id, event, fn)
+local function send_checked(self, id, event, fn, how)
   local _, iderr = checked_id(id, fn)
   local ev, err, code = checked_event(self, event, fn)
   if iderr then return nil, iderr, "invalid" end
   if not ev then return nil, err, code end
   event.id = ev.id
   local ok
-  ok, err, code = self:deliver(id, ev, nil, true)
+  ok, err, code = self:deliver(id, ev, nil, how or true)
   if not ok then return nil, err, code end
   return true, err, code
 end
@@ -719,6 +746,9 @@ function Engine:start(chart_id, opts)
     return nil, "start: opts.priority must be an integer from 0 to 4", "invalid"
   end
   if opts.context ~= nil then
+    if deeper_than(opts.context, MAX_EVENT_DEPTH) then
+      return nil, format("start: opts.context is nested deeper than %d levels", MAX_EVENT_DEPTH), "invalid"
+    end
     local text, err = ms.json.encode(opts.context, "context")
     if not text then return nil, "start: " .. tostring(err), "invalid" end
     if text:sub(1, 1) ~= "{" then
@@ -727,6 +757,12 @@ function Engine:start(chart_id, opts)
     local c = self.charts[chart_id]
     local bad = c and check_timeout_context(c, opts.context)
     if bad then return nil, bad, "invalid" end
+  end
+  -- a chart that declares its inputs takes those and no other field
+  local declared = self.charts[chart_id]
+  if declared and declared.inputs then
+    local fits, ierr = chart_mod.check_inputs(declared, opts.context)
+    if not fits then return nil, "start: " .. ierr, "invalid" end
   end
   local id = opts.id or ms.uuid()
   -- no read first: the first commit is an insert, and an id that exists
@@ -833,7 +869,7 @@ end
 
 local function control(self, id, kind, fn)
   if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
-  return send_checked(self, id, { kind = kind, data = {} }, fn)
+  return send_checked(self, id, { kind = kind, data = {} }, fn, "control")
 end
 
 -- Cooperative when the chart has a Cancel transition in the active

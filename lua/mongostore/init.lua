@@ -38,7 +38,7 @@ return {
   -- The codes an operation can return as its third value (see README.md).
   codes = { "conflict", "duplicate", "network", "timeout", "server", "invalid", "too_large",
             "unavailable", "closed", "not_found", "transient", "stale", "validation", "transaction",
-            "clock_regression" },
+            "clock_regression", "finished" },
   connect = store.connect,
   database = require("mongostore.database").database,
   check_keys = store.check_keys,

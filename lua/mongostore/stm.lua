@@ -40,13 +40,31 @@ local function load(text, opts)
     end
     return prog
   end
-  return expand.load(text, opts.base_dir)
+  return expand.load(text, opts.base_dir,
+                     { import_paths = opts.import_paths, max_import_bytes = opts.max_import_bytes })
+end
+
+-- import_paths and max_import_bytes, checked (misuse raises).
+local function check_import_opts(opts, fn)
+  if opts.import_paths ~= nil then
+    if type(opts.import_paths) ~= "table" then error(fn .. ": opts.import_paths must be a list of directories", 3) end
+    for i, p in ipairs(opts.import_paths) do
+      if type(p) ~= "string" or p == "" then
+        error(format("%s: opts.import_paths[%d] must be a non-empty string", fn, i), 3)
+      end
+    end
+  end
+  local max = opts.max_import_bytes
+  if max ~= nil and (type(max) ~= "number" or max < 1 or max ~= math.floor(max)) then
+    error(fn .. ": opts.max_import_bytes must be a positive integer", 3)
+  end
 end
 
 function M.expand(text, opts)
   if type(text) ~= "string" then error("stm.expand: text must be a string, got " .. type(text), 2) end
   if opts ~= nil and type(opts) ~= "table" then error("stm.expand: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
+  check_import_opts(opts, "stm.expand")
   local prog = load(text, opts)
   local order = meta[prog].machines
   local name = opts.machine or order[1]
@@ -603,7 +621,8 @@ function Compiler:define(def)
   fail_in(src, pos[1], pos[2], "%s", msg)
 end
 
-local OPTS = { actions = true, guards = true, machine = true, id = true, base_dir = true }
+local OPTS = { actions = true, guards = true, machine = true, id = true, base_dir = true, import_paths = true,
+               max_import_bytes = true }
 
 -- stm.to_chart(text, { actions = {...}, guards = {...}, machine = "name", id = "chart id" })
 function M.to_chart(text, opts)
@@ -629,6 +648,7 @@ function M.to_chart(text, opts)
       error(format("chart.from_stm: opts.%s must be a non-empty string", key), 2)
     end
   end
+  check_import_opts(opts, "chart.from_stm")
   local prog = load(text, opts)
   local order = meta[prog].machines
   local function top_fail(fmt, ...) fail_at(text, 1, 1, fmt, ...) end

@@ -77,6 +77,7 @@ local function method_table(class)
   if class == "mongostore.Store" then return mongostore.Store end
   if class == "mongostore.Engine" then return engine_methods() end
   if class == "mongostore.Chart" then return a_chart() end
+  if class == "mongostore.Access" then return getmetatable(require("mongostore.ngx_access").new{}).__index end
   -- the models' method tables (lua/mongostore/model.lua), and Q's fields' (mongostore.query)
   local m = class:match("^mongostore%.(%u%w*)$")
   if m and model_mod._classes[m] then return model_mod._classes[m] end

@@ -209,9 +209,24 @@ function TestJsonDecode.test_tables_and_marks()
   lu.assertEquals(n[1], null)
 end
 
-function TestJsonDecode.test_duplicate_keys_last_wins()
-  lu.assertEquals(core.json_decode('{"a":1,"a":2}'), {a = 2})
-  lu.assertEquals(core.json_decode('{"a":{"x":1},"b":0,"a":null}'), {a = null, b = 0})
+-- A repeated key is refused by default: a check made on one reading of the
+-- text (the first "kind") must not be undone by another (the last).
+function TestJsonDecode.test_duplicate_keys_are_refused_unless_allowed()
+  for _, text in ipairs { '{"a":1,"a":2}', '{"a":{"x":1},"b":0,"a":null}', '[{"k":1,"k":1}]',
+                          '{"o":{"x":1,"x":2}}' } do
+    assert_invalid(core.json_decode(text))
+    local _, msg = core.json_decode(text)
+    lu.assertStrContains(msg, "repeated key in object at byte", false, text)
+  end
+  local allow = { allow_duplicates = true }
+  lu.assertEquals(core.json_decode('{"a":1,"a":2}', allow), {a = 2})
+  lu.assertEquals(core.json_decode('{"a":{"x":1},"b":0,"a":null}', allow), {a = null, b = 0})
+  -- the same key in two objects is not a repeat
+  lu.assertEquals(core.json_decode('{"a":{"k":1},"b":{"k":2}}'), { a = { k = 1 }, b = { k = 2 } })
+  lu.assertErrorMsgContains("opts.allow_duplicates must be a boolean", core.json_decode, "{}",
+                            { allow_duplicates = 1 })
+  lu.assertErrorMsgContains("drop opts.allow_duplicates", core.json_decode, "{}",
+                            { allow_duplicates = true, exact = true })
 end
 
 -- opts.exact refuses what the default reading would change silently: an

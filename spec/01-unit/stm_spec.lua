@@ -593,6 +593,43 @@ local function files(t)
   return dir
 end
 
+-- An import reads only .stm files inside base_dir (or a listed import
+-- path), at most max_import_bytes of them: an absolute path, a `..` out of
+-- the directory, /dev/zero or /etc/passwd are refused by name, and no
+-- error quotes a line of a file that is not .stm.
+function TestStmFragments:test_imports_stay_inside_their_directories()
+  local lib = files { ["shared.stm"] = "fragment S {\n  initial A\n  state A {}\n}\n" }
+  local dir = files {
+    ["ok.stm"] = "fragment F {\n  initial A\n  state A {}\n}\n",
+    ["big.stm"] = "# " .. string.rep("x", 2000) .. "\n",
+    ["notes.txt"] = "secret first line\n",
+  }
+  os.execute("mkdir " .. helper.shell_quote(dir .. "/sub.stm"))
+  local function refused(path, opts, ...)
+    local err = build_fails(1, 1, "import \"" .. path .. "\"\n" .. machine(""), opts or { base_dir = dir }, ...)
+    lu.assertNotStrContains(err, "root:")
+    lu.assertNotStrContains(err, "secret first line")
+    return err
+  end
+  refused("/etc/passwd", nil, "import /etc/passwd: an absolute path is not imported")
+  refused("/dev/zero", nil, "import /dev/zero: an absolute path is not imported")
+  refused("../../../../../../etc/passwd", nil, "only .stm files are imported")
+  refused("notes.txt", nil, "import notes.txt: only .stm files are imported")
+  refused("../" .. lib:match("[^/]+$") .. "/shared.stm", nil, "the path leads out of the import directories")
+  refused("sub.stm", nil, "import sub.stm: not a readable file")
+  refused("big.stm", { base_dir = dir, max_import_bytes = 1000 }, "import big.stm: the file is larger than 1000 bytes")
+  refused("none.stm", nil, "import not found: none.stm")
+  -- inside: the directory itself, a listed import path
+  local uses = function(f) return machine("  use " .. f .. " as C\n  from A to C on Go\n  from A to B on Stop") end
+  lu.assertNotNil(chart.from_stm("import \"ok.stm\"\n" .. uses("F"), { base_dir = dir }))
+  lu.assertNotNil(chart.from_stm("import \"shared.stm\"\n" .. uses("S"), { base_dir = dir, import_paths = { lib } }))
+  lu.assertErrorMsgContains("opts.import_paths must be a list", chart.from_stm, "x", { base_dir = dir,
+                            import_paths = "x" })
+  lu.assertErrorMsgContains("opts.max_import_bytes must be a positive integer", chart.from_stm, "x",
+                            { base_dir = dir, max_import_bytes = 0 })
+  os.execute("rm -rf " .. helper.shell_quote(dir) .. " " .. helper.shell_quote(lib))
+end
+
 function TestStmFragments:test_errors_in_an_imported_file_name_it()
   local dir = files {
     ["bad.stm"] = "fragment F {\n  initial A\n  state A { @ }\n}\n",

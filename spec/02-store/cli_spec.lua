@@ -521,6 +521,26 @@ end
 ------------------------------------------------------------------------
 -- render
 
+-- Only a .lua file or a module name is run as code: a chart.json (here
+-- holding Lua that would leave a mark) is refused, and nothing of it runs.
+function TestCli:test_render_runs_no_file_but_lua_as_code()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local mark = dir .. "/ran"
+  local code = "io.open('" .. mark .. "', 'w'):close() return require('mongostore.chart').define{ id = 'x', " ..
+    "initial = 'A', states = { { 'A' } } }"
+  for _, name in ipairs { "chart.json", "chart.stm", "chart.txt", "chart" } do
+    local f = assert(io.open(dir .. "/" .. name, "w"))
+    f:write(code)
+    f:close()
+    assert_usage(cli.run({ "render", dir .. "/" .. name, "--format", "dot" }), "only a .lua file or a module name")
+  end
+  assert_usage(cli.run({ "render", "chart.json", "--format", "dot" }), "a .json file is not code")
+  lu.assertNil(io.open(mark, "r"), "a file that is not .lua ran as code")
+  os.execute("rm -rf '" .. dir .. "'")
+end
+
 function TestCli:test_render_draws_a_chart_or_says_why_not()
   local chart = require "mongostore.chart"
   local file = cli.root .. "/spec/fixtures/cli/one_chart.lua"

@@ -291,3 +291,39 @@ function TestConnect:test_argument_errors_raise()
   lu.assertError(ms.connect, helper.uri(), "opts")
   lu.assertError(ms.connect, helper.uri(), { db = {} })
 end
+
+-- A failed connect gives its pooled client back at once: with maxPoolSize=1
+-- the next connect to the same URI gets it (and fails or succeeds on its
+-- own), rather than waiting for good for a client only garbage collection
+-- would have returned. Run in a child process with the collector stopped,
+-- under a timeout, since the bug is a hang.
+function TestConnect:test_a_failed_connect_returns_its_pooled_client()
+  local uri = "mongodb://127.0.0.1:" .. free_port() .. "/?maxPoolSize=1&serverSelectionTimeoutMS=200"
+  local lua = os.getenv("MONGOSTORE_LUA") or "lua5.4"
+  local root = helper.root()
+  local script = string.format([[
+package.path = %q .. "/lua/?.lua;" .. %q .. "/lua/?/init.lua;" .. package.path
+collectgarbage("stop")
+local ms = require "mongostore"
+for i = 1, 3 do
+  local s, _, code = ms.connect(%q, { db = "x", wait = 0 })
+  io.write("store ", i, " ", tostring(s ~= nil), " ", tostring(code), "\n")
+  local db, _, dcode = ms.database(%q, { db = "x", wait = 0 })
+  io.write("database ", i, " ", tostring(db ~= nil), " ", tostring(dcode), "\n")
+end
+io.write("done\n")
+]], root, root, uri, uri)
+  local file = os.tmpname()
+  local f = assert(io.open(file, "w"))
+  f:write(script)
+  f:close()
+  local t0 = ms.now()
+  local out = sh("timeout -k 2 20 " .. lua .. " " .. file .. " 2>&1")
+  os.remove(file)
+  lu.assertStrContains(out, "done", false, "a connect after a failed one hung: " .. out)
+  for i = 1, 3 do
+    lu.assertStrContains(out, "store " .. i .. " false unavailable")
+    lu.assertStrContains(out, "database " .. i .. " false unavailable")
+  end
+  lu.assertTrue(elapsed_since(t0) < 15)
+end

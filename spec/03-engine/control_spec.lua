@@ -51,14 +51,15 @@ function TestControl:test_cancel_is_cooperative_when_the_chart_models_it()
   lu.assertEquals(cleanups, 1)
   local kinds = C.trace(s, "c")
   lu.assertEquals(kinds, { "Start", "Cancel" })
-  -- a later Cancel of a finished execution changes nothing
+  -- a later Cancel of a finished execution is refused and writes nothing
   local v = exe.version
-  lu.assertTrue(e:cancel("c"))
+  local ok, msg, code = e:cancel("c")
+  lu.assertEquals({ ok, msg, code }, { nil, "cancel c: the execution is finished (DONE)", "finished" })
   exe = C.load(s, "c")
   lu.assertEquals(exe.status, "DONE")
   lu.assertEquals(exe.outcome, "aborted")
   lu.assertEquals(exe.context.cleanups, 1)
-  lu.assertTrue(exe.version <= v + 1)
+  lu.assertEquals(exe.version, v)
 end
 
 function TestControl:test_cancel_terminates_when_the_chart_has_no_cancel_transition()
@@ -94,8 +95,31 @@ function TestControl:test_terminate_ignores_a_modelled_cancel()
   e:start("flat", { id = "f" })
   e:send("f", { kind = "Begin" })
   e:send("f", { kind = "Finish" })
-  lu.assertTrue(e:terminate("f"))
+  local v = C.load(s, "f").version
+  lu.assertEquals(select(3, e:terminate("f")), "finished")
   lu.assertEquals(C.load(s, "f").status, "DONE")
+  lu.assertEquals(C.load(s, "f").version, v)
+end
+
+-- resume, suspend and terminate of a CANCELLED execution: each refused,
+-- no version written, no trace step
+function TestControl:test_control_on_a_cancelled_execution_writes_nothing()
+  local e, s = self.engine, self.store
+  e:start("plain", { id = "pc" })
+  lu.assertTrue(e:cancel("pc"))
+  local before = C.load(s, "pc")
+  lu.assertEquals(before.status, "CANCELLED")
+  local kinds = C.trace(s, "pc")
+  for _, fn in ipairs { "resume", "suspend", "terminate", "cancel" } do
+    local ok, msg, code = e[fn](e, "pc")
+    lu.assertNil(ok, fn)
+    lu.assertEquals(code, "finished", fn)
+    lu.assertEquals(msg, fn .. " pc: the execution is finished (CANCELLED)")
+  end
+  local after = C.load(s, "pc")
+  lu.assertEquals(after.version, before.version)
+  lu.assertEquals(after.status, "CANCELLED")
+  lu.assertEquals(C.trace(s, "pc"), kinds)
 end
 
 function TestControl:test_suspend_holds_events_and_resume_delivers_them_in_order()

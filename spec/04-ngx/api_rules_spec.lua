@@ -64,17 +64,20 @@ local BIG = {
 }
 
 function TestApiRules:test_big_integers_in_the_context_round_trip()
-  local ctx = { total = 30, list = { BIG.above, BIG.max, BIG.min } }
-  for k, v in pairs(BIG) do ctx[k] = v end
-  start("order", "x-ctx", ctx)
+  -- the order chart's inputs: total (a number, here beyond 2^53) and meta
+  -- (an object, the caller's own)
+  local meta = { list = { BIG.above, BIG.max, BIG.min } }
+  for k, v in pairs(BIG) do meta[k] = v end
+  start("order", "x-ctx", { total = BIG.above, meta = meta })
   local exe = show("x-ctx")
-  for k, v in pairs(BIG) do assert_exact(exe.context[k], v, "context." .. k) end
-  assert_exact(exe.context.list[1], BIG.above, "list[1]")
-  assert_exact(exe.context.list[2], BIG.max, "list[2]")
-  assert_exact(exe.context.list[3], BIG.min, "list[3]")
+  assert_exact(exe.context.total, BIG.above, "context.total")
+  for k, v in pairs(BIG) do assert_exact(exe.context.meta[k], v, "context.meta." .. k) end
+  assert_exact(exe.context.meta.list[1], BIG.above, "list[1]")
+  assert_exact(exe.context.meta.list[2], BIG.max, "list[2]")
+  assert_exact(exe.context.meta.list[3], BIG.min, "list[3]")
   -- what is stored, read by Python's json module: the same integers
   local stored = raw.data(srv().db, "x-ctx")
-  for k, v in pairs(BIG) do assert_exact(stored.context[k], v, "stored context." .. k) end
+  for k, v in pairs(BIG) do assert_exact(stored.context.meta[k], v, "stored context.meta." .. k) end
   -- and the listing carries the execution without breaking on them
   local status, page = srv():get("/executions?definition_id=order&limit=1000")
   lu.assertEquals(status, 200, H.encode({ page }))

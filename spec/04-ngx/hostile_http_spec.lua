@@ -92,7 +92,7 @@ local CASES = {
   { "path_id_slash", "GET", "/executions/h%2F1", nil, 400 },
   { "path_id_overlong_utf8", "GET", "/executions/%C0%AF", nil, 400 },
   { "path_id_too_long", "GET", "/executions/" .. string.rep("z", 300), nil, 400 },
-  { "path_id_control", "POST", "/executions/h%0A1/cancel", nil, 400 },
+  { "path_id_control", "POST", "/executions/h%0A1/cancel", "{}", 400 },
   -- cursors
   { "cursor_garbage", "GET", "/executions?cursor=not-a-cursor", nil, 400 },
   { "cursor_forged", "GET", function() return "/executions?definition_id=order&limit=1&cursor=c2." .. hex("h-2") ..

@@ -106,6 +106,10 @@ function TestWebhook.setupClass()
   H.check_prerequisites()
   local dir = (io.popen("mktemp -d /tmp/mongostore-certs.XXXXXX"):read("l"))
   make_certs(dir)
+  -- nginx's workers (never root: nobody when the master is root) load the
+  -- trusted CA themselves, so it must be readable by them; the keys stay
+  -- the master's
+  os.execute("chmod 755 " .. dir .. " && chmod 644 " .. dir .. "/ca.pem")
   TestWebhook.dir = dir
   local tls_port, self_port = H.free_port(), H.free_port()
   local receiver = RECEIVER:format(SECRET)

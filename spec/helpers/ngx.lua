@@ -165,13 +165,23 @@ local function new_prefix(port, opts)
   assert(prefix:match("^/tmp/mongostore%-ngx"), "mktemp failed: " .. prefix)
   local conf = render.render{ prefix = prefix, port = port, workers = opts.workers or 2, threads = opts.threads or 8,
                               vm_pool = opts.vm_pool or tonumber(os.getenv("MONGOSTORE_NGX_VM_POOL") or ""),
-                              log_level = "info" }
+                              log_level = "info", start_rate = opts.start_rate or "10000r/s",
+                              start_burst = opts.start_burst or 10000 }
   add_to_config(conf, opts, port)
   return prefix, conf
 end
 
+-- The example's API tokens in the specs (mongostore.ngx_access): every
+-- request of Server:request carries the write token unless told otherwise.
+M.READ_TOKEN = "spec-read-token-0123456789"
+M.WRITE_TOKEN = "spec-write-token-0123456789"
+M.ORIGIN = "https://app.example"
+M.AUTH = "Authorization: Bearer " .. M.WRITE_TOKEN
+
 local function env_prefix(db, uri)
-  return "MONGOSTORE_URI=" .. q(uri or helper.uri()) .. " MONGOSTORE_DB=" .. q(db) .. " "
+  return "MONGOSTORE_URI=" .. q(uri or helper.uri()) .. " MONGOSTORE_DB=" .. q(db) ..
+    " MONGOSTORE_API_READ_TOKENS=" .. q(M.READ_TOKEN) .. " MONGOSTORE_API_WRITE_TOKENS=" .. q(M.WRITE_TOKEN) ..
+    " MONGOSTORE_API_ORIGINS=" .. q(M.ORIGIN) .. " "
 end
 
 -- nginx -t on a rendered config: true, output | false, output.
@@ -266,16 +276,32 @@ end
 local MARK = "\n@@CURL@@ "
 
 -- One request: status, body (decoded when it is JSON), content type, raw body.
--- body: a table (sent as JSON) or a string (sent as it is).
-function Server:request(method, path, body)
+-- body: a table (sent as JSON) or a string (sent as it is). headers: a
+-- table of name = value sent as well; by default the request carries
+-- Authorization with the write token (headers.Authorization = false sends
+-- none) and, with a body, Content-Type: application/json (a
+-- headers["Content-Type"] replaces it, false sends none).
+function Server:request(method, path, body, headers)
+  headers = headers or {}
   -- HEAD: curl --head, which expects no body (-X HEAD would wait for one)
   local cmd = { "curl -sS --max-time 30", method == "HEAD" and "--head" or ("-X " .. method),
                 "-w", q(MARK .. "%{http_code} %{content_type}") }
+  local auth = headers.Authorization
+  if auth == nil then auth = "Bearer " .. M.WRITE_TOKEN end
+  if auth then cmd[#cmd + 1] = "-H " .. q("Authorization: " .. auth) end
+  for k, v in pairs(headers) do
+    if k ~= "Authorization" and k ~= "Content-Type" and v then cmd[#cmd + 1] = "-H " .. q(k .. ": " .. v) end
+  end
+  local send_type = headers["Content-Type"]
+  if send_type == nil and body ~= nil then send_type = "application/json" end
+  if send_type then cmd[#cmd + 1] = "-H " .. q("Content-Type: " .. send_type) end
+  -- none at all: curl would add its form type to a body
+  if send_type == false and body ~= nil then cmd[#cmd + 1] = "-H 'Content-Type:'" end
   if body ~= nil then
     if type(body) == "table" then body = M.encode(body) end
     local file = self.prefix .. "/body.json"
     write(file, body)
-    cmd[#cmd + 1] = "-H 'Content-Type: application/json' --data-binary @" .. q(file)
+    cmd[#cmd + 1] = "--data-binary @" .. q(file)
   end
   cmd[#cmd + 1] = q(self.base .. path)
   local out = sh(table.concat(cmd, " "))
@@ -291,8 +317,14 @@ function Server:request(method, path, body)
 end
 
 -- Sends raw bytes on one connection and returns everything the server
--- answers until it closes the connection (send "Connection: close").
-function Server:raw(bytes)
+-- answers until it closes the connection (send "Connection: close"). The
+-- write token's Authorization header is put after the request line unless
+-- opts.anonymous.
+function Server:raw(bytes, opts)
+  if not (opts and opts.anonymous) then
+    local line, rest = bytes:match("^([^\r\n]*\r\n)(.*)$")
+    if line then bytes = line .. M.AUTH .. "\r\n" .. rest end
+  end
   local script = [[
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20)
@@ -326,6 +358,7 @@ function Server:parallel(reqs, max)
     cfg[#cfg + 1] = "request = " .. cq(r[1])
     cfg[#cfg + 1] = "output = " .. cq(dir .. "/" .. i .. ".out")
     cfg[#cfg + 1] = "max-time = 30"
+    cfg[#cfg + 1] = "header = " .. cq(M.AUTH)
     cfg[#cfg + 1] = "write-out = " .. cq("\\n@@ " .. i .. " %{http_code} %{time_total}\\n")
     if r[3] ~= nil then
       local file = dir .. "/" .. i .. ".json"

@@ -17,6 +17,15 @@
 ---@field external? string[] the kinds that may come from outside; each must be handled by some transition, and none may be reserved
 ---@field dialect? "mongostore"|"harel" how children run (a .stm chart's is harel's): under "harel" a finished child reports its outcome with its `carry` keys beside it (not its whole context as `result`), `region_results` take that form and are set only when a child reported something, a finished region rests on its final state, and while regions run a domain event sent to the parent goes to them, with its own id, before any transition of the parent's
 ---@field carry? string[] the context keys an invoked execution of this chart carries back, under dialect = "harel"
+---@field inputs? table<string, string|mongostore.InputDef> the context fields a start may set: name = a type (`"number"`, `"string?"`: the `?` makes it optional) or an `InputDef`. A chart that declares inputs is started only with declared fields of their types (else `invalid`, nothing written); one without takes any context. A wrong declaration raises
+
+--- One declared input; an unknown key raises.
+---@class mongostore.InputDef
+---@field type string `string`, `number` (finite), `integer`, `boolean`, `object` or `array`
+---@field optional? boolean may be left out
+---@field min? number the least value (numbers)
+---@field max? number the greatest value (numbers)
+---@field max_length? integer at most this many bytes (strings) or items (arrays)
 
 --- A state: `{ "Name", ... }`; an unknown key raises.
 ---@class mongostore.StateDef
@@ -73,7 +82,9 @@
 ---@field guards? table<string, fun(data: table, context: table, event: mongostore.Event?): boolean> named guards in Lua, over the text's `guard` declarations
 ---@field machine? string the machine to read, when the text declares several
 ---@field id? string the chart's id
----@field base_dir? string the directory `import`s are read from (without it, an import is refused)
+---@field base_dir? string the directory `import`s are read from (without it, an import is refused). An import names a `.stm` file relative to the importing one; an absolute path, a `..` leading out of `base_dir` and the import paths, a file that is not `.stm` or not a regular file are refused, and nothing of a file that is not `.stm` is read (so no error quotes it)
+---@field import_paths? string[] more directories an import is looked up in (after the importing file's own) and may be read from
+---@field max_import_bytes? integer the largest file an import reads
 
 ---@class mongostore.chart
 local chart = {}
@@ -103,6 +114,23 @@ function chart.is_external(c, kind) end
 ---@param c mongostore.Chart a chart
 ---@return string[]? kinds # the declared external kinds, sorted (a fresh list); nil when the chart declares none
 function chart.external_kinds(c) end
+
+--- What `engine:start` (and so `msngx.start_external`) checks before anything is written: only declared fields, each of its type and bounds, and every required one given. Fails with `nil, message` (`opts.context.attempts is not an input of chart order`); the engine returns it as `nil, "start: ...", "invalid"`.
+---
+--- Raises on a `c` that is not a chart, or a `context` that is not a table.
+---
+--- Fails with `nil, message, code`.
+---@param c mongostore.Chart a chart
+---@param context? table a start's context
+---@return true? ok # the context fits the chart's inputs (always, for a chart without)
+---@return string? message
+---@return "invalid"? code
+function chart.check_inputs(c, context) end
+
+--- Raises on a `c` that is not a chart.
+---@param c mongostore.Chart a chart
+---@return table<string, mongostore.InputDef>? inputs # the declared inputs, normalised (a fresh table); nil when the chart declares none
+function chart.inputs(c) end
 
 --- Fails `invalid` when an execution runs another chart, or an execution or a trace step names a state the chart does not have (a trace of an older version of the chart).
 ---

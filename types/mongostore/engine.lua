@@ -84,6 +84,10 @@ local Engine = {}
 ---@class mongostore.engine
 local engine = {}
 
+--- 80: how deep an event's data (itself level 1) or a start's context may nest. Deeper is `invalid`, refused before anything is written, so that whatever was accepted can be read back: held in an execution, loaded through `mongostore.ngx`'s thread crossing and sent in an HTTP answer, each adding levels under the codecs' limit of 100.
+---@type integer
+engine.MAX_EVENT_DEPTH = nil
+
 --- Raises on a missing store, a chart that did not come from `chart.define`, an option of the wrong type or out of range, or an unknown option.
 ---@param opts mongostore.EngineOptions the store, the charts and the settings
 ---@return mongostore.Engine engine
@@ -285,7 +289,7 @@ function Engine:sweep(now) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:cancel(id) end
 
 --- Ends the execution at once, running no hooks.
@@ -296,7 +300,7 @@ function Engine:cancel(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:terminate(id) end
 
 --- Events that arrive are held, in order, until `resume`.
@@ -307,7 +311,7 @@ function Engine:terminate(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:suspend(id) end
 
 --- Releases the held events.
@@ -318,7 +322,7 @@ function Engine:suspend(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function Engine:resume(id) end
 
 return engine

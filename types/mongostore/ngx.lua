@@ -49,6 +49,10 @@
 ---@field verify? boolean check the server's certificate and name
 ---@field headers? table<string, string> extra request headers
 
+--- Who may call; from `access.new` or `access.from_env`.
+---@class mongostore.Access
+local Access = {}
+
 ---@class mongostore.ngx
 local msngx = {}
 
@@ -205,6 +209,26 @@ function msngx.start_external(chart_id, opts) end
 ---@return string? message
 ---@return ("invalid"|"server"|"unavailable")? code
 function msngx.run(module, fn, ...) end
+
+--- In a request handler: true, or the request ends with the refusal (`ngx.exit`).
+---
+--- Raises on a `kind` that is neither.
+---@param kind "read"|"write" what the request does
+---@return true ok # the request may go on
+function Access:check(kind) end
+
+--- What `check` decides, without nginx.
+---
+--- Raises on a `kind` that is neither `read` nor `write`.
+---@param req { kind: string, authorization: string?, content_type: string?, origin: string?, method: string?, has_body: boolean? } the request's facts
+---@return boolean ok
+---@return integer? status # 401, 403 or 415 when not
+---@return string? why # for the log, never the client
+function Access:decide(req) end
+
+---@param token? string a bearer token
+---@return "read"|"write"|nil kind # what it allows
+function Access:token_kind(token) end
 
 --- Runs [`store:ack_outbox`](store.md#store-ack_outbox) in a worker thread.
 ---
@@ -433,7 +457,7 @@ function msngx.stats() end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.cancel(id) end
 
 --- Runs [`engine:enqueue`](engine.md#engine-enqueue) in a worker thread.
@@ -453,7 +477,7 @@ function msngx.enqueue(id, event, opts) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.resume(id) end
 
 --- Runs [`engine:send`](engine.md#engine-send) in a worker thread.
@@ -491,7 +515,7 @@ function msngx.start(chart_id, opts) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.suspend(id) end
 
 --- Runs [`engine:terminate`](engine.md#engine-terminate) in a worker thread.
@@ -500,7 +524,7 @@ function msngx.suspend(id) end
 ---@param id string the execution
 ---@return true? ok
 ---@return ("applied"|"duplicate"|string)? how # on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
+---@return (mongostore.DeliveryResult|"not_found"|"finished"|"conflict"|"invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the control event did; on failure, the code
 function msngx.terminate(id) end
 
 return msngx

@@ -18,6 +18,19 @@
 --   GET  /notes/{id}                    -> 200 {note: {id, text, tags}} or 404
 --        (documents, through msngx.run and app/notes.lua in worker threads)
 --
+-- Who may call: every request carries `Authorization: Bearer <token>`, a
+-- read token for GET and HEAD, a write token for everything else; writes
+-- also need `Content-Type: application/json` and, when the browser sends an
+-- Origin, one listed in MONGOSTORE_API_ORIGINS (mongostore.ngx_access; the
+-- tokens come from MONGOSTORE_API_READ_TOKENS / MONGOSTORE_API_WRITE_TOKENS).
+-- Refusals are 401 (no or unknown token), 403 (read token on a write, a
+-- foreign Origin) and 415 (not JSON), with no detail.
+--
+-- Every error body carries the request's id ({error, code?, request_id});
+-- what went wrong inside (a Lua error, libmongoc's message with the
+-- server's host:port) goes to nginx's error log under that id, never to
+-- the client.
+--
 -- A request the API cannot take gets a 4xx with a JSON body {error, code?};
 -- it is checked here before anything reaches the library (whose argument
 -- errors raise), so a bad request is never a 500. Bodies are read exactly
@@ -32,6 +45,7 @@ local msngx = require "mongostore.ngx"
 -- refuses what JSON cannot carry (infinities, functions) with nil, message.
 local core = require "mongostore.core"
 local chart = require "mongostore.chart"
+local access = require "mongostore.ngx_access"
 local charts = require "app.charts"
 
 local ngx = ngx
@@ -41,6 +55,11 @@ local json_encode, json_decode, array, is_array = core.json_encode, core.json_de
 local text_error = core.text_error
 
 local M = {}
+
+-- Read when init_by_lua requires this module (nginx.conf's `env` lines keep
+-- the variables for the workers too); no token configured: every request
+-- is refused.
+local ACCESS = access.from_env()
 
 local KNOWN_CHARTS = {}
 for _, c in ipairs(charts) do KNOWN_CHARTS[c.id] = true end
@@ -72,11 +91,12 @@ local STATUS_OF = {
   not_found = 404,
   conflict = 409,
   duplicate = 409, -- no call of this API returns it: a resent event id is a 202
+  finished = 409, -- a control action on an execution that has ended: nothing written
   too_large = 413,
 }
 
 -- Codes that say MongoDB could not be reached or did not answer: 503, with
--- Retry-After, and a message that says so before the library's own.
+-- Retry-After and a message that says so (the library's own goes to the log).
 local UNREACHABLE = { unavailable = true, network = true, timeout = true, closed = true }
 
 local MAX_LIMIT = 1000
@@ -99,8 +119,21 @@ local function send(status, body, headers)
   return ngx.exit(ngx.HTTP_OK) -- the status is already out: just end the request
 end
 
+-- nginx's $request_id, the same for the whole request (nginx.conf also
+-- names it in X-Request-Id, which makes nginx keep it rather than draw a
+-- new one on each read).
+local function request_id()
+  local ctx = ngx.ctx
+  local id = ctx.request_id
+  if not id then
+    id = ngx.var.request_id
+    ctx.request_id = id
+  end
+  return id
+end
+
 local function fail(status, msg, code)
-  return send(status, { error = msg, code = code })
+  return send(status, { error = msg, code = code, request_id = request_id() })
 end
 
 -- A message for the client without a Lua position in front of it
@@ -114,31 +147,35 @@ local function without_position(msg)
   return msg
 end
 
--- An error the library returned: nil, message, code.
+-- An error the library returned: nil, message, code. A 4xx (the client's
+-- data, an unknown id, a conflict) keeps the library's message, which is
+-- about the request; a 5xx says only what kind of trouble it was, and the
+-- message (which may name the server's host and port) goes to the log.
 local function library_error(msg, code)
   local status = STATUS_OF[code] or 503
   msg = without_position(tostring(msg or "the store did not answer"))
   if status >= 500 then
-    ngx.log(ngx.WARN, "mongostore: ", msg, " (", tostring(code), ")")
+    ngx.log(ngx.WARN, "mongostore ", tostring(request_id()), ": ", msg, " (", tostring(code), ")")
     if UNREACHABLE[code] then
       -- mongostore.ngx says "unavailable" too when every thread slot stayed
       -- busy or a thread failed: that is nginx, not MongoDB
       local ours = msg:find("calls in flight", 1, true) or msg:find("worker thread failed", 1, true)
-      -- the URI is not repeated: it may hold a password
-      local lead = ours and "the server is busy: "
-        or "MongoDB is not reachable or did not answer (check MONGOSTORE_URI and that the server is up): "
-      return send(503, { error = lead .. msg, code = code }, { ["Retry-After"] = "1" })
+      local text = ours and "the server is busy, try again"
+        or "MongoDB is not reachable or did not answer, try again"
+      return send(503, { error = text, code = code, request_id = request_id() }, { ["Retry-After"] = "1" })
     end
+    return fail(503, "the store could not complete the request", code)
   end
   return fail(status, msg, code)
 end
 
 -- Calls a mongostore.ngx function; a raise (a bug here or there, never a
--- bad request) becomes a logged 500 with a JSON body rather than nginx's page.
+-- bad request) becomes a 500 with a JSON body rather than nginx's page,
+-- the error in the log under the request id.
 local function call(fn, ...)
   local res = { pcall(fn, ...) }
   if not res[1] then
-    ngx.log(ngx.ERR, "mongostore.ngx raised: ", tostring(res[2]))
+    ngx.log(ngx.ERR, "mongostore ", tostring(request_id()), ": mongostore.ngx raised: ", tostring(res[2]))
     return fail(500, "internal error")
   end
   return res[2], res[3], res[4]
@@ -395,6 +432,8 @@ end
 -- content_by_lua entry point for everything but /ping.
 function M.handle()
   local method = ngx.req.get_method()
+  -- before anything else, even a 404: an anonymous client learns nothing
+  ACCESS:check((method == "GET" or method == "HEAD") and "read" or "write")
   local seg, trailing = segments()
   if seg[1] == "notes" and #seg <= 2 and not trailing then return notes(method, seg) end
   if seg[1] ~= "executions" or #seg > 3 or trailing then
@@ -429,7 +468,7 @@ function M.nginx_error()
   local status = ngx.status
   if not status or status < 400 then status = 500 end
   local reason = ({ [400] = "bad request", [404] = "not found", [405] = "method not allowed",
-                    [408] = "request timed out", [413] = "request body too large",
+                    [408] = "request timed out", [413] = "request body too large", [429] = "too many requests",
                     [414] = "request URI too long", [494] = "request header too large" })[status]
   return fail(status, reason or ("error " .. status))
 end

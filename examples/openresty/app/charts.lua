@@ -25,6 +25,7 @@ local refund = chart.define{
   id = "refund",
   initial = "Requested",
   external = { "Approve", "Reject" },
+  inputs = { amount = { type = "number", min = 0, optional = true } },
   states = {
     { "Requested" },
     { "Approved", on_enter = settle },

@@ -323,24 +323,70 @@ local function normpath(path)
   return (path:sub(1, 1) == "/" and "/" or "") .. concat(parts, "/")
 end
 
--- load(text, base_dir) -> the program with what its imports declare merged
--- in, as harel's loader merges them: their events, bindings, guards and
--- fragments (named `alias.Fragment` under an alias), the text's own
--- declarations winning; each file read once, relative to the one importing it.
-function M.load(text, base_dir)
+-- The largest file an import reads, unless opts.max_import_bytes says.
+M.MAX_IMPORT_BYTES = 1024 * 1024
+
+-- Whether the normalised path lies in one of the normalised roots.
+local function inside(path, roots)
+  for _, root in ipairs(roots) do
+    if root == "" or root == "." then
+      if path:sub(1, 1) ~= "/" and path ~= ".." and path:sub(1, 3) ~= "../" then return true end
+    elseif path == root or path:sub(1, #root + 1) == root .. "/" or (root == "/" and path:sub(1, 1) == "/") then
+      return true
+    end
+  end
+  return false
+end
+
+-- The text of an imported file, or an error at the import. Only a .stm file
+-- inside the roots, read up to max bytes: neither an absolute path nor a
+-- `..` leads out of them, and nothing of a file that is not .stm is read,
+-- so no error can quote it.
+local function read_import(src, imp, base, roots, max)
+  local function refuse(fmt, ...) parse.fail_in(src, imp.pos[1], imp.pos[2], "import %s: " .. fmt, imp.path, ...) end
+  if imp.path:sub(1, 1) == "/" then refuse("an absolute path is not imported (name it relative to the file)") end
+  if not imp.path:match("%.stm$") then refuse("only .stm files are imported") end
+  if imp.path:find("%z") then refuse("the path holds a NUL byte") end
+  local candidates = { normpath(base .. "/" .. imp.path) }
+  for i = 2, #roots do candidates[#candidates + 1] = normpath(roots[i] .. "/" .. imp.path) end
+  for _, resolved in ipairs(candidates) do
+    if inside(resolved, roots) then
+      local f = io.open(resolved, "rb")
+      if f then
+        local text = f:read(max + 1)
+        f:close()
+        if text == nil then
+          -- a directory opens but does not read; an empty file reads ""
+          refuse("not a readable file")
+        end
+        if #text > max then refuse("the file is larger than %d bytes", max) end
+        return text, resolved
+      end
+    end
+  end
+  if not inside(candidates[1], roots) then refuse("the path leads out of the import directories") end
+  parse.fail_in(src, imp.pos[1], imp.pos[2], "import not found: %s", imp.path)
+end
+
+-- load(text, base_dir[, { import_paths = {...}, max_import_bytes = n }]) ->
+-- the program with what its imports declare merged in, as harel's loader
+-- merges them: their events, bindings, guards and fragments (named
+-- `alias.Fragment` under an alias), the text's own declarations winning;
+-- each file read once, relative to the one importing it, then in the
+-- import paths; never from outside base_dir and the import paths.
+function M.load(text, base_dir, opts)
+  opts = opts or {}
+  local roots = { normpath(base_dir) }
+  for _, p in ipairs(opts.import_paths or {}) do roots[#roots + 1] = normpath(p) end
+  local max = opts.max_import_bytes or M.MAX_IMPORT_BYTES
   local seen = {}
   local function load(src, base)
     local prog = parse.parse(src.text, src.file)
     local events, fragments, bindings, guards = {}, {}, {}, {}
     for _, imp in ipairs(prog.imports) do
-      local path = imp.path:sub(1, 1) == "/" and imp.path or (base .. "/" .. imp.path)
-      local resolved = normpath(path)
+      local itext, resolved = read_import(src, imp, base, roots, max)
       if not seen[resolved] then
         seen[resolved] = true
-        local f = io.open(resolved, "r")
-        if not f then parse.fail_in(src, imp.pos[1], imp.pos[2], "import not found: %s", imp.path) end
-        local itext = f:read("*a")
-        f:close()
         local iprog = load({ text = itext, file = resolved }, dirname(resolved))
         for k, v in pairs(iprog.events) do events[k] = v end
         for k, v in pairs(iprog.bindings) do bindings[k] = v end
@@ -359,7 +405,7 @@ function M.load(text, base_dir)
     meta[prog].src = src
     return prog
   end
-  return load({ text = text }, base_dir)
+  return load({ text = text }, normpath(base_dir))
 end
 
 -- expand(prog, text, name, opts) -> the machine's config, expanded; the
