@@ -52,7 +52,7 @@
 local values = require "mongostore.values"
 
 local type, error, pairs, ipairs, next, tostring, select = type, error, pairs, ipairs, next, tostring, select
-local setmetatable, rawequal, rawget = setmetatable, rawequal, rawget
+local setmetatable, rawequal, rawget, pcall, tonumber = setmetatable, rawequal, rawget, pcall, tonumber
 local sort, concat = table.sort, table.concat
 local format, byte, find, gsub, sub = string.format, string.byte, string.find, string.gsub, string.sub
 local array, is_array, null = values.array, values.is_array, values.null
@@ -274,7 +274,11 @@ local function rename_path(path, rename)
   return p
 end
 
-local function render_raw(t, rename)
+local is_number_box
+local check_raw, cast_ops -- the checks of a client's filter (ctx given), below
+
+local function render_raw(t, rename, ctx)
+  if ctx ~= nil then return check_raw(t, rename, ctx) end
   local out = {}
   for k, v in pairs(t) do
     if k == "$and" or k == "$or" or k == "$nor" then
@@ -323,25 +327,32 @@ local function merge_into(into, part)
   return true
 end
 
-render = function(c, rename)
+render = function(c, rename, ctx)
   local kind = c.kind
   if kind == "field" then
     local path = rename_path(c.path, rename)
-    if c.ops == nil then return { [path] = c.eq } end
+    if c.ops == nil then
+      if ctx ~= nil and not c.regex then return { [path] = ctx.cast(ctx, path, c.eq) } end
+      return { [path] = c.eq }
+    end
     local ops = {}
     for op, v in pairs(c.ops) do
       if is_array(v) then v = list_copy(v, "list") end
       ops[op] = v
     end
+    if ctx ~= nil then cast_ops(ctx, path, ops) end
     return { [path] = ops }
   elseif kind == "elem" then
-    return { [rename_path(c.path, rename)] = { ["$elemMatch"] = render(c.cond, nil) } }
+    local path = rename_path(c.path, rename)
+    -- the element's own paths: checked for operators, not cast (ctx.elem)
+    if ctx ~= nil then ctx.field(ctx, path) end
+    return { [path] = { ["$elemMatch"] = render(c.cond, nil, ctx and ctx.elem) } }
   elseif kind == "raw" then
-    return render_raw(c.raw, rename)
+    return render_raw(c.raw, rename, ctx)
   elseif kind == "and" then
     local parts = c.parts
     local rendered = {}
-    for i = 1, #parts do rendered[i] = render(parts[i], rename) end
+    for i = 1, #parts do rendered[i] = render(parts[i], rename, ctx) end
     if #rendered == 1 then return rendered[1] end
     local merged = {}
     for i = 1, #rendered do
@@ -351,17 +362,17 @@ render = function(c, rename)
   elseif kind == "or" then
     local parts = c.parts
     local rendered = {}
-    for i = 1, #parts do rendered[i] = render(parts[i], rename) end
+    for i = 1, #parts do rendered[i] = render(parts[i], rename, ctx) end
     return { ["$or"] = array(rendered) }
   else -- not
     local part = c.part
     if part.kind == "field" or part.kind == "elem" then
-      local f = render(part, rename)
+      local f = render(part, rename, ctx)
       local path, ops = next(f)
       if part.kind == "field" and part.ops == nil and not part.regex then ops = { ["$eq"] = ops } end
       return { [path] = { ["$not"] = ops } }
     end
-    return { ["$nor"] = array({ render(part, rename) }) }
+    return { ["$nor"] = array({ render(part, rename, ctx) }) }
   end
 end
 
@@ -374,6 +385,228 @@ function M.filter(x, rename)
 end
 
 Cond_mt.__tostring = function(c) return "Cond" .. show(render(c, nil)) end
+
+-- ---------------------------------------------------------------- client values
+
+-- The tables marked as code: a trusted filter or update is sent as written,
+-- operators and all (server-side JavaScript still refused). Weak keys: the
+-- mark goes with the table, and marking copies nothing.
+local trusted_set = setmetatable({}, { __mode = "k" })
+
+function M.trusted(t)
+  if type(t) ~= "table" then error("trusted: t must be a table (a filter or an update), got " .. type(t), 2) end
+  trusted_set[t] = true
+  return t
+end
+
+function M.is_trusted(t) return trusted_set[t] == true end
+
+-- The operators that run JavaScript on the server.
+local JS = { ["$where"] = true, ["$function"] = true, ["$accumulator"] = true }
+M.JS = JS
+
+local MAX_DEPTH = 100
+
+-- The first JavaScript operator anywhere in v (a key at any depth), or nil.
+local function find_js(v, depth)
+  if depth > MAX_DEPTH then return "a nesting deeper than " .. MAX_DEPTH end
+  for k, x in next, v do
+    if JS[k] then return k end
+    if type(x) == "table" then
+      local found = find_js(x, depth + 1)
+      if found then return found end
+    end
+  end
+  return nil
+end
+
+--- query.find_js(v): the first of $where, $function, $accumulator found anywhere in v, or nil.
+function M.find_js(v)
+  if type(v) ~= "table" then return nil end
+  return find_js(v, 0)
+end
+
+-- The first key starting with "$" anywhere in v, or nil.
+local function find_dollar(v, depth)
+  if depth > MAX_DEPTH then return "a nesting deeper than " .. MAX_DEPTH end
+  for k, x in next, v do
+    if is_operator_key(k) then return k end
+    if type(x) == "table" then
+      local found = find_dollar(x, depth + 1)
+      if found then return found end
+    end
+  end
+  return nil
+end
+M.find_dollar = function(v) return type(v) == "table" and find_dollar(v, 0) or nil end
+
+-- A refusal of a client's filter, raised inside render and caught by client_filter.
+local Refusal_mt = { __name = "mongostore.query.Refusal" }
+local function refuse(msg) error(setmetatable({ msg = msg }, Refusal_mt), 0) end
+M.refuse = refuse
+
+--- query.describe(v): the type of v for a message (a box by its name).
+local function describe(v)
+  local t = type(v)
+  if t == "userdata" then
+    local mt = get_mt(v)
+    local name = type(mt) == "table" and rawget(mt, "__name")
+    if name then return name end
+  elseif t == "table" then
+    if rawequal(v, null) then return "null" end
+    if is_array(v) or v[1] ~= nil then return "array" end
+  end
+  return t
+end
+M.describe = describe
+
+local function is_trusted_js(t, ctx)
+  local js = find_js(t, 0)
+  if js then refuse(format("%s: %s is refused (it runs JavaScript on the server)", ctx.fn, js)) end
+end
+
+check_raw = function(t, rename, ctx)
+  if trusted_set[t] then
+    is_trusted_js(t, ctx)
+    return render_raw(t, rename, nil)
+  end
+  local out = {}
+  for k, v in pairs(t) do
+    if type(k) ~= "string" then refuse(format("%s: the filter's key %s is not a field name", ctx.fn, describe(k))) end
+    if byte(k, 1) == DOLLAR then
+      refuse(format("%s: the filter's key %s is an operator; write operators with Q (Q.and_, Q.or_, ...) or %s",
+        ctx.fn, k, ctx.hatch))
+    end
+    if type(v) == "table" then
+      local op = find_dollar(v, 0)
+      if op then
+        refuse(format("%s: field '%s' holds an operator (%s); write operators with Q (Q.%s:ne(v) and the others) "
+          .. "or %s", ctx.fn, k, op, k, ctx.hatch))
+      end
+    end
+    local path = rename_path(k, rename)
+    out[path] = ctx.cast(ctx, path, v)
+  end
+  return out
+end
+
+-- The operands of a Q field's operators taken as the field's values.
+local CAST_ONE = { ["$eq"] = true, ["$ne"] = true, ["$gt"] = true, ["$gte"] = true, ["$lt"] = true, ["$lte"] = true }
+local CAST_LIST = { ["$in"] = true, ["$nin"] = true, ["$all"] = true }
+
+cast_ops = function(ctx, path, o)
+  local cast, any = ctx.cast, false
+  for op, v in pairs(o) do
+    if CAST_ONE[op] then
+      o[op] = cast(ctx, path, v); any = true
+    elseif CAST_LIST[op] then
+      for i = 1, #v do v[i] = cast(ctx, path, v[i]) end
+      any = true
+    end
+  end
+  if not any then ctx.field(ctx, path) end
+end
+
+--- query.client_filter(x, rename, ctx) -> a filter, or nil, message: x (nil, a Cond or a plain table) with
+-- client values taken as data. ctx = { fn =, hatch =, cast = function(ctx, path, v) -> v, field =
+-- function(ctx, path), elem = ctx for $elemMatch parts }; cast and field call query.refuse(msg) to refuse.
+-- A table marked with query.trusted is code: rendered as query.filter does, JavaScript refused.
+function M.client_filter(x, rename, ctx)
+  if x == nil then return {} end
+  if trusted_set[x] then
+    local f = M.filter(x, rename)
+    local js = find_js(f, 0)
+    if js then return nil, format("%s: %s is refused (it runs JavaScript on the server)", ctx.fn, js) end
+    return f
+  end
+  local c = check_cond(x, ctx.fn .. ": filter", 2)
+  local ok, f = pcall(render, c, rename, ctx)
+  if ok then return f end
+  if get_mt(f) == Refusal_mt then return nil, f.msg end
+  error(f, 0)
+end
+
+-- The element paths of an $elemMatch given by a client: operators refused,
+-- values not cast (the element's fields are not the model's).
+function M.elem_ctx(fn, hatch)
+  local e = { fn = fn, hatch = hatch, field = function() end, cast = function(_, _, v) return v end }
+  e.elem = e
+  return e
+end
+
+-- ISO-8601 text with its zone -> UTC milliseconds, or nil (no zone, not a time,
+-- or a fraction finer than a millisecond).
+local core_ok, core = pcall(require, "mongostore.core")
+if not core_ok then core = nil end
+local floor, tointeger, mtype = math.floor, math.tointeger, math.type
+
+local function iso_ms(s)
+  if core == nil or #s > 40 then return nil end
+  if not (find(s, "^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d[.%d]*[Zz]$") or
+          find(s, "^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d[.%d]*[+-]%d%d:?%d%d$")) then return nil end
+  local base, frac, rest = s:match("^(.-%d%d:%d%d:%d%d)%.(%d+)(.*)$")
+  local secs = core.iso_to_time(base and (base .. rest) or s)
+  if not secs then return nil end
+  local ms = floor(secs) * 1000
+  if frac then
+    local extra = sub(frac, 4)
+    if find(extra, "[1-9]") then return nil end
+    ms = ms + (tonumber((sub(frac, 1, 3) .. "00"):sub(1, 3)) or 0)
+  end
+  return tointeger and tointeger(ms) or ms
+end
+
+local function is_box(v, name)
+  local mt = get_mt(v)
+  return type(mt) == "table" and rawget(mt, "__name") == name
+end
+
+-- query.cast_value(kind, v) -> the value of that kind v stands for, or nil when none is exact:
+-- integer ("2" -> 2), number ("2.5" -> 2.5), boolean ("true"), date (ISO text with its zone),
+-- objectid (24 hex digits), string; any other kind takes v as it is.
+function M.cast_value(kind, v)
+  local t = type(v)
+  if kind == "integer" then
+    if t == "number" then return v end
+    if t == "string" and #v <= 20 and find(v, "^%-?%d+$") then
+      local n = tonumber(v)
+      -- text beyond the int64 range reads as a float: not exact
+      if mtype then
+        if mtype(n) ~= "integer" then return nil end
+      elseif n >= 2 ^ 53 or n <= -2 ^ 53 then
+        return nil
+      end
+      return n
+    end
+    if t == "userdata" and (is_box(v, "mongostore.Int64") or is_box(v, "mongostore.int64")) then return v end
+    return nil
+  elseif kind == "number" then
+    if t == "number" or is_number_box(v) then return v end
+    if t == "string" and #v <= 40 and (find(v, "^%-?%d+$") or find(v, "^%-?%d+%.%d+$")) then return tonumber(v) end
+    return nil
+  elseif kind == "string" then
+    if t == "string" then return v end
+    return nil
+  elseif kind == "boolean" then
+    if t == "boolean" then return v end
+    if v == "true" then return true elseif v == "false" then return false end
+    return nil
+  elseif kind == "date" then
+    if is_box(v, "mongostore.Date") then return v end
+    if t == "string" then
+      local ms = iso_ms(v)
+      if ms then return core.date(ms) end
+    end
+    return nil
+  elseif kind == "objectid" then
+    if is_box(v, "mongostore.ObjectId") then return v end
+    if t == "string" and #v == 24 and find(v, "^%x+$") and core then return core.objectid(v) end
+    return nil
+  elseif kind == "any" or kind == "document" then
+    return v
+  end
+  return nil
+end
 
 -- ---------------------------------------------------------------- update operators
 
@@ -393,7 +626,7 @@ local function check_path(path, what)
   end
 end
 
-local function is_number_box(v)
+is_number_box = function(v)
   if type(v) ~= "userdata" then return false end
   local mt = get_mt(v)
   local name = type(mt) == "table" and rawget(mt, "__name")
