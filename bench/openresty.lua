@@ -83,7 +83,9 @@ end
 local function wrk(script, seconds, connections, path)
   local f = os.tmpname()
   local fh = assert(io.open(f, "w"))
-  fh:write(WRK_COMMON, script)
+  -- every request carries the example's write token (mongostore.ngx_access)
+  fh:write(string.format('HDR = { ["Content-Type"] = "application/json", Authorization = %q }\n',
+    "Bearer " .. H.WRITE_TOKEN), WRK_COMMON, script)
   fh:close()
   local threads = math.min(2, connections)
   local out = sh(string.format("wrk -t%d -c%d -d%ds --timeout 10s -s %s %s%s", threads, connections, seconds, f,
@@ -135,7 +137,7 @@ local create = wrk([[
 request = function()
   n = n + 1
   local body = string.format('{"chart":"order","id":"c-%d-%d","context":{"total":30}}', wrk.thread:get("tid"), n)
-  return wrk.format("POST", "/executions", { ["Content-Type"] = "application/json" }, body)
+  return wrk.format("POST", "/executions", HDR, body)
 end
 ]], opts.seconds, opts.connections)
 local created = create.statuses[201] or 0
@@ -162,7 +164,7 @@ request = function()
   n = n + 1
   local id = "e-" .. ((n * 7 + wrk.thread:get("tid")) % 1000 + 1)
   local body = string.format('{"kind":"Paid","data":{},"id":"ev-%d-%d"}', wrk.thread:get("tid"), n)
-  return wrk.format("POST", "/executions/" .. id .. "/events", { ["Content-Type"] = "application/json" }, body)
+  return wrk.format("POST", "/executions/" .. id .. "/events", HDR, body)
 end
 ]], opts.seconds, opts.connections)
 local applied = events.statuses[202] or 0
@@ -182,7 +184,7 @@ local hot = wrk([[
 request = function()
   n = n + 1
   local body = string.format('{"kind":"Paid","data":{},"id":"h-%d-%d"}', wrk.thread:get("tid"), n)
-  return wrk.format("POST", "/executions/hot-1/events", { ["Content-Type"] = "application/json" }, body)
+  return wrk.format("POST", "/executions/hot-1/events", HDR, body)
 end
 ]], opts.seconds, opts.connections)
 local hot_ok = hot.statuses[202] or 0
@@ -200,7 +202,7 @@ local inbox = wrk([[
 request = function()
   n = n + 1
   local body = string.format('{"id":"hot-2","event":{"kind":"Paid","data":{},"id":"q-%d-%d"}}', wrk.thread:get("tid"), n)
-  return wrk.format("POST", "/_enqueue", { ["Content-Type"] = "application/json" }, body)
+  return wrk.format("POST", "/_enqueue", HDR, body)
 end
 ]], opts.seconds, opts.connections)
 local queued = inbox.statuses[200] or 0
@@ -230,10 +232,10 @@ request = function()
   local k = math.floor((n + 1) / 2)
   local id = string.format("t-%%d-%%d", wrk.thread:get("tid"), k)
   if n %% 2 == 1 then
-    return wrk.format("POST", "/executions", { ["Content-Type"] = "application/json" },
+    return wrk.format("POST", "/executions", HDR,
       string.format('{"chart":"order","id":"%%s","context":{"total":30,"payment_timeout":%s}}', id))
   end
-  return wrk.format("POST", "/executions/" .. id .. "/events", { ["Content-Type"] = "application/json" },
+  return wrk.format("POST", "/executions/" .. id .. "/events", HDR,
     string.format('{"kind":"PlaceOrder","data":{},"id":"po-%%s"}', id))
 end
 ]], tostring(opts.timeout)), opts.burst, math.min(opts.connections, 2))
