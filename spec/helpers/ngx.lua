@@ -159,8 +159,30 @@ local function add_to_config(conf, opts, port)
   write(conf, text)
 end
 
+-- nginx started as root runs the example's workers as nobody (never as
+-- root), and they read the library, the example and the specs' fixtures
+-- from the checkout: when this process is root, make those readable and
+-- every directory above the checkout passable (a clone made in a mktemp
+-- directory is 0700). Once per process.
+local opened = false
+local function readable_by_workers()
+  if opened then return end
+  opened = true
+  if not sh("id -u"):match("^0%s*$") then return end
+  local abs = sh("cd " .. q(root) .. " && pwd"):gsub("%s+$", "")
+  local trees = {}
+  for _, t in ipairs { "lua", "examples", "build/jit", "spec" } do trees[#trees + 1] = q(abs .. "/" .. t) end
+  os.execute("chmod -R a+rX " .. table.concat(trees, " ") .. " 2>/dev/null")
+  local dir = abs
+  while dir ~= "" and dir ~= "/" do
+    os.execute("chmod a+x " .. q(dir) .. " 2>/dev/null")
+    dir = dir:match("^(.*)/[^/]*$") or ""
+  end
+end
+
 -- Renders the example into a fresh prefix; returns prefix, conf path.
 local function new_prefix(port, opts)
+  readable_by_workers()
   local prefix = (sh("mktemp -d /tmp/mongostore-ngx.XXXXXX"):gsub("%s+$", ""))
   assert(prefix:match("^/tmp/mongostore%-ngx"), "mktemp failed: " .. prefix)
   local conf = render.render{ prefix = prefix, port = port, workers = opts.workers or 2, threads = opts.threads or 8,
