@@ -61,7 +61,14 @@ function TestInboxGroup:test_a_hot_execution_drains_in_commits_of_inbox_group_ev
     assert(e:start("tally", { id = "hot" }))
     local v0 = C.load(store, "hot").version
     for n = 1, 100 do assert(e:enqueue("hot", add(n, "ev-" .. n))) end
-    local handled = e:relay_inbox()
+    -- a pass takes what its claim found (a server may list fewer of the
+    -- queued entries at once): pass until the queue is empty
+    local handled = 0
+    for _ = 1, 20 do
+      local n = e:relay_inbox()
+      if n == 0 then break end
+      handled = handled + n
+    end
     lu.assertEquals(handled, 100)
     local exe = C.load(store, "hot")
     lu.assertEquals(exe.context.seen, upto(100), "applied in the order queued")
