@@ -704,25 +704,13 @@ static int read_processed(lua_State *L, int ops, commit_in_t *c, ms_err_t *e) {
  * is a duplicate, with no round trip); else the digests it stores, in
  * c->dd_out. */
 static int mark_digests(const ms_store_t *s, commit_in_t *c) {
-  uint8_t d[MS_DIGEST];
-  const char *list = c->dd_in;
-  size_t len = c->dd_in_len;
+  uint8_t ds[MS_GROUP_MAX * MS_DIGEST];
   int k;
   for (k = 0; k < c->n_processed; k++) {
-    ms_ev_digest(c->pids[k], c->plens[k], d);
-    if (ms_digests_hold((const uint8_t *)c->dd_in, c->dd_in_len, d)) {
-      bson_free(c->dd_out);
-      c->dd_out = NULL;
-      return 1;
-    }
-    {
-      uint8_t *out = ms_digests_add(s, list, len, d, &len);
-      bson_free(c->dd_out);
-      c->dd_out = out;
-      list = (const char *)out;
-    }
+    ms_ev_digest(c->pids[k], c->plens[k], ds + k * MS_DIGEST);
+    if (ms_digests_hold((const uint8_t *)c->dd_in, c->dd_in_len, ds + k * MS_DIGEST)) return 1;
   }
-  c->dd_out_len = len;
+  c->dd_out = ms_digests_add(s, c->dd_in, c->dd_in_len, ds, (size_t)c->n_processed, &c->dd_out_len);
   return 0;
 }
 

@@ -12,6 +12,7 @@
 
 #include <mongoc/mongoc.h>
 #include <openssl/evp.h>
+#include <openssl/crypto.h>
 #include <openssl/hmac.h>
 
 /* The one version string lives in the rockspec; the Makefile and the
@@ -98,6 +99,15 @@ static int l_hmac_sha256(lua_State *L) {
   return 1;
 }
 
+/* same_bytes(a, b) -> whether two strings are equal, in a time that does
+ * not depend on where they differ (digests, MACs; a length differs openly). */
+static int l_same_bytes(lua_State *L) {
+  size_t alen, blen;
+  const char *a = luaL_checklstring(L, 1, &alen), *b = luaL_checklstring(L, 2, &blen);
+  lua_pushboolean(L, alen == blen && CRYPTO_memcmp(a, b, alen) == 0);
+  return 1;
+}
+
 /* sha256(bytes) -> 32 raw bytes (content ids of records). */
 static int l_sha256(lua_State *L) {
   size_t len;
@@ -143,6 +153,7 @@ static int l_text_error(lua_State *L) {
 
 static const luaL_Reg core_funcs[] = {
   {"hmac_sha256", l_hmac_sha256},
+  {"same_bytes", l_same_bytes},
   {"sha256", l_sha256},
   {"random_bytes", l_random_bytes},
   {"text_error", l_text_error},

@@ -66,16 +66,20 @@ void ms_push_digests(lua_State *L, const bson_t *doc) {
   lua_pushlstring(L, p ? (const char *)p : "", p ? len : 0);
 }
 
-/* The digests a commit marking d stores: the newest dedupe_window - 1 of
- * the loaded list (oldest first, whole digests only), then d. */
-uint8_t *ms_digests_add(const ms_store_t *s, const char *list, size_t len, const uint8_t d[MS_DIGEST],
+/* The digests a commit marking the n digests ds (n * MS_DIGEST bytes, in
+ * order) stores: the newest dedupe_window - n of the loaded list (oldest
+ * first, whole digests only), then ds; the newest dedupe_window of ds when
+ * n is larger. */
+uint8_t *ms_digests_add(const ms_store_t *s, const char *list, size_t len, const uint8_t *ds, size_t n,
                         size_t *outlen) {
-  size_t have = len / MS_DIGEST, keep = have;
+  size_t have = len / MS_DIGEST, window = (size_t)s->dedupe_window, keep, take = n;
   uint8_t *out;
-  if ((int64_t)keep > s->dedupe_window - 1) keep = (size_t)(s->dedupe_window - 1);
-  *outlen = (keep + 1) * MS_DIGEST;
-  out = bson_malloc(*outlen);
-  if (keep) memcpy(out, list + have * MS_DIGEST - keep * MS_DIGEST, keep * MS_DIGEST);
-  memcpy(out + keep * MS_DIGEST, d, MS_DIGEST);
+  if (take > window) take = window;
+  keep = window - take;
+  if (keep > have) keep = have;
+  *outlen = (keep + take) * MS_DIGEST;
+  out = bson_malloc(*outlen ? *outlen : 1);
+  if (keep) memcpy(out, list + (have - keep) * MS_DIGEST, keep * MS_DIGEST);
+  memcpy(out + keep * MS_DIGEST, ds + (n - take) * MS_DIGEST, take * MS_DIGEST);
   return out;
 }

@@ -111,9 +111,9 @@ int64_t ms_failed_attempt_us(void);         /* its longest failed attempt so far
 
 void ms_ev_digest(const char *ev, size_t len, uint8_t out[MS_DIGEST]);
 int ms_digests_hold(const uint8_t *list, size_t len, const uint8_t d[MS_DIGEST]);
-/* The digests a commit stores: the loaded list's newest window - 1, then d
- * (bson_malloc'ed, for bson_free). */
-uint8_t *ms_digests_add(const ms_store_t *s, const char *list, size_t len, const uint8_t d[MS_DIGEST],
+/* The digests a commit stores: the loaded list's newest window - n, then
+ * the n digests ds (bson_malloc'ed, for bson_free). */
+uint8_t *ms_digests_add(const ms_store_t *s, const char *list, size_t len, const uint8_t *ds, size_t n,
                         size_t *outlen);
 int ms_doc_marks(const bson_t *doc, const char *ev, size_t evlen);  /* doc's digests hold ev */
 void ms_push_digests(lua_State *L, const bson_t *doc);              /* doc's digests as a string */

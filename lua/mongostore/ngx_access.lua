@@ -7,7 +7,7 @@
 local core = require "mongostore.core"
 
 local type, ipairs, pairs, tostring, error, setmetatable = type, ipairs, pairs, tostring, error, setmetatable
-local byte, lower = string.byte, string.lower
+local lower = string.lower
 
 local M = {}
 
@@ -21,15 +21,8 @@ M.BODIES = {
 local Access = {}
 Access.__index = Access
 
--- Equal-length digests compared byte by byte to the end: how long it takes
--- does not depend on where they differ.
-local function same_digest(a, b)
-  local diff = 0
-  for i = 1, #a do
-    if byte(a, i) ~= byte(b, i) then diff = diff + 1 end
-  end
-  return diff == 0
-end
+-- digests compared in a time that does not depend on where they differ
+local same_digest = core.same_bytes
 
 local function token_list(list, what)
   if list == nil then return {} end

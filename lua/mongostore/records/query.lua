@@ -105,14 +105,7 @@ local function unb64(s)
 end
 M.b64, M.unb64 = b64, unb64
 
-local function equal_bytes(a, b)
-  if #a ~= #b then return false end
-  local diff = 0
-  for i = 1, #a do
-    if byte(a, i) ~= byte(b, i) then diff = diff + 1 end
-  end
-  return diff == 0
-end
+local equal_bytes = core.same_bytes -- a MAC compared in constant time
 
 -- Text of a value that is the same in every process: keys sorted, integers
 -- and floats apart, boxes by their text.
