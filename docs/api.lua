@@ -82,6 +82,7 @@ api.internal = {
   ["mongostore.Engine.definition_of"] = "the spawn relay's cache of a parent's chart id",
   ["mongostore.Engine.dead_letter"] = "the outbox relay giving up on an entry (see on_dead_letter)",
   ["mongostore.database.database"] = "the face's mongostore.database (documented there)",
+  ["mongostore.database.sanitize"] = "the face's mongostore.sanitize (documented there)",
   ["mongostore.database.Database"] = "the method table of mongostore.Database, wrapped with the argument checks",
   ["mongostore.database.Collection"] = "the method table of mongostore.Collection, wrapped with the argument checks",
   ["mongostore.database.Cursor"] = "the method table of mongostore.Cursor",
@@ -871,6 +872,9 @@ end
 local DETAIL = { { "detail", "mongostore.ErrorDetail?", "the server's code and error labels, when it gave them" } }
 
 local SESSION_OPT = { "session", "mongostore.Session?", "run the operation in this session (and its transaction)" }
+local SANITIZE_OPT = { "sanitize", "boolean?", "take the filter as a client's data first (`mongostore.sanitize`): "
+  .. "an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, "
+  .. "or server-side JavaScript, returns `invalid` and sends nothing", default = "false" }
 
 api.pages[#api.pages + 1] = {
   file = "documents",
@@ -1108,7 +1112,7 @@ for doc in cursor:each() do print(doc.title) end]] },
           params = {
             { "field", "string", "the field (a dotted path)" },
             { "filter", "table?", "the query", default = "{} (every document)" },
-            { "opts", "mongostore.SessionOptions?", "the session" },
+            { "opts", "mongostore.FilterOptions?", "sanitize, session" },
           },
           returns = { { "values", "any[]", "the distinct values (an array)" } },
           fails = doc_fails("invalid"),
@@ -1136,6 +1140,7 @@ local cursor = assert(articles:aggregate({
             { "sort", "table?", "the order, which picks the first: a list of pairs, or a table of one key" },
             { "skip", "integer?", "skip this many matches first (>= 0)" },
             { "hint", "string|table?", "the index to use: its name, or its keys (ordered)" },
+            SANITIZE_OPT,
             SESSION_OPT,
           } },
         { class = "mongostore.FindOptions", parent = "mongostore.FindOneOptions",
@@ -1150,6 +1155,7 @@ local cursor = assert(articles:aggregate({
             { "skip", "integer?", "skip this many matches first (>= 0)" },
             { "limit", "integer?", "count at most this many (>= 0)" },
             { "hint", "string|table?", "the index to use: its name, or its keys (ordered)" },
+            SANITIZE_OPT,
             SESSION_OPT,
           } },
         { class = "mongostore.AggregateOptions",
@@ -1243,7 +1249,7 @@ assert(articles:replace_one({ _id = id }, doc))]] },
         { method = "delete_one", of = "mongostore.Collection",
           params = {
             { "filter", "table", "which document" },
-            { "opts", "mongostore.SessionOptions?", "the session" },
+            { "opts", "mongostore.FilterOptions?", "sanitize, session" },
           },
           returns = { { "result", "mongostore.DeleteResult", "how many were deleted (0 or 1)" } },
           fails = doc_fails("invalid"),
@@ -1252,7 +1258,7 @@ assert(articles:replace_one({ _id = id }, doc))]] },
         { method = "delete_many", of = "mongostore.Collection",
           params = {
             { "filter", "table", "which documents (`{}`: all)" },
-            { "opts", "mongostore.SessionOptions?", "the session" },
+            { "opts", "mongostore.FilterOptions?", "sanitize, session" },
           },
           returns = { { "result", "mongostore.DeleteResult", "how many were deleted" } },
           fails = doc_fails("invalid"),
@@ -1286,6 +1292,7 @@ local counter = assert(counters:find_one_and_update({ _id = "orders" }, { ["$inc
           fields = {
             { "upsert", "boolean?", "insert a document (the filter's equality fields, then the update) when "
               .. "none matches", default = "false" },
+            SANITIZE_OPT,
             SESSION_OPT,
           } },
         { class = "mongostore.FindOneAndUpdateOptions",
@@ -1295,6 +1302,7 @@ local counter = assert(counters:find_one_and_update({ _id = "orders" }, { ["$inc
             { "upsert", "boolean?", "insert one when none matches", default = "false" },
             { "sort", "table?", "which one, when several match (ordered)" },
             { "projection", "table?", "the fields to return" },
+            SANITIZE_OPT,
             SESSION_OPT,
           } },
         { class = "mongostore.FindOneAndDeleteOptions",
@@ -1302,8 +1310,12 @@ local counter = assert(counters:find_one_and_update({ _id = "orders" }, { ["$inc
           fields = {
             { "sort", "table?", "which one, when several match (ordered)" },
             { "projection", "table?", "the fields to return" },
+            SANITIZE_OPT,
             SESSION_OPT,
           } },
+        { class = "mongostore.FilterOptions",
+          desc = "The options of `delete_one`, `delete_many` and `distinct`; an unknown key raises.",
+          fields = { SANITIZE_OPT, SESSION_OPT } },
         { class = "mongostore.UpdateResult",
           desc = "What `update_one`, `update_many` and `replace_one` return.",
           fields = {
@@ -1544,6 +1556,29 @@ its methods then return `nil, msg, "closed"`, and as `opts.session` it is
           desc = "Ends the session, aborting an open transaction. Idempotent." },
       },
     },
+    {
+      title = "Client values",
+      entries = {
+        { fn = "sanitize", module = "mongostore",
+          params = { { "filter", "table?", "a filter built from a client's values (decoded JSON, a query string)" } },
+          returns = { { "filter", "table", "a new filter, the caller's left as it was" } },
+          fails = { "invalid" },
+          desc = [[
+The document API sends a filter as written, operators and all, as a driver
+does. A client's value in it can be an operator (`{ password = { ["$ne"] =
+null } }` from `{"password": {"$ne": null}}`). `sanitize` takes the filter as
+data: a field's value holding an operator key, or a regex, is wrapped in
+`$eq`, so it is compared rather than run; `$and`, `$or` and `$nor` keep their
+meaning, and their items are sanitized the same way. Any other top-level
+operator (`$expr`, `$text`, `$where`, `$comment`, ...) makes the filter
+`invalid`, and so does server-side JavaScript (`$where`, `$function`,
+`$accumulator`) anywhere in it. The methods that take a filter also take
+`sanitize = true` in their options to do the same before sending.]],
+          example = [[
+local body = assert(mongostore.json.decode(ngx.req.get_body_data()))
+local user = users:find_one({ name = body.name, password_hash = hash(body.password) }, { sanitize = true })]] },
+      },
+    },
   },
 }
 
@@ -1748,13 +1783,58 @@ A model, from `model.define`. Its class methods are called with `:`
           example = [[
 local a = assert(Article:insert { title = "Draft" })]] },
         { method = "get", of = "mongostore.Model",
-          params = { { "id", "any", "the `_id` (a 24-hex string is taken as an ObjectId for an ObjectId model)" },
-                     MOPTS },
+          params = { { "id", "any", "the `_id`, cast to the declared `_id` type (see below)" }, MOPTS },
           returns = { { "doc", "mongostore.Document?", "tracked; nil when there is none (or it is soft-deleted)" } },
-          desc = MODEL_FAILS .. ": the document API's codes." },
+          desc = MODEL_FAILS .. ": `invalid`, the document API's codes. " .. [[
+Every call that takes an id (`get`, `update`, `delete`, `restore`, `exists`)
+casts it to the declared type of `_id` where the conversion is exact: 24 hex
+digits to an ObjectId (the default `_id`), an exact decimal string to an
+integer, an ISO time with its zone to a date. Anything else, a table above
+all (`{"$gt": ""}` from a client), is `invalid` with a message naming its
+type, and nothing is sent; so is a missing id (nil or null).]] },
+        { method = "delete", of = "mongostore.Model",
+          params = { { "id", "any", "the `_id`, cast as `get` casts it" },
+                     { "opts", "mongostore.ModelOptions?", "hard, session" } },
+          returns = { { "ok", "true", "soft-deleted (or removed with `hard`)" } },
+          desc = MODEL_FAILS .. ": `not_found` (none, or soft-deleted already), `invalid`, the document API's "
+            .. "codes. One round trip; nothing is loaded." },
+        { method = "restore", of = "mongostore.Model",
+          params = { { "id", "any", "the `_id`, cast as `get` casts it" },
+                     { "opts", "mongostore.ModelOptions?", "session" } },
+          returns = { { "doc", "mongostore.Document", "the document restored, tracked" } },
+          raises = "a model without a `deleted_at` field",
+          desc = MODEL_FAILS .. ": `not_found` (no soft-deleted document with that id), `invalid`, the document "
+            .. "API's codes. Clears `deleted_at`, bumps the revision and sets `updated_at`, in one round trip." },
+        { method = "exists", of = "mongostore.Model",
+          params = { { "id", "any", "the `_id`, cast as `get` casts it" }, MOPTS },
+          returns = { { "yes", "boolean", "whether a document has it (soft-deleted ones only when unscoped)" } },
+          desc = MODEL_FAILS .. ": `invalid`, the document API's codes." },
+        { fn = "trusted", module = "mongostore.model",
+          params = { { "t", "table", "a filter or an update written as code, operators and all" } },
+          returns = { { "t", "table", "t itself, marked" } },
+          raises = "a `t` that is not a table",
+          desc = [[
+Plain tables given to a model are data: a filter's values are compared (an
+operator key in a value is `invalid`), an update's keys are fields to set.
+Operators come from `Q` and `ops`, or from a table marked with `trusted`,
+which is sent as written. Mark only tables your code writes, never one a
+client sent. Even a trusted table is refused (`invalid`) when it holds
+`$where`, `$function` or `$accumulator`, and a trusted update still cannot
+write the id, an immutable field or the ones the model keeps.]],
+          example = [[
+local n = assert(Article:find(model.trusted { views = { ["$mod"] = { 2, 0 } } }):count())]] },
         { method = "find", of = "mongostore.Model",
           params = { { "q", "mongostore.Cond|table?", "the query (nil: every document)" } },
           returns = { { "q", "mongostore.Query", "nothing is sent until a reading call" } },
+          desc = [[
+A plain table `q` compares values as data: a value holding an operator key
+(`{ password = { ["$ne"] = null } }`), a regex, or a top-level operator
+(`$or`, `$where`, `$expr`, ...) makes the query `invalid`, returned by the
+call that runs it, with nothing sent. Values are cast to the field's declared
+type where exact (`"2"` to an integer field, 24 hex digits to an ObjectId
+field, ISO text with its zone to a date field) and `invalid` otherwise; the
+operands of `Q` conditions are cast the same way. Operators come from `Q` or
+from `model.trusted`.]],
           example = [[
 local top = assert(Article:find(Q.views:gte(10)):sort { { "views", -1 } }:limit(10):all())]] },
         { method = "count", of = "mongostore.Model",
@@ -1870,9 +1950,9 @@ assert(a:save())]] },
             { "n", "integer", "documents modified" },
             { "result", "{ matched: integer, modified: integer }", "the counts" },
           },
-          raises = "an unknown, immutable or model-written field, one path given twice or with its parent",
           desc = "Every match, none loaded; the revision bumped and `updated_at` set on each. " .. MODEL_FAILS
-            .. ": `validation` (nothing sent), the document API's codes.",
+            .. ": `invalid` (as `Model:update`; an unscoped query may also clear `deleted_at`: a restore), "
+            .. "`validation` (nothing sent), the document API's codes.",
           example = [[
 local n = assert(Article:find(Q.views:gte(1)):update(ops.inc { views = 10 }))]] },
         { method = "delete", of = "mongostore.Query",
@@ -1890,10 +1970,16 @@ local n = assert(Article:find(Q.views:gte(1)):update(ops.inc { views = 10 }))]] 
           },
           returns = { { "doc", "mongostore.Document", "the document after the update, tracked (one round trip: "
             .. "`findAndModify`)" } },
-          raises = "an unknown, immutable or model-written field, one path given twice or with its parent",
           desc = "Every supplied value is checked against its field first. " .. MODEL_FAILS
-            .. ": `not_found` (no such document, or soft-deleted), `validation` (nothing sent), `duplicate`, the "
-            .. "document API's codes.",
+            .. ": `not_found` (no such document, or soft-deleted), `invalid`, `validation` (nothing sent), "
+            .. "`duplicate`, the document API's codes. " .. [[
+A plain table sets declared fields only (`$set`): a key or a value holding an
+operator is `invalid`. Operators come from `ops` or `model.trusted`. Whatever
+the route, every path of every operator (`$rename`'s destinations too) must
+be a declared field, and the id, immutable fields and the fields the model
+keeps (`created_at`, `updated_at`, the revision, `deleted_at`) are never
+written: `invalid`, nothing sent. Also `invalid`: one path given twice, or
+with its parent.]],
           example = [[
 local a2 = assert(Article:update(a.id, ops.inc { views = 1 }, ops.push { tags = "featured" }, { title = "v2" }))]] },
         { method = "upsert", of = "mongostore.Model",
@@ -1903,8 +1989,7 @@ local a2 = assert(Article:update(a.id, ops.inc { views = 1 }, ops.push { tags = 
           },
           returns = { { "doc", "mongostore.Document", "the document after the update: inserted when none matched "
             .. "(revision 1, `created_at`, the defaults of the fields neither the update nor the filter gives)" } },
-          raises = "as `Model:update`",
-          desc = MODEL_FAILS .. "." },
+          desc = MODEL_FAILS .. ": as `Model:update`; `q` is taken as `Model:find` takes it." },
         { field = "Q", module = "mongostore.model", type = "mongostore.QueryFields",
           desc = "`Q.title`, `Q[\"author.name\"]`: a field, whose methods make conditions; `id` is `_id`." },
         { class = "mongostore.QueryFields",
@@ -1985,6 +2070,9 @@ local a2 = assert(Article:update(a.id, ops.inc { views = 1 }, ops.push { tags = 
         { fn = "ops.current_date", module = "mongostore.model",
           params = { { "fields", "table", "path = true, \"date\" or \"timestamp\"" } },
           returns = { { "op", "mongostore.Op", "`$currentDate`" } } },
+        { fn = "ops.rename", module = "mongostore.model",
+          params = { { "fields", "table", "path = its new path" } },
+          returns = { { "op", "mongostore.Op", "`$rename` (both paths must be declared fields)" } } },
         { fn = "ops.each", module = "mongostore.model",
           params = { { "list", "any[]", "the values" },
                      { "opts", "{ position: integer?, slice: integer?, sort: any? }?", "push only" } },

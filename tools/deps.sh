@@ -13,8 +13,9 @@ packages=(
     # nginx with the lua module and resty.core
     luajit2 libluajit2-5.1-dev lua-compat53-dev nginx libnginx-mod-http-lua lua-resty-core
     # tools: LPeg for harel's .stm charts, Graphviz to render the diagrams,
-    # tmux for the CLI's terminal spec
-    lua-lpeg graphviz tmux
+    # tmux for the CLI's terminal spec, lua-cjson for the hostile-client specs
+    # (client JSON as the common decoder gives it)
+    lua-lpeg graphviz tmux lua-cjson
 )
 # make bench (tools/deps.sh bench) also drives real nginx with wrk for the
 # OpenResty load rows.

@@ -275,6 +275,7 @@ local Collection = {}
 ---@field sort? table the order, which picks the first: a list of pairs, or a table of one key
 ---@field skip? integer skip this many matches first (>= 0)
 ---@field hint? string|table the index to use: its name, or its keys (ordered)
+---@field sanitize? boolean take the filter as a client's data first (`mongostore.sanitize`): an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, or server-side JavaScript, returns `invalid` and sends nothing
 ---@field session? mongostore.Session run the operation in this session (and its transaction)
 
 --- The options of `find`; an unknown key raises.
@@ -287,6 +288,7 @@ local Collection = {}
 ---@field skip? integer skip this many matches first (>= 0)
 ---@field limit? integer count at most this many (>= 0)
 ---@field hint? string|table the index to use: its name, or its keys (ordered)
+---@field sanitize? boolean take the filter as a client's data first (`mongostore.sanitize`): an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, or server-side JavaScript, returns `invalid` and sends nothing
 ---@field session? mongostore.Session run the operation in this session (and its transaction)
 
 --- The options of `aggregate`; an unknown key raises.
@@ -305,6 +307,7 @@ local Cursor = {}
 --- The options of `update_one`, `update_many` and `replace_one`; an unknown key raises.
 ---@class mongostore.UpdateOptions
 ---@field upsert? boolean insert a document (the filter's equality fields, then the update) when none matches
+---@field sanitize? boolean take the filter as a client's data first (`mongostore.sanitize`): an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, or server-side JavaScript, returns `invalid` and sends nothing
 ---@field session? mongostore.Session run the operation in this session (and its transaction)
 
 --- The options of `find_one_and_update`; an unknown key raises.
@@ -313,12 +316,19 @@ local Cursor = {}
 ---@field upsert? boolean insert one when none matches
 ---@field sort? table which one, when several match (ordered)
 ---@field projection? table the fields to return
+---@field sanitize? boolean take the filter as a client's data first (`mongostore.sanitize`): an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, or server-side JavaScript, returns `invalid` and sends nothing
 ---@field session? mongostore.Session run the operation in this session (and its transaction)
 
 --- The options of `find_one_and_delete`; an unknown key raises.
 ---@class mongostore.FindOneAndDeleteOptions
 ---@field sort? table which one, when several match (ordered)
 ---@field projection? table the fields to return
+---@field sanitize? boolean take the filter as a client's data first (`mongostore.sanitize`): an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, or server-side JavaScript, returns `invalid` and sends nothing
+---@field session? mongostore.Session run the operation in this session (and its transaction)
+
+--- The options of `delete_one`, `delete_many` and `distinct`; an unknown key raises.
+---@class mongostore.FilterOptions
+---@field sanitize? boolean take the filter as a client's data first (`mongostore.sanitize`): an operator in a field's value is compared with `$eq`; a top-level operator other than `$and`/`$or`/`$nor`, or server-side JavaScript, returns `invalid` and sends nothing
 ---@field session? mongostore.Session run the operation in this session (and its transaction)
 
 --- What `update_one`, `update_many` and `replace_one` return.
@@ -1029,7 +1039,7 @@ function Collection:count(filter, opts) end
 --- Fails with `nil, message, code`.
 ---@param field string the field (a dotted path)
 ---@param filter? table the query
----@param opts? mongostore.SessionOptions the session
+---@param opts? mongostore.FilterOptions sanitize, session
 ---@return any[]? values # the distinct values (an array)
 ---@return string? message
 ---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
@@ -1125,7 +1135,7 @@ function Collection:replace_one(filter, replacement, opts) end
 ---
 --- Fails with `nil, message, code`.
 ---@param filter table which document
----@param opts? mongostore.SessionOptions the session
+---@param opts? mongostore.FilterOptions sanitize, session
 ---@return mongostore.DeleteResult? result # how many were deleted (0 or 1)
 ---@return string? message
 ---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
@@ -1136,7 +1146,7 @@ function Collection:delete_one(filter, opts) end
 ---
 --- Fails with `nil, message, code`.
 ---@param filter table which documents (`{}`: all)
----@param opts? mongostore.SessionOptions the session
+---@param opts? mongostore.FilterOptions sanitize, session
 ---@return mongostore.DeleteResult? result # how many were deleted
 ---@return string? message
 ---@return ("invalid"|"transient"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
@@ -1312,6 +1322,24 @@ function Session:transaction_failed() end
 --- Ends the session, aborting an open transaction. Idempotent.
 ---@return true ok
 function Session:close() end
+
+--- The document API sends a filter as written, operators and all, as a driver
+--- does. A client's value in it can be an operator (`{ password = { ["$ne"] =
+--- null } }` from `{"password": {"$ne": null}}`). `sanitize` takes the filter as
+--- data: a field's value holding an operator key, or a regex, is wrapped in
+--- `$eq`, so it is compared rather than run; `$and`, `$or` and `$nor` keep their
+--- meaning, and their items are sanitized the same way. Any other top-level
+--- operator (`$expr`, `$text`, `$where`, `$comment`, ...) makes the filter
+--- `invalid`, and so does server-side JavaScript (`$where`, `$function`,
+--- `$accumulator`) anywhere in it. The methods that take a filter also take
+--- `sanitize = true` in their options to do the same before sending.
+---
+--- Fails with `nil, message, code`.
+---@param filter? table a filter built from a client's values (decoded JSON, a query string)
+---@return table? filter # a new filter, the caller's left as it was
+---@return string? message
+---@return "invalid"? code
+function mongostore.sanitize(filter) end
 
 --- Marks a table as an array, so it is stored as one even when empty.
 ---

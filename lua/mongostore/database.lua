@@ -49,12 +49,103 @@ local function check_opts(fn, opts, known)
   end
 end
 
+-- ------------------------------------------------------------ client values
+
+-- mongostore.sanitize(filter): a client's filter taken as data, as the
+-- document API sends it. A field's value holding an operator key (or a regex)
+-- is wrapped in $eq, so it is compared, not run; $and, $or and $nor keep their
+-- meaning, their items sanitized alike; any other top-level operator ($expr,
+-- $text, $where, ...) and server-side JavaScript anywhere ($where, $function,
+-- $accumulator) make the filter invalid. Returns a new table; the caller's is
+-- left as it was.
+local query = require "mongostore.query"
+local find_js, describe = query.find_js, query.describe
+local is_array, null = core.is_array, core.null
+local byte, getmetatable, rawget, next, rawequal = string.byte, getmetatable, rawget, next, rawequal
+
+local function is_regex(v)
+  if type(v) ~= "userdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "mongostore.Regex"
+end
+
+local function has_operator_key(v)
+  for k in next, v do
+    if type(k) == "string" and byte(k, 1) == 36 then return true end
+  end
+  return false
+end
+
+local LOGICAL = { ["$and"] = true, ["$or"] = true, ["$nor"] = true }
+
+local sanitize_into
+sanitize_into = function(fn, t, depth)
+  if depth > 50 then return nil, fn .. ": the filter nests $and/$or/$nor deeper than 50" end
+  local out = {}
+  for k, v in pairs(t) do
+    if type(k) ~= "string" then return nil, format("%s: the filter's key %s is not a field name", fn, describe(k)) end
+    if byte(k, 1) == 36 then
+      if not LOGICAL[k] then
+        return nil, format("%s: the filter's key %s is an operator, which a sanitized filter does not take", fn, k)
+      end
+      if type(v) ~= "table" or rawequal(v, null) or (next(v) ~= nil and v[1] == nil) then
+        return nil, format("%s: %s must be a list of filters, got %s", fn, k, describe(v))
+      end
+      local list = {}
+      for i = 1, #v do
+        if type(v[i]) ~= "table" or rawequal(v[i], null) or is_array(v[i]) then
+          return nil, format("%s: %s item %d must be a filter, got %s", fn, k, i, describe(v[i]))
+        end
+        local part, err = sanitize_into(fn, v[i], depth + 1)
+        if not part then return nil, err end
+        list[i] = part
+      end
+      out[k] = core.array(list)
+    elseif (type(v) == "table" and not rawequal(v, null) and has_operator_key(v)) or is_regex(v) then
+      out[k] = { ["$eq"] = v }
+    else
+      out[k] = v
+    end
+  end
+  return out
+end
+
+local function sanitize_for(fn, filter)
+  if filter == nil then return {} end
+  if type(filter) ~= "table" or rawequal(filter, null) or is_array(filter) then
+    return nil, format("%s: the filter must be a table of fields, got %s", fn, describe(filter)), "invalid"
+  end
+  local js = find_js(filter)
+  if js then return nil, format("%s: %s is refused (it runs JavaScript on the server)", fn, js), "invalid" end
+  local out, err = sanitize_into(fn, filter, 0)
+  if not out then return nil, err, "invalid" end
+  return out
+end
+
+--- mongostore.sanitize(filter) -> a copy of filter with the client's values as data, or nil, msg, "invalid".
+function M.sanitize(filter) return sanitize_for("sanitize", filter) end
+
+-- The `sanitize = true` option of the methods that take a filter: the filter
+-- goes through sanitize first (an invalid one is returned, nothing sent), and
+-- the option is taken off before the method's own checks.
+local function strip_sanitize(fn, filter, opts)
+  local on = opts.sanitize
+  local o = {}
+  for k, v in pairs(opts) do
+    if k ~= "sanitize" then o[k] = v end
+  end
+  if not on then return filter, o end
+  local f, err = sanitize_for(fn, filter)
+  if not f then return nil, err end
+  return f, o
+end
+
 -- Replaces t[name] (a C method) with one that checks its arguments first.
 -- args: { { "filter", "table?" }, ... } before the options; known: the
 -- option keys and their kinds (nil: the method takes no options). The
 -- kinds are read once here; check_arg, which raises, runs only for an
 -- argument that does not fit.
-local function wrap(t, name, args, known)
+local function wrap(t, name, args, known, filter_at)
   local f = t[name]
   local nargs = #args
   local base, optional = {}, {}
@@ -74,7 +165,13 @@ local function wrap(t, name, args, known)
   elseif nargs == 1 then
     t[name] = function(self, a, opts)
       if not ((a == nil and o1) or fits(a, k1)) then check_arg(name, args[1][1], a, args[1][2]) end
-      if known and opts ~= nil then check_opts(name, opts, known) end
+      if known and opts ~= nil then
+        check_opts(name, opts, known)
+        if filter_at and opts.sanitize ~= nil then
+          a, opts = strip_sanitize(name, a, opts)
+          if a == nil then return nil, opts, "invalid" end
+        end
+      end
       return f(self, a, opts)
     end
   else
@@ -82,7 +179,15 @@ local function wrap(t, name, args, known)
     t[name] = function(self, a, b, opts)
       if not ((a == nil and o1) or fits(a, k1)) then check_arg(name, args[1][1], a, args[1][2]) end
       if not ((b == nil and o2) or fits(b, k2)) then check_arg(name, args[2][1], b, args[2][2]) end
-      if known and opts ~= nil then check_opts(name, opts, known) end
+      if known and opts ~= nil then
+        check_opts(name, opts, known)
+        if filter_at and opts.sanitize ~= nil then
+          local sf
+          sf, opts = strip_sanitize(name, filter_at == 1 and a or b, opts)
+          if sf == nil then return nil, opts, "invalid" end
+          if filter_at == 1 then a = sf else b = sf end
+        end
+      end
       return f(self, a, b, opts)
     end
   end
@@ -106,22 +211,28 @@ local FILTER, FILTER_OPT = { "filter", "table" }, { "filter", "table?" }
 wrap(C, "insert_one", { { "doc", "table" } }, S)
 wrap(C, "insert_many", { { "docs", "table" } }, with_session { ordered = "boolean" })
 wrap(C, "find_one", { FILTER_OPT },
-  with_session { projection = "table", sort = "table", skip = "number", hint = "hint" })
+  with_session { projection = "table", sort = "table", skip = "number", hint = "hint", sanitize = "boolean" }, 1)
 wrap(C, "find", { FILTER_OPT }, with_session {
   projection = "table", sort = "table", skip = "number", limit = "number", batch_size = "number", hint = "hint",
-})
-wrap(C, "count", { FILTER_OPT }, with_session { skip = "number", limit = "number", hint = "hint" })
-wrap(C, "update_one", { FILTER, { "update", "table" } }, with_session { upsert = "boolean" })
-wrap(C, "update_many", { FILTER, { "update", "table" } }, with_session { upsert = "boolean" })
-wrap(C, "replace_one", { FILTER, { "replacement", "table" } }, with_session { upsert = "boolean" })
-wrap(C, "delete_one", { FILTER }, S)
-wrap(C, "delete_many", { FILTER }, S)
+  sanitize = "boolean",
+}, 1)
+wrap(C, "count", { FILTER_OPT },
+  with_session { skip = "number", limit = "number", hint = "hint", sanitize = "boolean" }, 1)
+local UPDATE_OPTS = with_session { upsert = "boolean", sanitize = "boolean" }
+local FILTER_OPTS = with_session { sanitize = "boolean" }
+wrap(C, "update_one", { FILTER, { "update", "table" } }, UPDATE_OPTS, 1)
+wrap(C, "update_many", { FILTER, { "update", "table" } }, UPDATE_OPTS, 1)
+wrap(C, "replace_one", { FILTER, { "replacement", "table" } }, UPDATE_OPTS, 1)
+wrap(C, "delete_one", { FILTER }, FILTER_OPTS, 1)
+wrap(C, "delete_many", { FILTER }, FILTER_OPTS, 1)
 wrap(C, "find_one_and_update", { FILTER, { "update", "table" } },
-  with_session { new = "boolean", upsert = "boolean", sort = "table", projection = "table" })
-wrap(C, "find_one_and_delete", { FILTER }, with_session { sort = "table", projection = "table" })
+  with_session { new = "boolean", upsert = "boolean", sort = "table", projection = "table", sanitize = "boolean" },
+  1)
+wrap(C, "find_one_and_delete", { FILTER }, with_session { sort = "table", projection = "table", sanitize = "boolean" },
+  1)
 wrap(C, "bulk_write", { { "ops", "table" } }, with_session { ordered = "boolean" })
 wrap(C, "aggregate", { { "pipeline", "table" } }, with_session { batch_size = "number", hint = "hint" })
-wrap(C, "distinct", { { "field", "string" }, FILTER_OPT }, S)
+wrap(C, "distinct", { { "field", "string" }, FILTER_OPT }, FILTER_OPTS, 2)
 wrap(C, "create_index", { { "keys", "table" } }, with_session {
   unique = "boolean", name = "string", partial_filter = "table", sparse = "boolean", expire_after = "number",
 })

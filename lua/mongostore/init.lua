@@ -41,6 +41,8 @@ return {
             "clock_regression", "finished" },
   connect = store.connect,
   database = require("mongostore.database").database,
+  -- a client's filter taken as data for the document API (mongostore.database)
+  sanitize = require("mongostore.database").sanitize,
   check_keys = store.check_keys,
   Store = store.Store,
 }

@@ -9,7 +9,7 @@ local schema = require "mongostore.schema"
 
 local type, error, pairs, ipairs, next, select, setmetatable, getmetatable, rawget, rawset, tostring, pcall =
   type, error, pairs, ipairs, next, select, setmetatable, getmetatable, rawget, rawset, tostring, pcall
-local format, concat = string.format, table.concat
+local format, concat, byte = string.format, table.concat, string.byte
 local unpack = table.unpack or unpack  -- luacheck: ignore 143
 
 local null, array, objectid, date = core.null, core.array, core.objectid, core.date
@@ -185,12 +185,88 @@ local function scope(C, filter, unscoped)
   return filter
 end
 
+-- ------------------------------------------------------------ client values
+
+-- A client's value never reaches the server as an operator: plain-table
+-- filters compare values as data (query.client_filter), cast to the field's
+-- declared type where the conversion is exact; ids are cast or refused.
+local cast_value, client_filter, refuse, describe = query.cast_value, query.client_filter, query.refuse,
+  query.describe
+local HATCH = "model.trusted(filter)"
+
+local function is_regex(v)
+  if type(v) ~= "userdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__name") == "mongostore.Regex"
+end
+
+-- v cast to the field f (its type, or its elements' for an array field given
+-- one element), or nil, why. Numbers pass numeric fields as they are (a
+-- comparison with 2.5 on an integer field is a fair question).
+local function cast_field(f, v)
+  local t = f.type
+  if t == "array" then
+    if type(v) == "table" then return v end
+    f = f.of
+    if not f then return v end
+    t = f.type
+  end
+  if t == "any" or t == "document" then return v end
+  if t == "decimal" or t == "binary" then
+    if f.test(v) then return v end
+  elseif (t == "integer" or t == "number") and type(v) == "number" then
+    return v
+  else
+    local x = cast_value(t, v)
+    if x ~= nil then return x end
+  end
+  return nil, format("it is %s, and %s is not one", f.words, describe(v))
+end
+
+local function id_field_of(C) return C._id_field end
+
+-- ctx.cast of the model's filters: path (renamed: _id) and a client's value.
+local function filter_cast(ctx, path, v)
+  if v == null then return v end
+  if is_regex(v) then
+    refuse(format("%s: field '%s' holds a regular expression; match patterns with Q.%s:regex(...) or %s",
+      ctx.fn, path, path == "_id" and "id" or path, HATCH))
+  end
+  local C = ctx.C
+  local f
+  if path == "_id" then f = id_field_of(C) else f = field_at(C._schema, path) end
+  if not f then return v end -- undeclared (inside an any, or an element path): compared as given
+  local x, why = cast_field(f, v)
+  if x == nil then refuse(format("%s: field '%s' cannot take the value: %s", ctx.fn, path, why)) end
+  return x
+end
+
+local function filter_field() end
+
+local function filter_ctx(C)
+  local ctx = { fn = "find " .. C.name, hatch = HATCH, cast = filter_cast, field = filter_field, C = C,
+                elem = query.elem_ctx("find " .. C.name, HATCH) }
+  return ctx
+end
+
+-- The filter of a model call: (filter) or (nil, the refusal).
+local function model_filter(C, q)
+  return client_filter(q, rename, C._fctx)
+end
+
+-- The id of a model call cast to the declared _id type: (id) or (nil, msg).
+-- A table never reaches the server as an id.
 local function id_of(C, id, fn)
   if type(id) == "table" and class_of(id) == C then id = rawget(id, "_id") end
-  -- a nil id would make the filter {}: any document
-  if id == nil or id == null then error(format("%s: id must not be nil", fn or "model"), 3) end
-  if C._oid and type(id) == "string" and #id == 24 and id:match("^%x+$") then return objectid(id) end
-  return id
+  if id == nil or id == null then
+    return nil, format("%s %s: the id is missing (got %s)", fn or "model", C.name, id == nil and "nil" or "null")
+  end
+  local x, why = cast_field(id_field_of(C), id)
+  if x == nil or type(x) == "table" then
+    return nil, format("%s %s: the id cannot be taken: %s", fn or "model", C.name,
+      why or ("it is " .. id_field_of(C).words .. ", and " .. describe(id) .. " is not one"))
+  end
+  return x
 end
 
 -- Takes a document in as tracked: its snapshot, then the model's metatable
@@ -220,23 +296,46 @@ end
 
 local NUMERIC = { integer = true, number = true, any = true }
 
--- Checks an update document (after query.update) against the model: an
--- unknown field, the id, an immutable or a managed field raise (a mistake in
--- the code); wrong values are listed as validation errors.
-local function check_update(C, doc, fn, validate)
+-- Checks an update document (after query.update) against the model: a path
+-- that is not a declared field, the id, an immutable field or one the model
+-- writes itself (its revision, updated_at, created_at, deleted_at), through
+-- any operator, $rename's destinations too, make the update invalid: the
+-- second value is the message. Wrong values are listed as validation errors
+-- (the first value). allow: "delete" (the model's own soft delete sets
+-- deleted_at), "restore" (an unscoped update may clear it: the seed's restore).
+local function check_path(C, fn, op, path, value, allow)
+  local top = path:match("^[^.]+")
+  if top == "_id" then return format("%s: %s.id is immutable", fn, C.name) end
+  if C._immutable[top] then return format("%s: %s.%s is immutable", fn, C.name, top) end
+  if C._auto[top] then
+    return format("%s: %s.%s is written by the model (its %s)", fn, C.name, top, C._auto[top])
+  end
+  if top == C._soft and allow ~= "delete" then
+    if allow == "restore" and path == top and (op == "$unset" or (op == "$set" and value == null)) then
+      return nil
+    end
+    return format("%s: %s.%s is written by the model (its soft delete: delete and restore)", fn, C.name, top)
+  end
+  local f, why = field_at(C._schema, path)
+  if f == nil then return format("%s: %s is not a field of %s (%s)", fn, path, C.name, why) end
+  return nil, f
+end
+
+local function check_update(C, doc, fn, validate, allow)
   local errs = {}
   -- the update's sections read in place (query.paths would list and sort them)
   for op, fields in pairs(doc) do
     for path, value in pairs(fields) do
       local each = type(value) == "table" and rawget(value, "$each") or nil
-      local top = path:match("^[^.]+")
-      if top == "_id" then error(format("%s: %s.id is immutable", fn, C.name), 4) end
-      if C._immutable[top] then error(format("%s: %s.%s is immutable", fn, C.name, top), 4) end
-      if C._auto[top] then
-        error(format("%s: %s.%s is written by the model (its %s)", fn, C.name, top, C._auto[top]), 4)
+      local bad, f = check_path(C, fn, op, path, value, allow)
+      if bad then return nil, bad end
+      if op == "$rename" then
+        if type(value) ~= "string" or value == "" then
+          return nil, format("%s: $rename of %s must name a field, got %s", fn, path, describe(value))
+        end
+        bad = check_path(C, fn, op, value, nil, allow)
+        if bad then return nil, bad .. " ($rename's destination)" end
       end
-      local f, why = field_at(C._schema, path)
-      if f == nil then error(format("%s: %s is not a field of %s (%s)", fn, path, C.name, why), 4) end
       -- array marks whether or not the values are validated (an empty table is sent as [])
       if f and type(value) == "table" then
         if op == "$set" or op == "$setOnInsert" or op == "$min" or op == "$max" then
@@ -288,13 +387,54 @@ local function check_update(C, doc, fn, validate)
   return nil
 end
 
+-- A plain update table is data: its keys are fields ($set), and neither a key
+-- nor a value anywhere in it is an operator. Operators come from ops.* or a
+-- table marked with model.trusted. -> nil, or the message.
+local is_op, is_trusted, find_dollar, find_js = query.is_op, query.is_trusted, query.find_dollar, query.find_js
+
+local function check_items(C, list, fn)
+  for i = 1, #list do
+    local item = list[i]
+    if type(item) == "table" and not is_op(item) then
+      if is_trusted(item) then
+        local js = find_js(item)
+        if js then return format("%s %s: %s is refused (it runs JavaScript on the server)", fn, C.name, js) end
+      else
+        for k, v in pairs(item) do
+          if type(k) ~= "string" then
+            return format("%s %s: the update's key %s is not a field name", fn, C.name, describe(k))
+          end
+          if byte(k, 1) == 36 then
+            return format("%s %s: the update's key %s is an operator; write operators with ops (ops.inc, ...) or "
+              .. "model.trusted(update)", fn, C.name, k)
+          end
+          if type(v) == "table" then
+            local op = find_dollar(v)
+            if op then
+              return format("%s %s: field '%s' holds an operator key (%s); a plain update sets values, and "
+                .. "operators come from ops (ops.set, ...) or model.trusted(update)", fn, C.name, k, op)
+            end
+          end
+        end
+      end
+    end
+  end
+  return nil
+end
+
 -- The update a write path sends: the caller's pieces, checked, then the
 -- model's own fields: the revision incremented, updated_at now; an upsert
--- also sets created_at and the defaults on insert.
-local function build_update(C, list, fn, validate, upsert_filter)
+-- also sets created_at and the defaults on insert. -> doc, at, or nil, errs
+-- (validation), or nil, nil, message (invalid).
+local function build_update(C, list, fn, validate, upsert_filter, allow)
   if #list == 0 then error(fn .. ": no update given", 4) end
-  local doc = to_update(list, rename)
-  local errs = check_update(C, doc, fn, validate)
+  local bad = check_items(C, list, fn)
+  if bad then return nil, nil, bad end
+  local ok, doc = pcall(to_update, list, rename)
+  if not ok then return nil, nil, format("%s %s: %s", fn, C.name, (tostring(doc):gsub("^[^:]*:%d+: ", ""))) end
+  local errs
+  errs, bad = check_update(C, doc, fn, validate, allow)
+  if bad then return nil, nil, bad end
   if errs then return nil, errs end
   local at = now()
   local r = C._roles
@@ -339,6 +479,11 @@ function M.options(t)
   local o = {}
   for k, v in pairs(t) do o[k] = v end
   return setmetatable(o, Options)
+end
+
+local function update_fail(C, doing, errs, bad)
+  if bad then return fail("invalid", bad) end
+  return validation_error(C, doing, errs)
 end
 
 local function split_args(...)
@@ -659,8 +804,11 @@ local Query = {}
 Query.__index = Query
 Query.__name = "mongostore.model.Query"
 
+-- A refused filter is kept in the query (bad) and returned by the call that
+-- runs it: nothing is sent.
 local function new_query(C, q)
-  return setmetatable({ C = C, filter = to_filter(q, rename), opts = {}, unscoped_ = false, raw = nil }, Query)
+  local filter, bad = model_filter(C, q)
+  return setmetatable({ C = C, filter = filter or {}, bad = bad, opts = {}, unscoped_ = false, raw = nil }, Query)
 end
 
 function Query:sort(spec)
@@ -712,6 +860,7 @@ local function q_raw(self, opts)
 end
 
 local function q_filter(self)
+  if self.bad then return nil, self.bad end
   local f = {}
   for k, v in pairs(self.filter) do f[k] = v end
   return scope(self.C, f, self.unscoped_)
@@ -729,7 +878,9 @@ function Query:all(opts)
   local C = self.C
   local coll = bound(C, "all")
   local raw = q_raw(self, opts)
-  local cur, msg, code, detail = coll:find(q_filter(self), find_opts(self, raw))
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local cur, msg, code, detail = coll:find(f, find_opts(self, raw))
   if not cur then return driver_fail(msg, code, detail) end
   local docs
   docs, msg, code, detail = cur:all()
@@ -742,7 +893,9 @@ end
 function Query:lean(opts)
   local coll = bound(self.C, "lean")
   local raw = q_raw(self, opts)
-  local cur, msg, code, detail = coll:find(q_filter(self), find_opts(self, raw))
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local cur, msg, code, detail = coll:find(f, find_opts(self, raw))
   if not cur then return driver_fail(msg, code, detail) end
   local docs
   docs, msg, code, detail = cur:all()
@@ -756,7 +909,9 @@ function Query:first(opts)
   local raw = q_raw(self, opts)
   local o = find_opts(self, raw)
   o.limit = nil
-  local doc, msg, code, detail = coll:find_one(q_filter(self), o)
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local doc, msg, code, detail = coll:find_one(f, o)
   if doc == nil then
     if msg ~= nil then return driver_fail(msg, code, detail) end
     return nil
@@ -769,7 +924,9 @@ function Query:one(opts)
   local C = self.C
   local coll = bound(C, "one")
   local raw = q_raw(self, opts)
-  local cur, msg, code, detail = coll:find(q_filter(self), find_opts(self, raw, 2))
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local cur, msg, code, detail = coll:find(f, find_opts(self, raw, 2))
   if not cur then return driver_fail(msg, code, detail) end
   local docs
   docs, msg, code, detail = cur:all()
@@ -783,7 +940,9 @@ function Query:count(opts)
   local coll = bound(self.C, "count")
   local raw = q_raw(self, opts)
   local o = { session = raw, skip = self.opts.skip, limit = self.opts.limit }
-  local n, msg, code, detail = coll:count(q_filter(self), o)
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local n, msg, code, detail = coll:count(f, o)
   if not n then return driver_fail(msg, code, detail) end
   return n
 end
@@ -792,7 +951,9 @@ function Query:distinct(field, opts)
   if type(field) ~= "string" then error("distinct: field must be a string, got " .. type(field), 2) end
   local coll = bound(self.C, "distinct")
   local raw = q_raw(self, opts)
-  local vals, msg, code, detail = coll:distinct(rename(field), q_filter(self), dopts(raw))
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local vals, msg, code, detail = coll:distinct(rename(field), f, dopts(raw))
   if not vals then return driver_fail(msg, code, detail) end
   return vals
 end
@@ -802,7 +963,9 @@ function Query:each(opts)
   local C = self.C
   local coll = bound(C, "each")
   local raw = q_raw(self, opts)
-  local cur, msg, code = coll:find(q_filter(self), find_opts(self, raw))
+  local f, bad = q_filter(self)
+  if not f then error(bad, 2) end
+  local cur, msg, code = coll:find(f, find_opts(self, raw))
   if not cur then error(format("%s (%s)", tostring(msg), tostring(code)), 2) end
   local step, state, init, closing = cur:each()
   return function(s, v)
@@ -818,9 +981,13 @@ function Query:update(...)
   local coll = bound(C, "update")
   local list, opts = split_args(...)
   local raw = q_raw(self, opts)
-  local u, errs = build_update(C, list, "update", wants_validation(C, opts))
-  if not u then return validation_error(C, "update", errs) end
-  local r, msg, code, detail = coll:update_many(q_filter(self), u, dopts(raw))
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
+  local u, errs
+  u, errs, bad = build_update(C, list, "update", wants_validation(C, opts), nil,
+    self.unscoped_ and "restore" or nil)
+  if not u then return update_fail(C, "update", errs, bad) end
+  local r, msg, code, detail = coll:update_many(f, u, dopts(raw))
   if not r then return driver_fail(msg, code, detail) end
   return r.modified, { matched = r.matched, modified = r.modified }
 end
@@ -830,13 +997,15 @@ function Query:delete(opts)
   local C = self.C
   local coll = bound(C, "delete")
   local raw = q_raw(self, opts)
+  local f, bad = q_filter(self)
+  if not f then return fail("invalid", bad) end
   if C._soft and not (opts and opts.hard) then
-    local u = build_update(C, { { [C._soft] = now() } }, "delete", false)
-    local r, msg, code, detail = coll:update_many(q_filter(self), u, dopts(raw))
+    local u = build_update(C, { { [C._soft] = now() } }, "delete", false, nil, "delete")
+    local r, msg, code, detail = coll:update_many(f, u, dopts(raw))
     if not r then return driver_fail(msg, code, detail) end
     return r.modified
   end
-  local r, msg, code, detail = coll:delete_many(q_filter(self), dopts(raw))
+  local r, msg, code, detail = coll:delete_many(f, dopts(raw))
   if not r then return driver_fail(msg, code, detail) end
   return r.deleted
 end
@@ -864,7 +1033,8 @@ function Model:new(t)
   if type(t) ~= "table" then error("new: fields must be a table or nil, got " .. type(t), 2) end
   if snaps[t] then error("new: this table is a stored document already", 2) end
   local id = rawget(t, "id")
-  if id ~= nil then rawset(t, "id", nil); rawset(t, "_id", id_of(self, id)) end
+  -- an id that cannot be cast is kept as given: validation names it
+  if id ~= nil then rawset(t, "id", nil); rawset(t, "_id", id_of(self, id) or id) end
   setmetatable(t, self._imt)
   ensure_defaults(self, t)
   return t
@@ -901,8 +1071,10 @@ function Model:get(id, opts)
   check_opts("get", opts, OPTS)
   local coll = bound(self, "get")
   local raw = session_of(opts)
-  local doc, msg, code, detail = coll:find_one(scope(self, { _id = id_of(self, id, "get") }, opts and opts.unscoped),
-    dopts(raw))
+  local bad
+  id, bad = id_of(self, id, "get")
+  if id == nil then return fail("invalid", bad) end
+  local doc, msg, code, detail = coll:find_one(scope(self, { _id = id }, opts and opts.unscoped), dopts(raw))
   if doc == nil then
     if msg ~= nil then return driver_fail(msg, code, detail) end
     return nil
@@ -937,6 +1109,9 @@ function Model:aggregate(pipeline, opts)
   check_opts("aggregate", opts, OPTS)
   if type(pipeline) ~= "table" then error("aggregate: pipeline must be a list of stages, got " .. type(pipeline), 2) end
   local coll = bound(self, "aggregate")
+  local js = find_js(pipeline)
+  if js then return fail("invalid", format("aggregate %s: %s is refused (it runs JavaScript on the server)",
+    self.name, js)) end
   local stages = array {}
   if self._soft and not (opts and opts.unscoped) then stages[1] = { ["$match"] = { [self._soft] = null } } end
   for i = 1, #pipeline do stages[#stages + 1] = pipeline[i] end
@@ -955,9 +1130,13 @@ function Model:update(id, ...)
   local coll = bound(self, "update")
   local list, opts = split_args(...)
   local raw = session_of(opts)
-  local u, errs = build_update(self, list, "update", wants_validation(self, opts))
-  if not u then return validation_error(self, "update", errs) end
-  id = id_of(self, id, "update")
+  local bad
+  id, bad = id_of(self, id, "update")
+  if id == nil then return fail("invalid", bad) end
+  local u, errs
+  u, errs, bad = build_update(self, list, "update", wants_validation(self, opts), nil,
+    opts and opts.unscoped and "restore" or nil)
+  if not u then return update_fail(self, "update", errs, bad) end
   local doc, msg, code, detail = coll:find_one_and_update(scope(self, { _id = id }, opts and opts.unscoped), u,
     { new = true, session = raw })
   if doc == nil then
@@ -967,15 +1146,73 @@ function Model:update(id, ...)
   return adopt(self, doc)
 end
 
+--- Model:delete(id, { hard =, session = }) -> true, or nil, err, "not_found": soft deletes (or removes) by id.
+function Model:delete(id, opts)
+  check_class(self, "delete")
+  check_opts("delete", opts, OPTS)
+  local coll = bound(self, "delete")
+  local bad
+  id, bad = id_of(self, id, "delete")
+  if id == nil then return fail("invalid", bad) end
+  local raw = session_of(opts)
+  local res, msg, code, detail
+  if self._soft and not (opts and opts.hard) then
+    local u = build_update(self, { { [self._soft] = now() } }, "delete", false, nil, "delete")
+    res, msg, code, detail = coll:update_one(scope(self, { _id = id }), u, dopts(raw))
+    if res and res.matched == 1 then return true end
+  else
+    res, msg, code, detail = coll:delete_one({ _id = id }, dopts(raw))
+    if res and res.deleted == 1 then return true end
+  end
+  if not res then return driver_fail(msg, code, detail) end
+  return fail("not_found", format("delete %s: no document %s", self.collection, tostring(id)))
+end
+
+--- Model:restore(id, { session = }) -> the document, tracked, or nil, err, "not_found" (none soft-deleted with it).
+function Model:restore(id, opts)
+  check_class(self, "restore")
+  check_opts("restore", opts, OPTS)
+  local coll = bound(self, "restore")
+  local soft = self._soft
+  if not soft then error(format("restore: %s has no deleted_at field (no soft delete)", self.name), 2) end
+  local bad
+  id, bad = id_of(self, id, "restore")
+  if id == nil then return fail("invalid", bad) end
+  local u = build_update(self, { { [soft] = null } }, "restore", false, nil, "restore")
+  local doc, msg, code, detail = coll:find_one_and_update({ _id = id, [soft] = { ["$ne"] = null } }, u,
+    { new = true, session = session_of(opts) })
+  if doc == nil then
+    if msg ~= nil then return driver_fail(msg, code, detail) end
+    return fail("not_found", format("restore %s: no soft-deleted document %s", self.collection, tostring(id)))
+  end
+  return adopt(self, doc)
+end
+
+--- Model:exists(id, { unscoped =, session = }) -> true or false (or nil, err, code).
+function Model:exists(id, opts)
+  check_class(self, "exists")
+  check_opts("exists", opts, OPTS)
+  local coll = bound(self, "exists")
+  local bad
+  id, bad = id_of(self, id, "exists")
+  if id == nil then return fail("invalid", bad) end
+  local n, msg, code, detail = coll:count(scope(self, { _id = id }, opts and opts.unscoped),
+    { limit = 1, session = session_of(opts) })
+  if not n then return driver_fail(msg, code, detail) end
+  return n > 0
+end
+
 --- Model:upsert(q, op, ...) -> the document after the update (inserted when none matched), tracked.
 function Model:upsert(q, ...)
   check_class(self, "upsert")
   local coll = bound(self, "upsert")
   local list, opts = split_args(...)
   local raw = session_of(opts)
-  local filter = to_filter(q, rename)
-  local u, errs = build_update(self, list, "upsert", wants_validation(self, opts), filter)
-  if not u then return validation_error(self, "upsert", errs) end
+  local filter, bad = model_filter(self, q)
+  if not filter then return fail("invalid", bad) end
+  local u, errs
+  u, errs, bad = build_update(self, list, "upsert", wants_validation(self, opts), filter)
+  if not u then return update_fail(self, "upsert", errs, bad) end
   local doc, msg, code, detail = coll:find_one_and_update(scope(self, filter, opts and opts.unscoped), u,
     { new = true, upsert = true, session = raw })
   if doc == nil then
@@ -995,6 +1232,8 @@ require("mongostore.model.bulk").install(Model, M, {
   applied = applied,
   bound = bound,
   build_update = build_update,
+  update_fail = update_fail,
+  model_filter = model_filter,
   check_class = check_class,
   check_opts = check_opts,
   class_of = class_of,
@@ -1017,6 +1256,10 @@ require("mongostore.model.bulk").install(Model, M, {
 })
 
 -- ------------------------------------------------------------ define
+
+-- model.trusted(t): marks a filter or an update written as code; its operators are sent as written
+-- (server-side JavaScript still refused). A client's table is never to be marked.
+M.trusted = query.trusted
 
 local RESERVED = { id = true, is_new = true, class = true, [TOKEN] = true }
 
@@ -1068,6 +1311,7 @@ function M.define(spec)
     name = name, collection = spec.collection, validate_writes = spec.validate_writes ~= false,
     fields = S.by_name, _schema = S, _roles = roles, _soft = roles.deleted_at,
     _oid = id_field == nil or id_field.type == "objectid",
+    _id_field = id_field or schema.compile({ _id = "objectid" }, where).by_name._id,
     _check_skip = { _id = id_field == nil or nil, [TOKEN] = true },
     _immutable = {}, _auto = {}, _managed = { "_id" }, _defaults = {},
     _indexes = spec.indexes or {}, _coll = nil, _db = nil, _registry = nil,
@@ -1113,6 +1357,7 @@ function M.define(spec)
   }
   C._imt = imt
   C._methods = methods
+  C._fctx = filter_ctx(C)
   local meta = {
     __index = Model,
     __call = function(cls, t) return cls:new(t) end,

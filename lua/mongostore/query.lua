@@ -650,6 +650,9 @@ local checks = {
   end,
 }
 checks.mul = checks.inc
+checks.rename = function(v)
+  if type(v) ~= "string" or v == "" then return "must be the new path (a non-empty string)" end
+end
 
 local function value_of(name, v)
   if is_each(v) then
@@ -696,6 +699,7 @@ make_op("pull", "$pull")
 make_op("pop", "$pop")
 make_op("set_on_insert", "$setOnInsert")
 make_op("current_date", "$currentDate")
+make_op("rename", "$rename")
 
 function ops.unset(fields)
   if type(fields) ~= "table" then error("ops.unset: fields must be a list of paths or a table of path = true, got " ..

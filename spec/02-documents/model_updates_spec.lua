@@ -10,7 +10,7 @@ local model = require "mongostore.model"
 local Q, ops = model.Q, model.ops
 
 local articles = require "fixtures.articles"
-local ok = articles.ok
+local ok, invalid = articles.ok, articles.invalid
 
 TestModelUpdates = {}
 
@@ -61,7 +61,7 @@ function TestModelUpdates:test_every_operator()
   lu.assertEquals(u.tags, { "z", "a", "c" })
   lu.assertEquals(u.rev, 4)
   -- one path twice is refused before anything is sent (the server would refuse it)
-  lu.assertErrorMsgContains("given twice", A.update, A, a.id, ops.pop { tags = 1 }, ops.push { tags = "x" })
+  invalid("given twice", A.update, A, a.id, ops.pop { tags = 1 }, ops.push { tags = "x" })
 end
 
 -- Every supplied field is checked before anything is sent.
@@ -90,20 +90,32 @@ function TestModelUpdates:test_supplied_values_are_validated()
   ok(A:update(a.id, { title = "forced" }, model.options { validate = false }))
 end
 
-function TestModelUpdates:test_unknown_and_immutable_fields_raise()
+-- A path the model does not declare, the id, an immutable field or one the
+-- model writes itself: the update is invalid, whatever the operator, with
+-- validation off too, and nothing is sent.
+function TestModelUpdates:test_unknown_and_immutable_fields_are_invalid()
   local A = self.Article
   local a = ok(A:insert { title = "I" })
-  lu.assertErrorMsgContains("not a field", A.update, A, a.id, { nope = 1 })
-  lu.assertErrorMsgContains("not a field", A.update, A, a.id, ops.set { ["author.age"] = 1 })
-  lu.assertErrorMsgContains("immutable", A.update, A, a.id, { id = ms.objectid() })
-  lu.assertErrorMsgContains("immutable", A.update, A, a.id, { _id = ms.objectid() })
-  lu.assertErrorMsgContains("immutable", A.update, A, a.id, { created_at = ms.date() })
-  lu.assertErrorMsgContains("written by the model", A.update, A, a.id, ops.inc { rev = 1 })
-  lu.assertErrorMsgContains("written by the model", A.update, A, a.id, { updated_at = ms.date() })
-  lu.assertErrorMsgContains("not a field", function() A:find():update { nope = 1 } end)
-  lu.assertErrorMsgContains("immutable", function() A:upsert(Q.title:eq("x"), { created_at = ms.date() }) end)
-  -- even with validation off: these are mistakes in the code, not bad data
-  lu.assertErrorMsgContains("immutable", A.update, A, a.id, { id = 1 }, model.options { validate = false })
+  local before = ok(self.db:stats())
+  invalid("not a field", A.update, A, a.id, { nope = 1 })
+  invalid("not a field", A.update, A, a.id, ops.set { ["author.age"] = 1 })
+  invalid("immutable", A.update, A, a.id, { id = ms.objectid() })
+  invalid("immutable", A.update, A, a.id, { _id = ms.objectid() })
+  invalid("immutable", A.update, A, a.id, { created_at = ms.date() })
+  invalid("written by the model", A.update, A, a.id, ops.inc { rev = 1 })
+  invalid("written by the model", A.update, A, a.id, { updated_at = ms.date() })
+  invalid("written by the model", A.update, A, a.id, { deleted_at = ms.date() })
+  invalid("written by the model", A.update, A, a.id, ops.unset { "deleted_at" })
+  invalid("not a field", function() return A:find():update { nope = 1 } end)
+  invalid("immutable", function() return A:upsert(Q.title:eq("x"), { created_at = ms.date() }) end)
+  invalid("immutable", A.update, A, a.id, { id = 1 }, model.options { validate = false })
+  -- $rename's destination is a path too
+  invalid("$rename's destination", A.update, A, a.id, model.trusted { ["$rename"] = { title = "deleted_at" } })
+  invalid("$rename's destination", A.update, A, a.id, ops.rename { title = "created_at" })
+  invalid("$rename's destination", A.update, A, a.id, ops.rename { title = "isAdmin" })
+  lu.assertEquals(ok(self.db:stats()).total - before.total, 0, "nothing was sent")
+  local back = ok(A:get(a.id))
+  lu.assertEquals({ back.title, back.rev, back.deleted_at }, { "I", a.rev, nil })
 end
 
 function TestModelUpdates:test_update_of_no_document_is_not_found()
@@ -113,10 +125,10 @@ function TestModelUpdates:test_update_of_no_document_is_not_found()
   lu.assertEquals(err.code, "not_found")
   lu.assertStrContains(tostring(err), "000000000000000000000000")
   lu.assertEquals(self.Article:find(Q.title:eq("nobody")):update { views = 1 }, 0)
-  -- a nil id would be the filter {} (any document): it raises
+  -- a nil id would be the filter {} (any document): it is invalid
   ok(self.Article:insert { title = "somebody" })
-  lu.assertErrorMsgContains("id must not be nil", self.Article.get, self.Article, nil)
-  lu.assertErrorMsgContains("id must not be nil", self.Article.update, self.Article, nil, { title = "x" })
+  invalid("the id is missing", self.Article.get, self.Article, nil)
+  invalid("the id is missing", self.Article.update, self.Article, nil, { title = "x" })
   lu.assertEquals(ok(self.Article:find(Q.title:eq("somebody")):count()), 1)
 end
 
@@ -144,7 +156,9 @@ function TestModelUpdates:test_find_sort_limit_skip_first_one()
   lu.assertNil(v)
   lu.assertEquals(err.code, "invalid")
   lu.assertEquals(ok(A:find(Q.or_(Q.views:eq(1), Q.title:eq("t5"))):count()), 2)
-  lu.assertEquals(ok(A:find({ views = { ["$lt"] = 3 } }):count()), 2, "a plain filter table is a query too")
+  lu.assertEquals(ok(A:find(model.trusted { views = { ["$lt"] = 3 } }):count()), 2, "a trusted table is code")
+  invalid("holds an operator ($lt)", function() return A:find({ views = { ["$lt"] = 3 } }):count() end)
+  lu.assertEquals(ok(A:find({ views = "2" }):count()), 1, "a decimal string is cast to the integer field")
   local ids = {}
   for d in A:find(Q.views:lte(2)):sort { { "views", 1 } }:each() do ids[#ids + 1] = d.views end
   lu.assertEquals(ids, { 1, 2 })

@@ -184,12 +184,58 @@ function Model:new(t) end
 ---@return mongostore.Document doc # stored: an ObjectId `_id` when it had none, `created_at`, `updated_at`, the revision at 0
 function Model:insert(t, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): the document API's codes.
----@param id any the `_id` (a 24-hex string is taken as an ObjectId for an ObjectId model)
+--- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `invalid`, the document API's codes. Every call that takes an id (`get`, `update`, `delete`, `restore`, `exists`)
+--- casts it to the declared type of `_id` where the conversion is exact: 24 hex
+--- digits to an ObjectId (the default `_id`), an exact decimal string to an
+--- integer, an ISO time with its zone to a date. Anything else, a table above
+--- all (`{"$gt": ""}` from a client), is `invalid` with a message naming its
+--- type, and nothing is sent; so is a missing id (nil or null).
+---@param id any the `_id`, cast to the declared `_id` type (see below)
 ---@param opts? mongostore.ModelOptions session, validate, unscoped
 ---@return mongostore.Document? doc # tracked; nil when there is none (or it is soft-deleted)
 function Model:get(id, opts) end
 
+--- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (none, or soft-deleted already), `invalid`, the document API's codes. One round trip; nothing is loaded.
+---@param id any the `_id`, cast as `get` casts it
+---@param opts? mongostore.ModelOptions hard, session
+---@return true ok # soft-deleted (or removed with `hard`)
+function Model:delete(id, opts) end
+
+--- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (no soft-deleted document with that id), `invalid`, the document API's codes. Clears `deleted_at`, bumps the revision and sets `updated_at`, in one round trip.
+---
+--- Raises on a model without a `deleted_at` field.
+---@param id any the `_id`, cast as `get` casts it
+---@param opts? mongostore.ModelOptions session
+---@return mongostore.Document doc # the document restored, tracked
+function Model:restore(id, opts) end
+
+--- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `invalid`, the document API's codes.
+---@param id any the `_id`, cast as `get` casts it
+---@param opts? mongostore.ModelOptions session, validate, unscoped
+---@return boolean yes # whether a document has it (soft-deleted ones only when unscoped)
+function Model:exists(id, opts) end
+
+--- Plain tables given to a model are data: a filter's values are compared (an
+--- operator key in a value is `invalid`), an update's keys are fields to set.
+--- Operators come from `Q` and `ops`, or from a table marked with `trusted`,
+--- which is sent as written. Mark only tables your code writes, never one a
+--- client sent. Even a trusted table is refused (`invalid`) when it holds
+--- `$where`, `$function` or `$accumulator`, and a trusted update still cannot
+--- write the id, an immutable field or the ones the model keeps.
+---
+--- Raises on a `t` that is not a table.
+---@param t table a filter or an update written as code, operators and all
+---@return table t # t itself, marked
+function model.trusted(t) end
+
+--- A plain table `q` compares values as data: a value holding an operator key
+--- (`{ password = { ["$ne"] = null } }`), a regex, or a top-level operator
+--- (`$or`, `$where`, `$expr`, ...) makes the query `invalid`, returned by the
+--- call that runs it, with nothing sent. Values are cast to the field's declared
+--- type where exact (`"2"` to an integer field, 24 hex digits to an ObjectId
+--- field, ISO text with its zone to a date field) and `invalid` otherwise; the
+--- operands of `Q` conditions are cast the same way. Operators come from `Q` or
+--- from `model.trusted`.
 ---@param q? mongostore.Cond|table the query (nil: every document)
 ---@return mongostore.Query q # nothing is sent until a reading call
 function Model:find(q) end
@@ -312,9 +358,7 @@ function Query:distinct(field, opts) end
 ---@return fun(): mongostore.Document iter # for a generic `for`, tracked documents one at a time
 function Query:each(opts) end
 
---- Every match, none loaded; the revision bumped and `updated_at` set on each. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (nothing sent), the document API's codes.
----
---- Raises on an unknown, immutable or model-written field, one path given twice or with its parent.
+--- Every match, none loaded; the revision bumped and `updated_at` set on each. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `invalid` (as `Model:update`; an unscoped query may also clear `deleted_at`: a restore), `validation` (nothing sent), the document API's codes.
 ---@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces (an Op, or a table of fields to set), and `model.options`
 ---@return integer n # documents modified
 ---@return { matched: integer, modified: integer } result # the counts
@@ -324,17 +368,19 @@ function Query:update(...) end
 ---@return integer n # documents deleted (soft, or removed with `hard`)
 function Query:delete(opts) end
 
---- Every supplied value is checked against its field first. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (no such document, or soft-deleted), `validation` (nothing sent), `duplicate`, the document API's codes.
----
---- Raises on an unknown, immutable or model-written field, one path given twice or with its parent.
+--- Every supplied value is checked against its field first. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (no such document, or soft-deleted), `invalid`, `validation` (nothing sent), `duplicate`, the document API's codes. A plain table sets declared fields only (`$set`): a key or a value holding an
+--- operator is `invalid`. Operators come from `ops` or `model.trusted`. Whatever
+--- the route, every path of every operator (`$rename`'s destinations too) must
+--- be a declared field, and the id, immutable fields and the fields the model
+--- keeps (`created_at`, `updated_at`, the revision, `deleted_at`) are never
+--- written: `invalid`, nothing sent. Also `invalid`: one path given twice, or
+--- with its parent.
 ---@param id any the document's id
 ---@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces, and `model.options`
 ---@return mongostore.Document doc # the document after the update, tracked (one round trip: `findAndModify`)
 function Model:update(id, ...) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)).
----
---- Raises on as `Model:update`.
+--- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): as `Model:update`; `q` is taken as `Model:find` takes it.
 ---@param q mongostore.Cond|table which document; its equalities are copied into an inserted one
 ---@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces, and `model.options`
 ---@return mongostore.Document doc # the document after the update: inserted when none matched (revision 1, `created_at`, the defaults of the fields neither the update nor the filter gives)
@@ -456,6 +502,10 @@ function model.ops.set_on_insert(fields) end
 ---@param fields table path = true, "date" or "timestamp"
 ---@return mongostore.Op op # `$currentDate`
 function model.ops.current_date(fields) end
+
+---@param fields table path = its new path
+---@return mongostore.Op op # `$rename` (both paths must be declared fields)
+function model.ops.rename(fields) end
 
 ---@param list any[] the values
 ---@param opts? { position: integer?, slice: integer?, sort: any? } push only

@@ -4,7 +4,6 @@
 -- model.lua installs these on its Model and module, giving the state and the
 -- helpers the single-document paths use too.
 local core = require "mongostore.core"
-local query = require "mongostore.query"
 local track = require "mongostore.track"
 local schema = require "mongostore.schema"
 
@@ -14,7 +13,6 @@ local format, concat = string.format, table.concat
 
 local array, null, objectid = core.array, core.null, core.objectid
 local snapshot = track.snapshot
-local to_filter = query.filter
 local check_doc, mark = schema.check, schema.mark
 
 local M = {}
@@ -27,6 +25,8 @@ function M.install(Model, Mod, P)
   local applied = P.applied
   local bound = P.bound
   local build_update = P.build_update
+  local update_fail = P.update_fail
+  local model_filter = P.model_filter
   local check_class = P.check_class
   local check_opts = P.check_opts
   local class_of = P.class_of
@@ -38,7 +38,6 @@ function M.install(Model, Mod, P)
   local journal_note = P.journal_note
   local now = P.now
   local prepare_insert = P.prepare_insert
-  local rename = P.rename
   local restore_managed = P.restore_managed
   local save_update = P.save_update
   local scope = P.scope
@@ -258,6 +257,7 @@ function M.install(Model, Mod, P)
     local raw, journal = session_of(opts)
     local at = now()
     local out, errors, inserts = {}, {}, {}
+    local invalid_item -- an item a client's value made invalid: nothing is sent
     for i, b in ipairs(list) do
       if getmetatable(b) ~= Bulk then
         error(format("bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
@@ -271,22 +271,32 @@ function M.install(Model, Mod, P)
           inserts[#inserts + 1] = { index = i, doc = doc, vals = vals }
         end
       elseif kind == "delete_one" or kind == "delete_many" then
-        local f = scope(self, to_filter(b.q, rename), unscoped)
+        local f, bad = model_filter(self, b.q)
+        if not f then invalid_item = format("bulk_write item %d: %s", i, bad); break end
+        f = scope(self, f, unscoped)
         if self._soft and not b.hard then
-          local u = build_update(self, { { [self._soft] = now() } }, "bulk_write", false)
+          local u = build_update(self, { { [self._soft] = now() } }, "bulk_write", false, nil, "delete")
           out[i] = { [kind == "delete_one" and "update_one" or "update_many"] = { filter = f, update = u } }
         else
           out[i] = { [kind] = { filter = f } }
         end
       else
-        local filter = to_filter(b.q, rename)
+        local filter, bad = model_filter(self, b.q)
+        if not filter then invalid_item = format("bulk_write item %d: %s", i, bad); break end
         local upsert = kind == "upsert_one"
-        local u, errs = build_update(self, b.list, "bulk_write", validate, upsert and filter or nil)
+        local u, errs
+        u, errs, bad = build_update(self, b.list, "bulk_write", validate, upsert and filter or nil,
+          unscoped and "restore" or nil)
+        if bad then invalid_item = format("bulk_write item %d: %s", i, bad); break end
         if not u then errors[#errors + 1] = { index = i, errs = errs } else
           out[i] = { [upsert and "update_one" or kind] = { filter = scope(self, filter, unscoped), update = u,
                                                           upsert = upsert or nil } }
         end
       end
+    end
+    if invalid_item then
+      for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
+      return update_fail(self, "bulk_write", nil, invalid_item)
     end
     if #errors > 0 then
       for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
