@@ -1809,20 +1809,6 @@ type, and nothing is sent; so is a missing id (nil or null).]] },
           params = { { "id", "any", "the `_id`, cast as `get` casts it" }, MOPTS },
           returns = { { "yes", "boolean", "whether a document has it (soft-deleted ones only when unscoped)" } },
           desc = MODEL_FAILS .. ": `invalid`, the document API's codes." },
-        { fn = "trusted", module = "mongostore.model",
-          params = { { "t", "table", "a filter or an update written as code, operators and all" } },
-          returns = { { "t", "table", "t itself, marked" } },
-          raises = "a `t` that is not a table",
-          desc = [[
-Plain tables given to a model are data: a filter's values are compared (an
-operator key in a value is `invalid`), an update's keys are fields to set.
-Operators come from `Q` and `ops`, or from a table marked with `trusted`,
-which is sent as written. Mark only tables your code writes, never one a
-client sent. Even a trusted table is refused (`invalid`) when it holds
-`$where`, `$function` or `$accumulator`, and a trusted update still cannot
-write the id, an immutable field or the ones the model keeps.]],
-          example = [[
-local n = assert(Article:find(model.trusted { views = { ["$mod"] = { 2, 0 } } }):count())]] },
         { method = "find", of = "mongostore.Model",
           params = { { "q", "mongostore.Cond|table?", "the query (nil: every document)" } },
           returns = { { "q", "mongostore.Query", "nothing is sent until a reading call" } },
@@ -1904,6 +1890,62 @@ assert(a:save())]] },
           desc = MODEL_FAILS .. ": `not_found`, the document API's codes." },
         { method = "to_table", of = "mongostore.Document", params = {},
           returns = { { "t", "table", "a deep copy of its fields, a plain table" } } },
+      },
+    },
+    {
+      title = "Taking client values",
+      intro = [[
+A web handler hands a model what a client sent: an id from the path, a
+decoded JSON body, a query string. A model takes all of it as data, whichever
+decoder made the tables (`mongostore.json`, `mongostore.ejson`, lua-cjson):
+
+- an id is cast to the declared `_id` type where the conversion is exact (24
+  hex digits to an ObjectId, `"2"` to an integer) and is otherwise `invalid`,
+  so `{"$gt": ""}` never reaches the server as an id;
+- a plain-table filter compares values: a value holding an operator key or a
+  regex, and a top-level operator (`$or`, `$where`, `$expr`), are `invalid`
+  (nothing is sent), and values are cast to the field's type where exact
+  (`"2"` finds page 2; ISO text with its zone is a date);
+- a plain update table sets declared fields only: an operator key or value is
+  `invalid`, and so is any path that is not a declared field, the id, an
+  immutable field, or a field the model keeps (`created_at`, `updated_at`,
+  the revision, `deleted_at`), through any operator (`$rename`'s destination
+  too);
+- `$where`, `$function` and `$accumulator` are refused everywhere, even in
+  code.
+
+Every refusal is `nil, err, "invalid"`, whose message names the field and the
+type it got, never the value; answer it with a 400. Operators are written in
+code with `Q` and `ops`, or with a table marked `model.trusted`. Never mark a
+table that came from a client.
+
+```lua
+-- PATCH /users/{id}: a client may change its name and note, nothing else
+local body = mongostore.json.decode(ngx.req.get_body_data() or "")
+if type(body) ~= "table" then return ngx.exit(400) end
+local user, err, code = User:update(ngx.var.user_id, { name = body.name, note = body.note })
+if code == "invalid" or code == "validation" then
+  ngx.status = 400
+  return ngx.say(mongostore.json.encode({ error = err.message }))
+elseif not user then
+  return ngx.exit(code == "not_found" and 404 or 503)
+end
+```]],
+      entries = {
+        { fn = "trusted", module = "mongostore.model",
+          params = { { "t", "table", "a filter or an update written as code, operators and all" } },
+          returns = { { "t", "table", "t itself, marked" } },
+          raises = "a `t` that is not a table",
+          desc = [[
+Plain tables given to a model are data: a filter's values are compared (an
+operator key in a value is `invalid`), an update's keys are fields to set.
+Operators come from `Q` and `ops`, or from a table marked with `trusted`,
+which is sent as written. Mark only tables your code writes, never one a
+client sent. Even a trusted table is refused (`invalid`) when it holds
+`$where`, `$function` or `$accumulator`, and a trusted update still cannot
+write the id, an immutable field or the ones the model keeps.]],
+          example = [[
+local n = assert(Article:find(model.trusted { views = { ["$mod"] = { 2, 0 } } }):count())]] },
       },
     },
     {
@@ -4477,7 +4519,15 @@ back; every error body `{ error, code?, request_id }` with what went wrong
 inside (a Lua error, libmongoc's message naming the server) only in the
 error log under that id. Its `nginx.conf` declares the token variables with
 `env`, runs the workers as `nobody` when nginx starts as root, and
-rate-limits `POST /executions` per client address (429).]],
+rate-limits `POST /executions` per client address (429).
+
+A handler that passes a client's values on to models, the record store or
+the document API: models and records take plain tables as data (ids cast or
+refused, operators in values refused, updates limited to declared fields;
+[models](models.md#taking-client-values), [records](records.md)), and the
+document API sends filters as written unless given `sanitize = true`
+([documents](documents.md#client-values)). [SECURITY.md](../SECURITY.md)
+has the threat model and a deployment checklist.]],
       entries = {
         { fn = "new", module = "mongostore.ngx_access",
           params = { { "opts", "{ read_tokens: string[]?, write_tokens: string[]?, allowed_origins: string[]? }",

@@ -215,19 +215,6 @@ function Model:restore(id, opts) end
 ---@return boolean yes # whether a document has it (soft-deleted ones only when unscoped)
 function Model:exists(id, opts) end
 
---- Plain tables given to a model are data: a filter's values are compared (an
---- operator key in a value is `invalid`), an update's keys are fields to set.
---- Operators come from `Q` and `ops`, or from a table marked with `trusted`,
---- which is sent as written. Mark only tables your code writes, never one a
---- client sent. Even a trusted table is refused (`invalid`) when it holds
---- `$where`, `$function` or `$accumulator`, and a trusted update still cannot
---- write the id, an immutable field or the ones the model keeps.
----
---- Raises on a `t` that is not a table.
----@param t table a filter or an update written as code, operators and all
----@return table t # t itself, marked
-function model.trusted(t) end
-
 --- A plain table `q` compares values as data: a value holding an operator key
 --- (`{ password = { ["$ne"] = null } }`), a regex, or a top-level operator
 --- (`$or`, `$where`, `$expr`, ...) makes the query `invalid`, returned by the
@@ -306,6 +293,19 @@ function Document:reload(opts) end
 
 ---@return table t # a deep copy of its fields, a plain table
 function Document:to_table() end
+
+--- Plain tables given to a model are data: a filter's values are compared (an
+--- operator key in a value is `invalid`), an update's keys are fields to set.
+--- Operators come from `Q` and `ops`, or from a table marked with `trusted`,
+--- which is sent as written. Mark only tables your code writes, never one a
+--- client sent. Even a trusted table is refused (`invalid`) when it holds
+--- `$where`, `$function` or `$accumulator`, and a trusted update still cannot
+--- write the id, an immutable field or the ones the model keeps.
+---
+--- Raises on a `t` that is not a table.
+---@param t table a filter or an update written as code, operators and all
+---@return table t # t itself, marked
+function model.trusted(t) end
 
 ---@param spec table a list of pairs `{ { "views", -1 } }`, or a table of one key
 ---@return mongostore.Query q # itself
