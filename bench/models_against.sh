@@ -14,10 +14,10 @@ rounds=${2:-7}
 lua=${LUA:-lua5.4}
 if [[ -z ${MONGOSTORE_URI:-} ]]; then exec "$root/tools/with-server" "$0" "$@"; fi
 old=$here/out/against-$(git -C "$root" rev-parse --short "$rev")
-if [[ ! -d $old ]]; then
-    mkdir -p "$here/out"
-    git -C "$root" worktree add --detach "$old" "$rev" >/dev/null
-fi
+mkdir -p "$here/out"
+git -C "$root" worktree add --force --detach "$old" "$rev" >/dev/null
+# the old tree goes away at the end (make lint reads every .lua under bench/)
+trap 'git -C "$root" worktree remove --force "$old" 2>/dev/null || true' EXIT
 make -C "$root" -s mongostore/core.so >/dev/null
 make -C "$old" -s mongostore/core.so >/dev/null
 cp "$root/bench/models.lua" "$old/bench/models-against.lua"
