@@ -82,6 +82,7 @@ build = {
       ["mongostore.model.shared"] = "lua/mongostore/model/shared.lua",
       ["mongostore.schema"] = "lua/mongostore/schema.lua",
       ["mongostore.query"] = "lua/mongostore/query.lua",
+      ["mongostore.query.cast"] = "lua/mongostore/query/cast.lua",
       ["mongostore.track"] = "lua/mongostore/track.lua",
       ["mongostore.diagram"] = "lua/mongostore/diagram.lua",
       ["mongostore.cli"] = "lua/mongostore/cli.lua",

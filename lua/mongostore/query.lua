@@ -50,9 +50,10 @@
 --                             a $each value also gives each = the list.
 --   query.escape(s)           s with the regex metacharacters escaped (what prefix uses).
 local values = require "mongostore.values"
+local casts = require "mongostore.query.cast"
 
 local type, error, pairs, ipairs, next, tostring, select = type, error, pairs, ipairs, next, tostring, select
-local setmetatable, rawequal, rawget, pcall, tonumber = setmetatable, rawequal, rawget, pcall, tonumber
+local setmetatable, rawequal, rawget, pcall = setmetatable, rawequal, rawget, pcall
 local sort, concat = table.sort, table.concat
 local format, byte, find, gsub, sub = string.format, string.byte, string.find, string.gsub, string.sub
 local array, is_array, null = values.array, values.is_array, values.null
@@ -274,7 +275,7 @@ local function rename_path(path, rename)
   return p
 end
 
-local is_number_box
+local is_number_box = casts.is_number_box
 local check_raw, cast_ops -- the checks of a client's filter (ctx given), below
 
 local function render_raw(t, rename, ctx)
@@ -534,79 +535,8 @@ function M.elem_ctx(fn, hatch)
   return e
 end
 
--- ISO-8601 text with its zone -> UTC milliseconds, or nil (no zone, not a time,
--- or a fraction finer than a millisecond).
-local core_ok, core = pcall(require, "mongostore.core")
-if not core_ok then core = nil end
-local floor, tointeger, mtype = math.floor, math.tointeger, math.type
-
-local function iso_ms(s)
-  if core == nil or #s > 40 then return nil end
-  if not (find(s, "^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d[.%d]*[Zz]$") or
-          find(s, "^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d[.%d]*[+-]%d%d:?%d%d$")) then return nil end
-  local base, frac, rest = s:match("^(.-%d%d:%d%d:%d%d)%.(%d+)(.*)$")
-  local secs = core.iso_to_time(base and (base .. rest) or s)
-  if not secs then return nil end
-  local ms = floor(secs) * 1000
-  if frac then
-    local extra = sub(frac, 4)
-    if find(extra, "[1-9]") then return nil end
-    ms = ms + (tonumber((sub(frac, 1, 3) .. "00"):sub(1, 3)) or 0)
-  end
-  return tointeger and tointeger(ms) or ms
-end
-
-local function is_box(v, name)
-  local mt = get_mt(v)
-  return type(mt) == "table" and rawget(mt, "__name") == name
-end
-
--- query.cast_value(kind, v) -> the value of that kind v stands for, or nil when none is exact:
--- integer ("2" -> 2), number ("2.5" -> 2.5), boolean ("true"), date (ISO text with its zone),
--- objectid (24 hex digits), string; any other kind takes v as it is.
-function M.cast_value(kind, v)
-  local t = type(v)
-  if kind == "integer" then
-    if t == "number" then return v end
-    if t == "string" and #v <= 20 and find(v, "^%-?%d+$") then
-      local n = tonumber(v)
-      -- text beyond the int64 range reads as a float: not exact
-      if mtype then
-        if mtype(n) ~= "integer" then return nil end
-      elseif n >= 2 ^ 53 or n <= -2 ^ 53 then
-        return nil
-      end
-      return n
-    end
-    if t == "userdata" and (is_box(v, "mongostore.Int64") or is_box(v, "mongostore.int64")) then return v end
-    return nil
-  elseif kind == "number" then
-    if t == "number" or is_number_box(v) then return v end
-    if t == "string" and #v <= 40 and (find(v, "^%-?%d+$") or find(v, "^%-?%d+%.%d+$")) then return tonumber(v) end
-    return nil
-  elseif kind == "string" then
-    if t == "string" then return v end
-    return nil
-  elseif kind == "boolean" then
-    if t == "boolean" then return v end
-    if v == "true" then return true elseif v == "false" then return false end
-    return nil
-  elseif kind == "date" then
-    if is_box(v, "mongostore.Date") then return v end
-    if t == "string" then
-      local ms = iso_ms(v)
-      if ms then return core.date(ms) end
-    end
-    return nil
-  elseif kind == "objectid" then
-    if is_box(v, "mongostore.ObjectId") then return v end
-    if t == "string" and #v == 24 and find(v, "^%x+$") and core then return core.objectid(v) end
-    return nil
-  elseif kind == "any" or kind == "document" then
-    return v
-  end
-  return nil
-end
+-- query.cast_value(kind, v): mongostore.query.cast's
+M.cast_value = casts.cast_value
 
 -- ---------------------------------------------------------------- update operators
 
@@ -626,13 +556,6 @@ local function check_path(path, what)
   end
 end
 
-is_number_box = function(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = get_mt(v)
-  local name = type(mt) == "table" and rawget(mt, "__name")
-  return name == "mongostore.int64" or name == "mongostore.Int64" or name == "mongostore.Int32"
-      or name == "mongostore.Decimal128"
-end
 
 local ops = {}
 M.ops = ops
