@@ -18,11 +18,16 @@ local function ok(v, err, code)
   return v
 end
 
+-- The types, as text: the LuaJIT process below declares the same ones.
+local TYPES = [[
+local records = require "mongostore.records"
 local Token = records.define { name = "token", dedup = "none",
   fields = { owner = "string", secret = "string", level = "integer", active = "boolean", tags = "string[]",
              score = "float" } }
 local Grant = records.define { name = "grant", dedup = "none", fields = { what = "string" },
                                refs = { token = Token } }
+]]
+local Token, Grant = assert(load(TYPES .. " return Token, Grant", "=types"))()
 
 local HATCH = "records.trusted{...} (a filter written as code)"
 
@@ -251,4 +256,72 @@ function TestRecordsHostileClient:test_ejson_boxes()
   self:assert_refused(before, "where token: field 'secret' takes a string, got a mongostore.Regex",
     self.store:query(Token):where({ secret = body.secret }):all())
   lu.assertEquals(ok(self.store:query(Token):where({ level = body.level }):all())[1].owner, "bob")
+end
+
+-- The same attacks from a LuaJIT process (numbers are doubles there, so text beyond 2^53 is no exact sid), with
+-- the core json.decode and lua-cjson when LuaJIT has it.
+function TestRecordsHostileClient:test_luajit()
+  local f = io.open(helper.root() .. "/build/jit/mongostore/core.so", "rb")
+  if not f then lu.skip("the LuaJIT core is not built (make jit)") end
+  f:close()
+  local root = helper.root()
+  local code = string.format("package.path=%q; package.cpath=%q .. ';' .. package.cpath; URI=%q; DB=%q; BOB=%d; ",
+    root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path, root .. "/build/jit/?.so", helper.uri(),
+    self.name, self.bob) .. TYPES .. [[
+    local ms = require "mongostore"
+    local db = assert(ms.database(URI, { db = DB, wait = 10 }))
+    local store = assert(records.open(db, { types = { Token, Grant }, log = function() end }))
+    local decoders = { core = ms.json.decode }
+    local found, cjson = pcall(require, "cjson")
+    if found then decoders.cjson = cjson.new().decode end
+    -- each line: the name, what came back and how many commands the call sent
+    local function try(name, fn)
+      local before = store:info().commands
+      local v, err, code = fn()
+      print(string.format("%s %s %s %s [%d]", name, tostring(v), tostring(code), tostring(err),
+        store:info().commands - before))
+    end
+    for dname, decode in pairs(decoders) do
+      local function q(body) return store:query(Token):where(decode(body)) end
+      try(dname .. ":fetch_gt", function() return store:fetch(Token, decode('{"s":{"$gt":0}}').s) end)
+      try(dname .. ":replace_ne", function()
+        return store:replace(Token, decode('{"s":{"$ne":null}}').s, { owner = "mallory" })
+      end)
+      try(dname .. ":where_ne", function() return q('{"owner":"alice","secret":{"$ne":null}}'):count() end)
+      try(dname .. ":where_or", function() return q('{"$or":[{"owner":"alice"},{"owner":"bob"}]}'):all() end)
+      try(dname .. ":trusted_js", function()
+        return store:query(Token):where(records.trusted(decode('{"$where":"true"}'))):count()
+      end)
+      try(dname .. ":big", function() return store:fetch(Token, "9007199254740993") end)
+      try(dname .. ":cast_sid", function() return assert(store:fetch(Token, tostring(BOB))).owner end)
+      try(dname .. ":cast_level", function() return #assert(q('{"level":"2"}'):all()) end)
+    end
+    store:close()
+  ]]
+  local p = assert(io.popen(string.format("LD_PRELOAD= luajit -e %s 2>&1", helper.shell_quote(code)), "r"))
+  local out = p:read("a")
+  lu.assertTrue(p:close(), out)
+  local decoders = { "core" }
+  if os.execute("luajit -e 'require \"cjson\"' >/dev/null 2>&1") then decoders[2] = "cjson" end
+  local sid_msg = "sid must be an integer (a number or its decimal text), got "
+  for _, d in ipairs(decoders) do
+    local want = {
+      fetch_gt = "nil invalid fetch token: " .. sid_msg .. "a table [0]",
+      replace_ne = "nil invalid replace token: " .. sid_msg .. "a table [0]",
+      where_ne = "nil invalid where token: field 'secret' holds an operator ($ne); write operators with Q "
+        .. "(Q.secret:ne(v) and the others) or " .. HATCH .. " [0]",
+      where_or = "nil invalid where token: the filter's key $or is an operator; write operators with Q (Q.and_, "
+        .. "Q.or_, ...) or " .. HATCH .. " [0]",
+      trusted_js = "nil invalid where token: $where is refused (it runs JavaScript on the server) [0]",
+      big = "nil invalid fetch token: " .. sid_msg .. "a string that is not one [0]",
+      cast_sid = "bob nil nil [1]",
+      cast_level = "1 nil nil [1]",
+    }
+    for k, line in pairs(want) do
+      lu.assertStrContains(out, d .. ":" .. k .. " " .. line .. "\n", false)
+    end
+  end
+  lu.assertEquals(ok(self.store:query(Token):count()), 2, "nothing written")
+  lu.assertNil(ok(self.store:fetch(Token, self.alice))._next)
+  lu.assertNil(ok(self.store:fetch(Token, self.bob))._next)
 end

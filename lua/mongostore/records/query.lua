@@ -489,8 +489,9 @@ function Query:page(opts)
   local size = opts.size
   if type(size) == "string" then size = query.cast_value("integer", size) end
   if type(size) ~= "number" or size ~= floor(size) or size < 1 or size > M.MAX_PAGE then
+    local got = (type(size) == "number" and size == floor(size)) and "one out of range" or article(opts.size)
     return fail("invalid", format("page %s: size must be an integer from 1 to %d, got %s", self.T.name, M.MAX_PAGE,
-      article(opts.size)))
+      got))
   end
   local store = self.store
   if store.closed then return closed(store, "page") end
