@@ -114,6 +114,7 @@ function TestRecordsHostileClient:lookups(decode)
     { '{"sid":true}', "a boolean" },
     { '{"sid":[1]}', "an array" },
     { '{}', "nil" },
+    { '{"sid":null}', "null" },
   }
   for _, case in ipairs(cases) do
     local sid = decode(case[1]).sid

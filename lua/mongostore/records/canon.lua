@@ -49,9 +49,10 @@ end
 
 -- A value's type with its article ("a string", "an array", "nil"), for a message.
 local function a_type(v)
+  if rawequal(v, null) then return "null" end
   local d = query.describe(v)
   if d == "nil" or d == "null" then return d end
-  return (d:match("^[aeiou]") and "an " or "a ") .. d
+  return (d:match("^[aeio]") and "an " or "a ") .. d
 end
 M.a_type = a_type
 
