@@ -249,6 +249,29 @@ for name, get in pairs(DECODERS) do
   end
 end
 
+-- A client's record that names store fields (_id, _sid, _lin, _prev, _role, _w) gets none of them: the store
+-- sets them, so a save cannot join, overwrite or hide another record.
+function TestRecordsHostileClient:test_store_fields_in_a_client_record_are_ignored()
+  for _, get in pairs(DECODERS) do
+    local decode = get()
+    if decode then
+      local body = decode(string.format('{"owner":"eve","_id":%d,"_sid":%d,"_lin":%d,"_prev":%d,"_role":"dep",'
+        .. '"_w":"x","_ts":1}', self.alice, self.alice, self.alice, self.alice))
+      local sid = ok(self.store:save(Token, body))
+      lu.assertNotEquals(sid, self.alice)
+      local r = ok(self.store:fetch(Token, sid))
+      lu.assertEquals(r.owner, "eve")
+      lu.assertEquals(r._lin, sid)
+      lu.assertNil(r._prev)
+      lu.assertEquals(r._role, "main")
+      lu.assertTrue(r._ts > 1)
+      local alice = ok(self.store:fetch(Token, self.alice))
+      lu.assertEquals(alice.owner, "alice")
+      lu.assertNil(alice._next)
+    end
+  end
+end
+
 -- Extended JSON turns {"$regex": ...} into a regex box and {"$numberInt": ...} into a number: a box
 -- where a string belongs is refused, a number where an integer belongs is taken.
 function TestRecordsHostileClient:test_ejson_boxes()
