@@ -2354,8 +2354,12 @@ them. The codes: `invalid`, `conflict`, `duplicate`, `not_found`,
 `unavailable`, `too_large`, `closed`, `clock_regression` (the records' own:
 the clock went back further than the guard allows) and the document API's
 ([errors](errors.md)). Mistakes in the code raise: a malformed declaration,
-an unknown option, an argument of the wrong type, a type the store was not
-opened with.]],
+an unknown option, an argument of the wrong type that no client value can
+be (a `T` that is not a type, options that are not a table), a type the
+store was not opened with. What a client can send (a sid, a content id, a
+record, a filter, a time, an order, a page size) is never raised about: it
+is cast where the cast is exact or refused `invalid`, with nothing sent
+([Taking client values](#taking-client-values)).]],
   sections = {
     {
       title = "Declaring record types",
@@ -2569,8 +2573,9 @@ print(rs:info().mode)   -- "transactions" on a replica set, "degraded" on a stan
                      { "record", "table", "the record: its fields, children, and refs as new records (tables), "
                        .. "fetched ones, or sids" } },
           returns = { { "sid", "integer", "the root's sid (a stored one when dedup found it)" } },
-          raises = "a `T` that is not one of the store's types, a `record` that is not a table",
-          desc = RFAILS("`invalid` (a value that does not fit its type, an undeclared key, refs deeper than 50, "
+          raises = "a `T` that is not one of the store's types",
+          desc = RFAILS("`invalid` (a `record` that is not a table, a value that does not fit its type, an "
+            .. "undeclared key, a ref that is neither a record nor a sid (or its decimal text), refs deeper than 50, "
             .. "a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of "
             .. "the graph is over the server's limit: nothing was sent), `conflict` (`dedup = \"value\"` "
             .. "with other metadata; the writer lease was taken over), `unavailable` (fsck is running), "
@@ -2588,26 +2593,33 @@ local austen = { name = "Jane Austen", born = 1775 }
 local sid = assert(rs:save(Book, { title = "Emma", year = 1815, author = austen,
                                    chapters = { { title = "Chapter 1", pages = 12 } } }))]] },
         { method = "fetch", of = "mongostore.RecordStore",
-          params = { { "T", "mongostore.RecordType", "the type" }, { "sid", "integer", "the record's sid" } },
+          params = { { "T", "mongostore.RecordType", "the type" },
+                     { "sid", "integer|string", "the record's sid, or its exact decimal text (`\"12\"`)" } },
           returns = { { "record", "mongostore.Record", "the record, its refs loaded" } },
-          raises = "a `T` that is not one of the store's types, a `sid` that is not an integer",
-          desc = RFAILS("`not_found`, `closed`, or " .. DRIVER) .. ".",
+          raises = "a `T` that is not one of the store's types",
+          desc = RFAILS("`invalid` (a `sid` that is not an integer or its decimal text: a table such as "
+            .. "`{ [\"$gt\"] = 0 }`, a number with a fraction, `\"12abc\"`; the message names its type, not "
+            .. "its content, and nothing is sent), `not_found`, `closed`, or " .. DRIVER) .. ".",
           example = [[
 local emma = assert(rs:fetch(Book, sid))
 print(emma.title, emma.author.name, emma._sid, emma._ts)]] },
         { method = "fetch_by_content_id", of = "mongostore.RecordStore",
-          params = { { "T", "mongostore.RecordType", "the type" }, { "cid", "string", "a content id" } },
+          params = { { "T", "mongostore.RecordType", "the type" },
+                     { "cid", "string", "a content id: 64 hex digits (either case)" } },
           returns = { { "record", "mongostore.Record", "the record with that content id (of several, with "
             .. "`dedup = \"none\"`, the lowest sid)" } },
-          raises = "a `T` that is not one of the store's types, a `cid` that is not a string",
-          desc = RFAILS("`not_found`, `closed`, or " .. DRIVER) .. "." },
+          raises = "a `T` that is not one of the store's types",
+          desc = RFAILS("`invalid` (a `cid` that is not 64 hex digits, or not a string: nothing is sent), "
+            .. "`not_found`, `closed`, or " .. DRIVER) .. "." },
         { method = "replace", of = "mongostore.RecordStore",
           params = { { "T", "mongostore.RecordType", "the type" },
-                     { "sid", "integer", "the record to replace: the latest of its lineage" },
+                     { "sid", "integer|string", "the record to replace: the latest of its lineage (or its "
+                       .. "sid's decimal text)" },
                      { "record", "table", "the successor, as for `save`" } },
           returns = { { "sid", "integer", "the successor's sid" } },
-          raises = "as `save`, and a `sid` that is not an integer",
-          desc = RFAILS("`not_found` (no record `sid`), `conflict` (it has a successor already, or gets one "
+          raises = "as `save`",
+          desc = RFAILS("`invalid` (a `sid` as `fetch` refuses it, a `record` that is not a table: nothing is "
+            .. "sent), `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one "
             .. "meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier "
             .. "revision: `err.sid`), and the codes of `save`") .. [[.
 
@@ -2619,11 +2631,12 @@ undone); replacing with the record's own content gives `sid` back.]],
 local sid2 = assert(rs:replace(Book, sid, { title = "Emma", year = 1816, author = austen,
                                             chapters = { { title = "Chapter 1", pages = 12 } } }))]] },
         { method = "history", of = "mongostore.RecordStore",
-          params = { { "T", "mongostore.RecordType", "the type" }, { "sid", "integer", "any record of the lineage" } },
+          params = { { "T", "mongostore.RecordType", "the type" },
+                     { "sid", "integer|string", "any record of the lineage (or its sid's decimal text)" } },
           returns = { { "records", "mongostore.Record[]", "the lineage, oldest first, along the `_next` links "
             .. "(a successor a crash left unlinked is not part of it)" } },
-          raises = "a `T` that is not one of the store's types, a `sid` that is not an integer",
-          desc = RFAILS("`not_found`, `closed`, or " .. DRIVER) .. ".",
+          raises = "a `T` that is not one of the store's types",
+          desc = RFAILS("`invalid` (a `sid` as `fetch` refuses it), `not_found`, `closed`, or " .. DRIVER) .. ".",
           example = [[
 for _, b in ipairs(assert(rs:history(Book, sid2))) do print(b._sid, b.year) end]] },
         { method = "transaction", of = "mongostore.RecordStore",
@@ -2662,12 +2675,29 @@ local Q = records.Q
 local q = rs:query(Book):where(Q.year:gte(1813)):only_latest():as_of("2026-01-01T00:00:00Z")
 local books = assert(q:all())]] },
         { class = "mongostore.RecordQuery",
-          desc = "A query over one type. Each builder returns a new query and leaves its receiver as it was." },
+          desc = "A query over one type. Each builder returns a new query and leaves its receiver as it was. "
+            .. "A builder given a value it must refuse (a client's filter, time or order) keeps the refusal: "
+            .. "`all`, `count` and `page` return it as `nil, err, \"invalid\"` and send nothing." },
         { method = "where", of = "mongostore.RecordQuery",
-          params = { { "cond", "mongostore.Cond|table", "a `Q` condition or a plain filter on the stored "
-            .. "fields (`sid` is the sid)" } },
+          params = { { "cond", "mongostore.Cond|table", "a `Q` condition, a plain table of `field = value` "
+            .. "(data: values cast to the fields' types, operators refused), or a `records.trusted` filter; "
+            .. "`sid` is the sid" } },
           returns = { { "rq", "mongostore.RecordQuery", "with the condition added (conditions add up)" } },
-          raises = "a `cond` that is not a table" },
+          desc = [[
+A plain table is a client's values, compared as data: a key starting with
+`$` (a top-level `$or`, `$where`, `$expr`) or a value holding one (`{
+secret = { ["$ne"] = null } }`) is refused, naming the field and pointing at
+`Q` or `records.trusted`; each value is cast to its field's declared type
+where the cast is exact (decimal text to an integer field or a sid, decimal
+text to a float field, `"true"`/`"false"` to a boolean one; a list field
+takes one element or a list of them) and refused otherwise; a name must be
+a declared field, a child's path (`chapters.title`), a ref or a store field
+(`sid`, `_ts`, `_lin`, ...), any other is refused. The values inside `Q`
+conditions are cast the same way. Operators come from `Q` or a table marked
+with `records.trusted`, sent as written. `$where`, `$function` and
+`$accumulator` are refused anywhere, a trusted filter and `$expr` included.
+A refusal is returned by the call that runs the query: `nil, err,
+"invalid"`, nothing sent ([Taking client values](#taking-client-values)).]] },
         { method = "only_latest", of = "mongostore.RecordQuery", params = {},
           returns = { { "rq", "mongostore.RecordQuery", "only records without a successor (with `as_of`: "
             .. "without one stored by then)" } } },
@@ -2676,33 +2706,37 @@ local books = assert(q:all())]] },
             .. "(up to 9 fractional digits)" } },
           returns = { { "rq", "mongostore.RecordQuery", "only records stored at or before `t` (a record "
             .. "without a timestamp never)" } },
-          raises = "a store opened with `store_timestamps = false`, a number with a fraction; text that is not "
-            .. "ISO-8601 with its zone raises a records error of code `invalid` naming the value",
+          raises = "a store opened with `store_timestamps = false`",
           desc = [[
-Text must carry its zone, `Z` or an offset (`+01:00`, `-0500`): a date alone
-(`"2026-01-01"`) or a time without a zone (`"2026-01-01T00:00:00"`) names no
-instant and is refused, never read as UTC. The error raised is a records
-error object: `err.code` is `"invalid"`, `err.value` the text, `tostring(err)`
-the message.]] },
+Nanoseconds may come as decimal text too. Text must carry its zone, `Z` or
+an offset (`+01:00`, `-0500`): a date alone (`"2026-01-01"`) or a time
+without a zone (`"2026-01-01T00:00:00"`) names no instant and is refused,
+never read as UTC. A refused time (such text, a number with a fraction, a
+value of another type) is kept in the query: `all`, `count` and `page`
+return `nil, err, "invalid"`, `err.value` the text, `tostring(err)` the
+message.]] },
         { method = "order_by", of = "mongostore.RecordQuery",
           params = { { "keys", "{ [1]: string, [2]: integer }[]", "`{ { field, 1 | -1 }, ... }`: declared "
             .. "scalar fields, or `\"_ts\"`" } },
           returns = { { "rq", "mongostore.RecordQuery", "in that order, the sid breaking ties (ascending)" } },
-          raises = "a key that is not `{ name, 1 | -1 }`, a name that is not a scalar field (a list, a child, "
-            .. "a ref)",
+          raises = "a `keys` or a key that is not a table",
           desc = "Missing and null values sort first ascending and last descending, as MongoDB sorts them. "
-            .. "Without `order_by` the order is by sid." },
+            .. "Without `order_by` the order is by sid. A client may choose the order: a direction of `\"1\"` "
+            .. "or `\"-1\"` is taken, and a name that is not a scalar field (a list, a child, a ref, an "
+            .. "undeclared name) or a direction that is not 1 or -1 is kept as a refusal, returned as `invalid` "
+            .. "by the call that runs the query." },
         { method = "all", of = "mongostore.RecordQuery", params = {},
           returns = { { "records", "mongostore.Record[]", "every match, in order, refs loaded" } },
-          desc = RFAILS(DRIVER) .. "." },
+          desc = RFAILS("`invalid` (what a builder refused: nothing is sent), `closed`, or " .. DRIVER) .. "." },
         { method = "count", of = "mongostore.RecordQuery", params = {},
           returns = { { "n", "integer", "how many records match" } },
-          desc = RFAILS(DRIVER) .. "." },
+          desc = RFAILS("`invalid` (what a builder refused: nothing is sent), `closed`, or " .. DRIVER) .. "." },
         { method = "page", of = "mongostore.RecordQuery",
           params = { { "opts", "mongostore.RecordPageOptions", "the page's size, and where it starts" } },
           returns = { { "page", "mongostore.RecordPage", "the records after the token, and the next token" } },
-          raises = "an `opts` that is not a table, an unknown option, a `size` out of range",
-          desc = RFAILS("`invalid` (a token that is not this query's: not a string, malformed, edited or "
+          raises = "an `opts` that is not a table, an unknown option",
+          desc = RFAILS("`invalid` (what a builder refused; a `size` that is not an integer from 1 to 10000 or "
+            .. "its decimal text; a token that is not this query's: not a string, malformed, edited or "
             .. "forged (its HMAC does not match), or from another query, type, order or store), or " .. DRIVER)
             .. [[.
 
@@ -2721,7 +2755,7 @@ until not token]] },
         { class = "mongostore.RecordPageOptions",
           desc = "What `rq:page` takes; an unknown key raises.",
           fields = {
-            { "size", "integer", "at most this many records, 1 to 10000" },
+            { "size", "integer|string", "at most this many records, 1 to 10000 (decimal text is taken)" },
             { "after", "string?", "the `next` of the page before (nil: the first page)" },
           } },
         { class = "mongostore.RecordPage",
@@ -2730,6 +2764,70 @@ until not token]] },
             { "items", "mongostore.Record[]", "at most `size` records" },
             { "next", "string?", "the token of the next page (opaque); nil after the last" },
           } },
+      },
+    },
+    {
+      title = "Taking client values",
+      intro = [[
+A web handler hands the store what a client sent: a sid from the path, a
+filter from a JSON body, a time, an order and a page size from the query
+string. Whatever decoded them (the core `json.decode`, `ejson.decode`,
+lua-cjson, `ngx.req.get_uri_args`), the store takes them as values:
+
+- **Sids and content ids** (`rs:fetch`, `rs:history`, `rs:replace`,
+  `rs:fetch_by_content_id`, refs in `rs:save`): an integer or its exact
+  decimal text (`"12"` is sid 12); anything else (`{ ["$gt"] = 0 }`, `1.5`,
+  `"12abc"`, `nil`) is `nil, err, "invalid"`, the message naming the value's
+  type and never its content, with nothing sent. A table can never reach
+  the server as a sid.
+- **Filters** (`rq:where`): a plain table is `field = value` data. An
+  operator in it, at the top (`$or`, `$where`, `$expr`) or in a value
+  (`{ ["$ne"] = null }`, `{ ["$regex"] = "." }`), is refused, naming the
+  field and pointing at `Q` or `records.trusted`; a value is cast to its
+  field's declared type where that is exact (decimal text to an integer
+  field or a sid, `"true"` to a boolean field) and refused otherwise; an
+  undeclared name is refused. A regex box from `ejson.decode` where a
+  string belongs is refused too. A value that is nil is no condition (Lua
+  drops the key): check that a handler's required values are there.
+- **Operators** come from code: the `Q` builders (`Q.year:gte(body.since)`
+  casts its value as well), or a table marked with `records.trusted`, which
+  is sent as written. `$where`, `$function` and `$accumulator` are refused
+  everywhere, in trusted filters, in `Q` conditions and inside `$expr`.
+- **Times, orders, page sizes**: `rq:as_of` takes nanoseconds as text, or
+  ISO-8601 with its zone; `rq:order_by` takes `"1"`/`"-1"`; `rq:page` takes
+  `size = "20"`. What cannot be taken is returned as `invalid` by the call
+  that runs the query, not raised, so a handler answers 400, not 500.
+
+Only mistakes no client value can cause raise: a `T` that is not one of
+the store's types, an unknown option.]],
+      entries = {
+        { fn = "trusted", module = "mongostore.records",
+          params = { { "filter", "table", "a filter written as code, operators and all" } },
+          returns = { { "filter", "table", "the same table, marked as code (nothing is copied)" } },
+          raises = "a `filter` that is not a table",
+          desc = "Marks a filter as code for `rq:where`: its operators are sent as written (renaming `sid` to "
+            .. "`_id`), only `$where`, `$function` and `$accumulator` refused. The mark is the one "
+            .. "`mongostore.query.trusted` gives (and `model.trusted`), kept with the table. Never mark a "
+            .. "table a client sent: mark the table your code builds around a client's values, and cast those "
+            .. "yourself.",
+          example = [[
+-- GET /books/:sid and POST /books/search?after=...&size=20 in an OpenResty handler:
+-- sid and args come from the URI, body from ms.json.decode(ngx.req.get_body_data())
+local function show(sid)
+  local b, err, code = rs:fetch(Book, sid)           -- "12" is sid 12; {"$gt":0} is invalid
+  if not b then return code == "invalid" and 400 or code == "not_found" and 404 or 500, tostring(err) end
+  return 200, { title = b.title, year = b.year }
+end
+
+local function search(args, body)
+  local q = rs:query(Book):where { title = body.title }      -- data: {"$ne":null} is invalid
+  if body.since then q = q:where(records.Q.year:gte(body.since)) end   -- "1813" is cast to 1813
+  q = q:where(records.trusted { note = { ["$exists"] = false } })       -- code, not client data
+  local page, err, code = q:order_by { { "year", args.dir or 1 } }:page { size = args.size or 20,
+                                                                          after = args.after }
+  if not page then return code == "invalid" and 400 or 500, tostring(err) end
+  return 200, page
+end]] },
       },
     },
     {

@@ -20,6 +20,8 @@ local array, null = core.array, core.null
 local M = {}
 M.Q = mquery.Q
 M.is_error = wire.is_error
+-- A filter written as code (operators and all) for rq:where; the same mark as model.trusted.
+M.trusted = mquery.trusted
 
 -- ------------------------------------------------------------ define
 
@@ -280,6 +282,15 @@ local function check_type(store, T, fn)
   if store.types[T.name] ~= T then error(format("%s: %s is not one of this store's types", fn, T.name), 3) end
 end
 
+-- A sid as a caller (or a client, through JSON or a query string) gives it:
+-- cast where exact, else invalid, the message naming its type only; nothing is sent.
+local function sid_arg(fn, T, sid)
+  local n = canon.cast_sid(sid)
+  if n ~= nil then return n end
+  return fail("invalid", format("%s %s: sid must be an integer (a number or its decimal text), got %s", fn, T.name,
+    canon.got(sid)))
+end
+
 local function check_open(store, fn)
   if store.closed then return fail("closed", fn .. ": the store is closed") end
   return true
@@ -355,8 +366,11 @@ end
 --- store:fetch(T, sid) -> record, or nil, err, "not_found"
 function Store:fetch(T, sid)
   check_type(self, T, "fetch")
-  if not canon.is_integer(sid) then error("fetch: sid must be an integer, got " .. type(sid), 2) end
-  local ok, e, c = check_open(self, "fetch")
+  local e, c
+  sid, e, c = sid_arg("fetch", T, sid)
+  if sid == nil then return nil, e, c end
+  local ok
+  ok, e, c = check_open(self, "fetch")
   if not ok then return nil, e, c end
   local doc, d
   doc, e, c, d = self.wire:find_one(self.colls[T.name], { _id = sid }, nil, self.session)
@@ -368,7 +382,12 @@ end
 --- store:fetch_by_content_id(T, cid) -> record (the lowest sid with it), or nil, err, "not_found"
 function Store:fetch_by_content_id(T, cid)
   check_type(self, T, "fetch_by_content_id")
-  if type(cid) ~= "string" then error("fetch_by_content_id: cid must be a string, got " .. type(cid), 2) end
+  -- a content id is 64 hex digits (any case: the stored one is lowercase); anything else is invalid
+  if type(cid) ~= "string" or #cid ~= 64 or cid:find("%X") then
+    return fail("invalid", format("fetch_by_content_id %s: cid must be a content id (64 hex digits), got %s",
+      T.name, canon.got(cid)))
+  end
+  cid = cid:lower()
   local ok, e, c = check_open(self, "fetch_by_content_id")
   if not ok then return nil, e, c end
   local doc, d
@@ -404,17 +423,26 @@ end
 --- store:replace(T, sid, record) -> the successor's sid
 function Store:replace(T, sid, t)
   check_type(self, T, "replace")
-  if not canon.is_integer(sid) then error("replace: sid must be an integer, got " .. type(sid), 2) end
-  local ok, e, c = check_open(self, "replace")
+  local e, c
+  sid, e, c = sid_arg("replace", T, sid)
+  if sid == nil then return nil, e, c end
+  local ok
+  ok, e, c = check_open(self, "replace")
   if not ok then return nil, e, c end
+  if type(t) ~= "table" or rawequal(t, null) then
+    return fail("invalid", format("replace %s: the record must be a table, got %s", T.name, canon.got(t)))
+  end
   return save.replace(self, T, sid, t, self.session, self.unit_ts)
 end
 
 --- store:history(T, sid) -> the records of sid's lineage, oldest first
 function Store:history(T, sid)
   check_type(self, T, "history")
-  if not canon.is_integer(sid) then error("history: sid must be an integer, got " .. type(sid), 2) end
-  local ok, e, c = check_open(self, "history")
+  local e, c
+  sid, e, c = sid_arg("history", T, sid)
+  if sid == nil then return nil, e, c end
+  local ok
+  ok, e, c = check_open(self, "history")
   if not ok then return nil, e, c end
   local coll = self.colls[T.name]
   local doc, d

@@ -2,8 +2,9 @@
 -- content ids (sorted keys, integers and floats kept apart, identity = false
 -- fields left out, children in order, refs by their content ids), type
 -- declarations refused at define, the keyset condition of a page (an $or of
--- branches, never $and, nulls matched explicitly), page tokens' base64 and the
--- ISO-8601 to nanoseconds conversion.
+-- branches, never $and, nulls matched explicitly), page tokens' base64, the
+-- ISO-8601 to nanoseconds conversion, and what a client's sid and filter paths
+-- are cast to.
 local lu = require "luaunit"
 local ms = require "mongostore"
 local records = require "mongostore.records"
@@ -118,6 +119,55 @@ function TestRecordsCanon:test_iso_to_nanoseconds()
   lu.assertEquals(rquery.to_ns(12345), 12345)
   lu.assertNil(rquery.to_ns("yesterday"))
   lu.assertNil(rquery.to_ns("2026-01-01T00:00:00.0000000001Z"))
+  -- a client's time: decimal text is nanoseconds; a fraction or a table is invalid, not raised
+  lu.assertEquals(rquery.to_ns("12345"), 12345)
+  for _, t in ipairs { 1.5, {}, true } do
+    local v, err, code = rquery.to_ns(t)
+    lu.assertNil(v)
+    lu.assertEquals(code, "invalid")
+    lu.assertStrContains(tostring(err), "as_of")
+  end
+end
+
+function TestRecordsCanon:test_client_sids_cast_only_where_exact()
+  lu.assertEquals(canon.cast_sid(12), 12)
+  lu.assertEquals(canon.cast_sid(12.0), 12)
+  lu.assertEquals(math.type(canon.cast_sid(12.0)), "integer")
+  lu.assertEquals(canon.cast_sid("12"), 12)
+  lu.assertEquals(canon.cast_sid("-3"), -3)
+  lu.assertEquals(canon.cast_sid("9223372036854775807"), math.maxinteger)
+  for _, v in ipairs { "9223372036854775808", "12abc", " 12", "1e3", "0x10", "", 1.5, 0 / 0, math.huge, true,
+                       { 1 }, { ["$gt"] = 0 }, ms.null } do
+    lu.assertNil(canon.cast_sid(v), tostring(v))
+  end
+  lu.assertNil(canon.cast_sid(nil))
+  lu.assertEquals(canon.got({ ["$gt"] = 0 }), "a table")
+  lu.assertEquals(canon.got({ 1 }), "an array")
+  lu.assertEquals(canon.got("12abc"), "a string that is not one")
+  lu.assertEquals(canon.got(1.5), "a number with a fraction")
+  lu.assertEquals(canon.got(nil), "nil")
+  lu.assertEquals(canon.got(ms.null), "null")
+end
+
+function TestRecordsCanon:test_filter_paths_and_their_kinds()
+  local function kind(path) return { rquery.path_kind(T, path) } end
+  lu.assertEquals(kind("a"), { "integer", false })
+  lu.assertEquals(kind("f"), { "number", false })
+  lu.assertEquals(kind("s"), { "string", false })
+  lu.assertEquals(kind("b"), { "boolean", false })
+  lu.assertEquals(kind("l"), { "integer", true })
+  lu.assertEquals(kind("l.0"), { "integer", false })
+  lu.assertEquals(kind("m"), { "string", false })
+  lu.assertEquals(kind("parts"), { "any", true })
+  lu.assertEquals(kind("parts.0"), { "any", false })
+  lu.assertEquals(kind("parts.n"), { "integer", false })
+  lu.assertEquals(kind("parts.3.tag"), { "string", false })
+  lu.assertEquals(kind("by"), { "integer", false })
+  lu.assertEquals(kind("_id"), { "integer", false })
+  lu.assertEquals(kind("_cid"), { "string", false })
+  for _, p in ipairs { "nope", "a.b", "parts.x", "parts.0.x", "by.name", "l.x", "", ".", "a.", "_secret" } do
+    lu.assertEquals(kind(p), {}, p)
+  end
 end
 
 function TestRecordsCanon:test_idiv_exact()

@@ -88,8 +88,8 @@ function TestRecordsPages:test_pages_cover_every_match_once_in_order()
   local sids = walk(q, 4)
   lu.assertEquals(#sids, ok(q:count()))
   lu.assertEquals(sids, all_sids(q))
-  -- a plain filter is the same condition; conditions add up
-  local plain = self.store:query(Book):where({ year = { ["$gte"] = 1993 } }):order_by { { "year", -1 } }
+  -- a trusted filter is the same condition; conditions add up
+  local plain = self.store:query(Book):where(records.trusted { year = { ["$gte"] = 1993 } }):order_by { { "year", -1 } }
   lu.assertEquals(all_sids(plain), sids)
   lu.assertEquals(walk(plain, 5), sids)
   local both = self.store:query(Book):where(Q.year:gte(1993)):where({ title = "t1" })
@@ -117,9 +117,18 @@ end
 function TestRecordsPages:test_page_size_limits()
   local q = self.store:query(Book)
   lu.assertEquals(#ok(q:page { size = 10000 }).items, N)
-  lu.assertErrorMsgContains("10000", function() q:page { size = 10001 } end)
-  lu.assertErrorMsgContains("size", function() q:page { size = 0 } end)
-  lu.assertErrorMsgContains("size", function() q:page {} end)
+  -- a size is a client's value often: decimal text is taken, anything else out of 1..10000 is invalid
+  lu.assertEquals(#ok(q:page { size = "7" }).items, 7)
+  for _, size in ipairs { 10001, 0, -1, 1.5, "ten", "1e3", { 5 } } do
+    local v, err, code = q:page { size = size }
+    lu.assertNil(v, tostring(size))
+    lu.assertEquals(code, "invalid", tostring(size))
+    lu.assertStrContains(tostring(err), "page book: size must be an integer from 1 to 10000")
+  end
+  local v, _, code = q:page {}
+  lu.assertNil(v)
+  lu.assertEquals(code, "invalid")
+  -- a mistake in the code raises
   lu.assertErrorMsgContains("unknown option", function() q:page { size = 1, offset = 2 } end)
 end
 
@@ -157,6 +166,22 @@ end
 
 function TestRecordsPages:test_order_by_refuses_what_it_cannot_order()
   local q = self.store:query(Book)
-  lu.assertErrorMsgContains("not a scalar field", function() q:order_by { { "nope", 1 } } end)
-  lu.assertErrorMsgContains("1 | -1", function() q:order_by { { "year", 2 } } end)
+  -- a client may choose the order: a name or direction it cannot be is invalid when the query runs
+  local function refused(qq, want)
+    for _, run in ipairs { function() return qq:all() end, function() return qq:count() end,
+                           function() return qq:page { size = 5 } end } do
+      local v, err, code = run()
+      lu.assertNil(v, want)
+      lu.assertEquals(code, "invalid", tostring(err))
+      lu.assertStrContains(tostring(err), want)
+    end
+  end
+  refused(q:order_by { { "nope", 1 } }, 'order_by book: keys[1] ("nope") is not a scalar field of book')
+  refused(q:order_by { { "year", 2 } }, "order_by book: keys[1] must be { field, 1 | -1 }")
+  refused(q:order_by { { { "$gt" }, 1 } }, "must be { field, 1 | -1 }, got { array, number }")
+  -- the direction as text is taken
+  lu.assertEquals(ok(q:order_by { { "year", "-1" } }:all())[1].year, ok(q:order_by { { "year", -1 } }:all())[1].year)
+  -- the shape of the keys is the code's
+  lu.assertErrorMsgContains("order_by: keys must be", function() q:order_by "year" end)
+  lu.assertErrorMsgContains("order_by: keys[1] must be", function() q:order_by { "year" } end)
 end

@@ -234,10 +234,18 @@ function TestRecordsSave:test_refused_input()
     lu.assertStrContains(tostring(err), case[2])
   end
   lu.assertEquals(rawdb.count(self.name, "records.book"), 0)
+  -- what a client can send is invalid (a record that is not a table, a sid that is not one); nothing is written
+  local v, err, code = self.store:save(Book, "x")
+  lu.assertNil(v)
+  lu.assertEquals(code, "invalid")
+  lu.assertStrContains(tostring(err), "save book: the record must be a table, got a string")
+  v, err, code = self.store:fetch(Book, { 1 })
+  lu.assertNil(v)
+  lu.assertEquals(code, "invalid")
+  lu.assertStrContains(tostring(err), "fetch book: sid must be an integer (a number or its decimal text), got an array")
+  lu.assertEquals(rawdb.count(self.name, "records.book"), 0)
   -- programmer mistakes raise
   lu.assertErrorMsgContains("record type", function() self.store:save({}, {}) end)
-  lu.assertErrorMsgContains("record must be a table", function() self.store:save(Book, "x") end)
-  lu.assertErrorMsgContains("sid must be an integer", function() self.store:fetch(Book, "1") end)
   local Other = records.define { name = "other", fields = { x = "string" } }
   lu.assertErrorMsgContains("not one of this store's types", function() self.store:save(Other, { x = "y" }) end)
   lu.assertErrorMsgContains("unknown key", function() records.define { name = "z", feilds = {} } end)

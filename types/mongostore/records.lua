@@ -95,13 +95,13 @@ local RecordStore = {}
 ---@field write_concern table the write concern in use
 ---@field read_concern table the read concern in use
 
---- A query over one type. Each builder returns a new query and leaves its receiver as it was.
+--- A query over one type. Each builder returns a new query and leaves its receiver as it was. A builder given a value it must refuse (a client's filter, time or order) keeps the refusal: `all`, `count` and `page` return it as `nil, err, "invalid"` and send nothing.
 ---@class mongostore.RecordQuery
 local RecordQuery = {}
 
 --- What `rq:page` takes; an unknown key raises.
 ---@class mongostore.RecordPageOptions
----@field size integer at most this many records, 1 to 10000
+---@field size integer|string at most this many records, 1 to 10000 (decimal text is taken)
 ---@field after? string the `next` of the page before (nil: the first page)
 
 --- What `rq:page` returns.
@@ -209,7 +209,7 @@ function RecordStore:info() end
 ---@return true ok # closed: the writer lease deleted; every later call fails `closed`
 function RecordStore:close() end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a value that does not fit its type, an undeclared key, refs deeper than 50, a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of the graph is over the server's limit: nothing was sent), `conflict` (`dedup = "value"` with other metadata; the writer lease was taken over), `unavailable` (fsck is running), `clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `record` that is not a table, a value that does not fit its type, an undeclared key, a ref that is neither a record nor a sid (or its decimal text), refs deeper than 50, a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of the graph is over the server's limit: nothing was sent), `conflict` (`dedup = "value"` with other metadata; the writer lease was taken over), `unavailable` (fsck is running), `clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- The whole graph is checked and every content id computed before anything is
 --- sent; then the sids of its new records are reserved in one `$inc`. A record
@@ -218,47 +218,47 @@ function RecordStore:close() end
 --- Every record the save writes gets the same store timestamp. The root is
 --- main, the records its refs reach are dependencies.
 ---
---- Raises on a `T` that is not one of the store's types, a `record` that is not a table.
+--- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the record's type
 ---@param record table the record: its fields, children, and refs as new records (tables), fetched ones, or sids
 ---@return integer sid # the root's sid (a stored one when dedup found it)
 function RecordStore:save(T, record) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `sid` that is not an integer or its decimal text: a table such as `{ ["$gt"] = 0 }`, a number with a fraction, `"12abc"`; the message names its type, not its content, and nothing is sent), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
---- Raises on a `T` that is not one of the store's types, a `sid` that is not an integer.
+--- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the type
----@param sid integer the record's sid
+---@param sid integer|string the record's sid, or its exact decimal text (`"12"`)
 ---@return mongostore.Record record # the record, its refs loaded
 function RecordStore:fetch(T, sid) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `cid` that is not 64 hex digits, or not a string: nothing is sent), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
---- Raises on a `T` that is not one of the store's types, a `cid` that is not a string.
+--- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the type
----@param cid string a content id
+---@param cid string a content id: 64 hex digits (either case)
 ---@return mongostore.Record record # the record with that content id (of several, with `dedup = "none"`, the lowest sid)
 function RecordStore:fetch_by_content_id(T, cid) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier revision: `err.sid`), and the codes of `save`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `sid` as `fetch` refuses it, a `record` that is not a table: nothing is sent), `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier revision: `err.sid`), and the codes of `save`.
 ---
 --- The successor keeps the lineage (`_lin`), names its predecessor (`_prev`)
 --- and is linked from it (`_next`, `_nts`). Idempotent: replacing with the same
 --- successor's content again gives its sid (and finishes a link a crash left
 --- undone); replacing with the record's own content gives `sid` back.
 ---
---- Raises on as `save`, and a `sid` that is not an integer.
+--- Raises on as `save`.
 ---@param T mongostore.RecordType the type
----@param sid integer the record to replace: the latest of its lineage
+---@param sid integer|string the record to replace: the latest of its lineage (or its sid's decimal text)
 ---@param record table the successor, as for `save`
 ---@return integer sid # the successor's sid
 function RecordStore:replace(T, sid, record) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `sid` as `fetch` refuses it), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
---- Raises on a `T` that is not one of the store's types, a `sid` that is not an integer.
+--- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the type
----@param sid integer any record of the lineage
+---@param sid integer|string any record of the lineage (or its sid's decimal text)
 ---@return mongostore.Record[] records # the lineage, oldest first, along the `_next` links (a successor a crash left unlinked is not part of it)
 function RecordStore:history(T, sid) end
 
@@ -282,41 +282,56 @@ function RecordStore:transaction(fn) end
 ---@return mongostore.RecordQuery rq # every record of the type (dependencies too); nothing is sent until `all`, `count` or `page`
 function RecordStore:query(T) end
 
---- Raises on a `cond` that is not a table.
----@param cond mongostore.Cond|table a `Q` condition or a plain filter on the stored fields (`sid` is the sid)
+--- A plain table is a client's values, compared as data: a key starting with
+--- `$` (a top-level `$or`, `$where`, `$expr`) or a value holding one (`{
+--- secret = { ["$ne"] = null } }`) is refused, naming the field and pointing at
+--- `Q` or `records.trusted`; each value is cast to its field's declared type
+--- where the cast is exact (decimal text to an integer field or a sid, decimal
+--- text to a float field, `"true"`/`"false"` to a boolean one; a list field
+--- takes one element or a list of them) and refused otherwise; a name must be
+--- a declared field, a child's path (`chapters.title`), a ref or a store field
+--- (`sid`, `_ts`, `_lin`, ...), any other is refused. The values inside `Q`
+--- conditions are cast the same way. Operators come from `Q` or a table marked
+--- with `records.trusted`, sent as written. `$where`, `$function` and
+--- `$accumulator` are refused anywhere, a trusted filter and `$expr` included.
+--- A refusal is returned by the call that runs the query: `nil, err,
+--- "invalid"`, nothing sent ([Taking client values](#taking-client-values)).
+---@param cond mongostore.Cond|table a `Q` condition, a plain table of `field = value` (data: values cast to the fields' types, operators refused), or a `records.trusted` filter; `sid` is the sid
 ---@return mongostore.RecordQuery rq # with the condition added (conditions add up)
 function RecordQuery:where(cond) end
 
 ---@return mongostore.RecordQuery rq # only records without a successor (with `as_of`: without one stored by then)
 function RecordQuery:only_latest() end
 
---- Text must carry its zone, `Z` or an offset (`+01:00`, `-0500`): a date alone
---- (`"2026-01-01"`) or a time without a zone (`"2026-01-01T00:00:00"`) names no
---- instant and is refused, never read as UTC. The error raised is a records
---- error object: `err.code` is `"invalid"`, `err.value` the text, `tostring(err)`
---- the message.
+--- Nanoseconds may come as decimal text too. Text must carry its zone, `Z` or
+--- an offset (`+01:00`, `-0500`): a date alone (`"2026-01-01"`) or a time
+--- without a zone (`"2026-01-01T00:00:00"`) names no instant and is refused,
+--- never read as UTC. A refused time (such text, a number with a fraction, a
+--- value of another type) is kept in the query: `all`, `count` and `page`
+--- return `nil, err, "invalid"`, `err.value` the text, `tostring(err)` the
+--- message.
 ---
---- Raises on a store opened with `store_timestamps = false`, a number with a fraction; text that is not ISO-8601 with its zone raises a records error of code `invalid` naming the value.
+--- Raises on a store opened with `store_timestamps = false`.
 ---@param t integer|string nanoseconds since the epoch, or ISO-8601 text with its zone (up to 9 fractional digits)
 ---@return mongostore.RecordQuery rq # only records stored at or before `t` (a record without a timestamp never)
 function RecordQuery:as_of(t) end
 
---- Missing and null values sort first ascending and last descending, as MongoDB sorts them. Without `order_by` the order is by sid.
+--- Missing and null values sort first ascending and last descending, as MongoDB sorts them. Without `order_by` the order is by sid. A client may choose the order: a direction of `"1"` or `"-1"` is taken, and a name that is not a scalar field (a list, a child, a ref, an undeclared name) or a direction that is not 1 or -1 is kept as a refusal, returned as `invalid` by the call that runs the query.
 ---
---- Raises on a key that is not `{ name, 1 | -1 }`, a name that is not a scalar field (a list, a child, a ref).
+--- Raises on a `keys` or a key that is not a table.
 ---@param keys { [1]: string, [2]: integer }[] `{ { field, 1 | -1 }, ... }`: declared scalar fields, or `"_ts"`
 ---@return mongostore.RecordQuery rq # in that order, the sid breaking ties (ascending)
 function RecordQuery:order_by(keys) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (what a builder refused: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---@return mongostore.Record[] records # every match, in order, refs loaded
 function RecordQuery:all() end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (what a builder refused: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---@return integer n # how many records match
 function RecordQuery:count() end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a token that is not this query's: not a string, malformed, edited or forged (its HMAC does not match), or from another query, type, order or store), or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (what a builder refused; a `size` that is not an integer from 1 to 10000 or its decimal text; a token that is not this query's: not a string, malformed, edited or forged (its HMAC does not match), or from another query, type, order or store), or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- Keyset pages: the token carries the last record's order keys and sid,
 --- signed with the store's page key, and the next page asks for the records
@@ -324,10 +339,17 @@ function RecordQuery:count() end
 --- sid last), so a page costs the same at any position. While nothing changes
 --- the pages cover every match exactly once, in `all`'s order.
 ---
---- Raises on an `opts` that is not a table, an unknown option, a `size` out of range.
+--- Raises on an `opts` that is not a table, an unknown option.
 ---@param opts mongostore.RecordPageOptions the page's size, and where it starts
 ---@return mongostore.RecordPage page # the records after the token, and the next token
 function RecordQuery:page(opts) end
+
+--- Marks a filter as code for `rq:where`: its operators are sent as written (renaming `sid` to `_id`), only `$where`, `$function` and `$accumulator` refused. The mark is the one `mongostore.query.trusted` gives (and `model.trusted`), kept with the table. Never mark a table a client sent: mark the table your code builds around a client's values, and cast those yourself.
+---
+--- Raises on a `filter` that is not a table.
+---@param filter table a filter written as code, operators and all
+---@return table filter # the same table, marked as code (nothing is copied)
+function records.trusted(filter) end
 
 --- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (another fsck holds the lease; writer leases of other handles are held past `wait`: `err.writers`), `conflict` (another fsck took its lease over), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---

@@ -2,6 +2,7 @@
 -- refs) and what follows from them: checking a value against its type, the canonical
 -- encoding a content id hashes, and turning a stored document back into a record.
 local core = require "mongostore.core"
+local query = require "mongostore.query"
 
 local type, error, pairs, ipairs, tostring, rawequal, getmetatable = type, error, pairs, ipairs, tostring, rawequal,
   getmetatable
@@ -44,6 +45,41 @@ function M.idiv(a, b)
   while q * b > a do q = q - 1 end
   while (q + 1) * b <= a do q = q + 1 end
   return q
+end
+
+-- A value's type with its article ("a string", "an array", "nil"), for a message.
+local function a_type(v)
+  if rawequal(v, null) then return "null" end
+  local d = query.describe(v)
+  if d == "nil" or d == "null" then return d end
+  return (d:match("^[aeio]") and "an " or "a ") .. d
+end
+M.a_type = a_type
+
+-- A value's type for a message about a client's value that could not be
+-- cast: never its content.
+function M.got(v)
+  if type(v) == "number" then
+    if v ~= v or v == huge or v == -huge then return "a number that is not finite" end
+    if v ~= floor(v) then return "a number with a fraction" end
+    return "a number"
+  end
+  if type(v) == "string" then return "a string that is not one" end
+  return a_type(v)
+end
+
+-- A sid as a caller (or a client, through JSON or a query string) may give
+-- it: an integer, or its exact decimal text; nil for anything else.
+function M.cast_sid(v)
+  if is_integer(v) then
+    if type(v) == "number" and mtype then return math.tointeger(v) end
+    return v
+  end
+  if type(v) == "string" then
+    local n = query.cast_value("integer", v)
+    if n ~= nil and is_integer(n) then return n end
+  end
+  return nil
 end
 
 -- The integer as Lua writes it (on Lua 5.4 an integral float becomes an integer).

@@ -9,8 +9,8 @@ local wire = require "mongostore.records.wire"
 
 local type, error, pairs, ipairs, tostring, tonumber, setmetatable, rawequal, pcall = type, error, pairs, ipairs,
   tostring, tonumber, setmetatable, rawequal, pcall
-local format, concat, sort, byte, char, sub = string.format, table.concat, table.sort, string.byte, string.char,
-  string.sub
+local format, concat, sort, byte, char, sub, find = string.format, table.concat, table.sort, string.byte,
+  string.char, string.sub, string.find
 local floor = math.floor
 local mtype = math.type
 local fail = wire.fail
@@ -35,15 +35,22 @@ local function bad_time(t, why)
   return fail("invalid", format("as_of: %s is not %s", quoted(t), why), { value = t })
 end
 
+-- t as nanoseconds, or nil, err, "invalid" (a records error naming the value's
+-- type, and text by itself): what a client's time cannot be.
 function M.to_ns(t)
+  if canon.is_integer(t) then
+    if type(t) == "number" then return math.tointeger and math.tointeger(t) or t end
+    return tonumber(tostring(t))
+  end
   if type(t) == "number" then
-    if not canon.is_integer(t) then error("as_of: a number must be an integer of nanoseconds", 3) end
-    return t
+    return fail("invalid", "as_of: a number must be an integer of nanoseconds, got one with a fraction "
+      .. "(or not finite)")
   end
-  if canon.is_integer(t) then return tonumber(tostring(t)) end
   if type(t) ~= "string" then
-    error("as_of: t must be nanoseconds (an integer) or ISO-8601 text, got " .. type(t), 3)
+    return fail("invalid", "as_of: t must be nanoseconds (an integer) or ISO-8601 text, got " .. canon.got(t))
   end
+  local n = query.cast_value("integer", t)
+  if n ~= nil then return n end
   local base, frac, rest = t:match("^(.-%d%d:%d%d:%d%d)%.(%d+)(.*)$")
   local whole = base and (base .. rest) or t
   local secs = core.iso_to_time(whole)
@@ -159,13 +166,154 @@ local function rename(path)
   return path
 end
 
---- q:where(cond): a Q condition or a plain filter on the record's fields ("sid" is its sid); conditions add up.
-function Query:where(cond)
-  if cond == nil or (type(cond) ~= "table") then
-    error("where: cond must be a Q condition or a filter table, got " .. type(cond), 2)
+-- ------------------------------------------------------------ client values
+
+-- The store fields a filter may name, with the kind of their values.
+local STORE_KINDS = {
+  _id = "integer", _lin = "integer", _prev = "integer", _next = "integer", _nts = "integer", _ts = "integer",
+  _cid = "string", _role = "string", _w = "string", _refs = "any",
+}
+
+local KIND_OF = { string = "string", integer = "integer", float = "number", boolean = "boolean" }
+
+-- The kind of the values at path in type T ("integer", "number", "string",
+-- "boolean", "any"), whether it is a list, or nil when T has no such path.
+-- A path goes through children (an index may follow a list), ends at a field
+-- or a ref (then an index may follow a list field or a list ref).
+local function path_kind(T, path)
+  local k = STORE_KINDS[path]
+  if k then return k, false end
+  local shape, pos, n = T, 1, #path
+  while pos <= n do
+    local dot = find(path, ".", pos, true)
+    local seg = sub(path, pos, (dot or n + 1) - 1)
+    pos = (dot or n) + 1
+    local what = shape.kinds[seg]
+    if what == nil then return nil end
+    local rest = dot and sub(path, pos) or nil
+    if what == "child" then
+      shape = shape.children[seg]
+      if rest == nil then return "any", true end
+      local idx = rest:match("^(%d+)%.") or rest:match("^(%d+)$")
+      if idx then
+        if #idx == #rest then return "any", false end
+        pos = pos + #idx + 1
+      end
+    else
+      local list
+      if what == "field" then
+        local f = shape.fields[seg]
+        k, list = KIND_OF[f.type], f.list
+      else
+        k, list = "integer", shape.refs[seg].many
+      end
+      if rest == nil then return k, list end
+      if list and rest:match("^%d+$") then return k, false end
+      return nil
+    end
   end
+  return nil
+end
+M.path_kind = path_kind
+
+local WANT = {
+  integer = "an integer (a number or its decimal text)",
+  number = "a number (or its decimal text)",
+  string = "a string",
+  boolean = "a boolean (or the text true or false)",
+}
+
+local article = canon.got -- a value's type, never its content
+
+local PLURAL = { integer = "integers", number = "numbers", string = "strings", boolean = "booleans" }
+
+local function shown(path) return path == "_id" and "sid" or path end
+
+-- v as a value of kind: the exact cast (decimal text to an integer, "true" to
+-- true), or nil.
+local function cast_kind(kind, v)
+  local x = query.cast_value(kind, v)
+  if x == nil then return nil end
+  if kind == "integer" then
+    if not canon.is_integer(x) then return nil end
+    if type(x) == "number" and math.tointeger then x = math.tointeger(x) end
+  elseif kind == "number" and type(x) == "number" and x ~= x then
+    return nil
+  end
+  return x
+end
+
+local function client_cast(ctx, path, v)
+  local kind, list = path_kind(ctx.T, path)
+  if kind == nil then
+    query.refuse(format("%s: %s is not a field of %s", ctx.fn, shown(path), ctx.T.name))
+  end
+  if v == nil or rawequal(v, null) or kind == "any" then return v end
+  if list and type(v) == "table" and canon.is_list(v) then
+    local out = {}
+    for i = 1, #v do
+      local x = cast_kind(kind, v[i])
+      if x == nil then
+        query.refuse(format("%s: field '%s' takes %s, got %s at [%d]", ctx.fn, shown(path), PLURAL[kind],
+          article(v[i]), i))
+      end
+      out[i] = x
+    end
+    return array(out)
+  end
+  local x = cast_kind(kind, v)
+  if x == nil then
+    query.refuse(format("%s: field '%s' takes %s, got %s", ctx.fn, shown(path), WANT[kind], article(v)))
+  end
+  return x
+end
+
+local function client_field(ctx, path)
+  if path_kind(ctx.T, path) == nil then
+    query.refuse(format("%s: %s is not a field of %s", ctx.fn, shown(path), ctx.T.name))
+  end
+end
+
+local HATCH = "records.trusted{...} (a filter written as code)"
+
+-- The ctx query.client_filter casts and checks a where's values with.
+local function where_ctx(T)
+  local fn = "where " .. T.name
+  return { fn = fn, hatch = HATCH, T = T, cast = client_cast, field = client_field,
+           elem = query.elem_ctx(fn, HATCH) }
+end
+local ctx_of = setmetatable({}, { __mode = "k" })
+
+-- A refused builder argument: kept in the query, returned by the call that runs it.
+local function refused(q, _, e)
+  local c = clone(q)
+  if c.refusal == nil then c.refusal = e end
+  return c
+end
+
+-- The refusal a builder kept, as the call that runs the query returns it.
+local function refusal(q)
+  local e = q.refusal
+  return nil, e, e.code, e.detail
+end
+
+--- q:where(cond): a Q condition, a plain filter of values (data: cast to the fields' types, operators refused),
+-- or a records.trusted table; "sid" is the sid; conditions add up.
+function Query:where(cond)
+  if type(cond) ~= "table" or rawequal(cond, null) or query.describe(cond) == "array" then
+    return refused(self, fail("invalid", format("where %s: the filter must be a Q condition or a table of "
+      .. "field = value, got %s", self.T.name, canon.a_type(cond))))
+  end
+  local ctx = ctx_of[self.T]
+  if ctx == nil then ctx = where_ctx(self.T); ctx_of[self.T] = ctx end
+  local f, msg = query.client_filter(cond, rename, ctx)
+  if f ~= nil then
+    local js = query.find_js(f)
+    if js then msg = format("%s: %s is refused (it runs JavaScript on the server)", ctx.fn, js); f = nil end
+  end
+  if f == nil then return refused(self, fail("invalid", msg)) end
   local c = clone(self)
-  c.conds[#c.conds + 1] = query.filter(cond, rename)
+  c.conds[#c.conds + 1] = f
   return c
 end
 
@@ -178,28 +326,34 @@ end
 function Query:as_of(t)
   local store = self.store
   if not store.ts.enabled then error("as_of: the store was opened with store_timestamps = false", 2) end
-  -- bad text raises the invalid error itself (a records error: code, message,
-  -- the value), so the one who passed a client's time can tell it apart
-  local ns, err = M.to_ns(t)
-  if not ns then error(err, 2) end
-  local c = clone(self)
-  c.cut = canon.idiv(ns, store.ts.resolution)
-  return c
+  -- a client's bad time is kept in the query and returned by the call that runs it
+  local ns, e, c, d = M.to_ns(t)
+  if not ns then return refused(self, nil, e, c, d) end
+  local q = clone(self)
+  q.cut = canon.idiv(ns, store.ts.resolution)
+  return q
 end
 
 --- q:order_by{ { field, 1 | -1 }, ... }: declared scalar fields (or "_ts"); the sid breaks ties.
+-- A name that is not one, or a direction that is not 1 or -1 ("1" and "-1" as text are), is refused
+-- as invalid by the call that runs the query (a client may choose the order).
 function Query:order_by(keys)
   if type(keys) ~= "table" then error("order_by: keys must be a list of { field, 1 | -1 }", 2) end
   local order = {}
   for i, k in ipairs(keys) do
-    if type(k) ~= "table" or type(k[1]) ~= "string" or (k[2] ~= 1 and k[2] ~= -1) then
-      error(format("order_by: keys[%d] must be { field, 1 | -1 }", i), 2)
+    if type(k) ~= "table" then error(format("order_by: keys[%d] must be { field, 1 | -1 }", i), 2) end
+    local name, dir = k[1], k[2]
+    if type(dir) == "string" then dir = query.cast_value("integer", dir) end
+    if type(name) ~= "string" or (dir ~= 1 and dir ~= -1) then
+      return refused(self, fail("invalid", format("order_by %s: keys[%d] must be { field, 1 | -1 }, got { %s, %s }",
+        self.T.name, i, query.describe(name), query.describe(k[2]))))
     end
-    local f = self.T.fields[k[1]]
-    if k[1] ~= "_ts" and (not f or f.list) then
-      error(format("order_by: %s is not a scalar field of %s", k[1], self.T.name), 2)
+    local f = self.T.fields[name]
+    if name ~= "_ts" and (not f or f.list) then
+      return refused(self, fail("invalid", format("order_by %s: keys[%d] (%s) is not a scalar field of %s",
+        self.T.name, i, quoted(name), self.T.name)))
     end
-    order[i] = { k[1], k[2] }
+    order[i] = { name, dir }
   end
   local c = clone(self)
   c.order = order
@@ -242,6 +396,7 @@ end
 
 function Query:all()
   local store = self.store
+  if self.refusal then return refusal(self) end
   if store.closed then return closed(store, "all") end
   local docs, e, c, d = store.wire:find(store.colls[self.T.name], self:filter(), { sort = sort_spec(self) },
     store.session)
@@ -251,6 +406,7 @@ end
 
 function Query:count()
   local store = self.store
+  if self.refusal then return refusal(self) end
   if store.closed then return closed(store, "count") end
   return store.wire:count(store.colls[self.T.name], self:filter(), store.session)
 end
@@ -323,14 +479,19 @@ local function after(order, values, sid)
 end
 
 --- q:page{ size = n, after = token } -> { items = records, next = token | nil }
+-- A size (a client's, perhaps: decimal text is taken) that is not an integer from 1 to MAX_PAGE is invalid.
 function Query:page(opts)
   if type(opts) ~= "table" then error("page: opts must be a table { size = n, after = token }", 2) end
   for k in pairs(opts) do
     if k ~= "size" and k ~= "after" then error("page: unknown option " .. tostring(k), 2) end
   end
+  if self.refusal then return refusal(self) end
   local size = opts.size
+  if type(size) == "string" then size = query.cast_value("integer", size) end
   if type(size) ~= "number" or size ~= floor(size) or size < 1 or size > M.MAX_PAGE then
-    error(format("page: size must be an integer from 1 to %d", M.MAX_PAGE), 2)
+    local got = (type(size) == "number" and size == floor(size)) and "one out of range" or article(opts.size)
+    return fail("invalid", format("page %s: size must be an integer from 1 to %d, got %s", self.T.name, M.MAX_PAGE,
+      got))
   end
   local store = self.store
   if store.closed then return closed(store, "page") end

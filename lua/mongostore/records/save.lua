@@ -6,8 +6,7 @@ local core = require "mongostore.core"
 local canon = require "mongostore.records.canon"
 local wire = require "mongostore.records.wire"
 
-local type, pairs, ipairs, tostring, rawequal, error, floor = type, pairs, ipairs, tostring, rawequal, error,
-  math.floor
+local type, pairs, ipairs, tostring, rawequal, floor = type, pairs, ipairs, tostring, rawequal, math.floor
 local format = string.format
 local fail = wire.fail
 local null, array = core.null, core.array
@@ -50,7 +49,6 @@ end
 
 -- ------------------------------------------------------------ preparing a graph
 
-local function is_sid(v) return canon.is_integer(v) end
 
 -- An existing record given as a ref (a sid, or a fetched record with _sid):
 -- its content id, read once per save.
@@ -88,12 +86,15 @@ local function prepare(store, plan, T, t, path, depth)
     local v = t[name]
     local rpath = path .. "." .. name
     local function one(x, p)
-      if is_sid(x) then return existing_ref(store, plan, r.type, x, p) end
+      -- a sid, or its decimal text (a client's JSON or form)
+      local sid = canon.cast_sid(x)
+      if sid ~= nil then return existing_ref(store, plan, r.type, sid, p) end
       if type(x) ~= "table" or rawequal(x, null) then
         return fail("invalid", format("save %s: %s must be a %s record or its sid, got %s", plan.root_type.name,
           p, r.type.name, type(x)))
       end
-      if x._sid ~= nil and is_sid(x._sid) then return existing_ref(store, plan, r.type, x._sid, p) end
+      sid = x._sid ~= nil and canon.cast_sid(x._sid)
+      if sid then return existing_ref(store, plan, r.type, sid, p) end
       return prepare(store, plan, r.type, x, p, depth + 1)
     end
     if v == nil or rawequal(v, null) then
@@ -186,7 +187,9 @@ end
 -- lineage: { lin =, prev = } for replace's successor.
 function M.plan(store, T, t, session, lineage)
   local plan = { root_type = T, seen = {}, by_cid = {}, nodes = {}, existing = {}, session = session }
-  if type(t) ~= "table" or rawequal(t, null) then error(format("save: record must be a table, got %s", type(t)), 4) end
+  if type(t) ~= "table" or rawequal(t, null) then
+    return fail("invalid", format("save %s: the record must be a table, got %s", T.name, canon.got(t)))
+  end
   local root, e, c, d = prepare(store, plan, T, t, T.name, 0)
   if not root then return nil, e, c, d end
   if root.existing then
