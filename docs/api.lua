@@ -4624,7 +4624,8 @@ the document API: models and records take plain tables as data (ids cast or
 refused, operators in values refused, updates limited to declared fields;
 [models](models.md#taking-client-values), [records](records.md)), and the
 document API sends filters as written unless given `sanitize = true`
-([documents](documents.md#client-values)).]],
+([documents](documents.md#client-values)). [SECURITY.md](../SECURITY.md)
+has the threat model and a deployment checklist.]],
       entries = {
         { fn = "new", module = "mongostore.ngx_access",
           params = { { "opts", "{ read_tokens: string[]?, write_tokens: string[]?, allowed_origins: string[]? }",
