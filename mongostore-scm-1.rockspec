@@ -73,6 +73,7 @@ build = {
       ["mongostore.webhook"] = "lua/mongostore/webhook.lua",
       ["mongostore.values"] = "lua/mongostore/values.lua",
       ["mongostore.ejson"] = "lua/mongostore/ejson.lua",
+      ["mongostore.lru"] = "lua/mongostore/lru.lua",
       ["mongostore.model"] = "lua/mongostore/model.lua",
       ["mongostore.model.bulk"] = "lua/mongostore/model/bulk.lua",
       ["mongostore.model.class"] = "lua/mongostore/model/class.lua",
