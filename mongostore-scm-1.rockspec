@@ -74,6 +74,7 @@ build = {
       ["mongostore.values"] = "lua/mongostore/values.lua",
       ["mongostore.ejson"] = "lua/mongostore/ejson.lua",
       ["mongostore.lru"] = "lua/mongostore/lru.lua",
+      ["mongostore.util"] = "lua/mongostore/util.lua",
       ["mongostore.model"] = "lua/mongostore/model.lua",
       ["mongostore.model.bulk"] = "lua/mongostore/model/bulk.lua",
       ["mongostore.model.class"] = "lua/mongostore/model/class.lua",

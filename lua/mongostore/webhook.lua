@@ -15,9 +15,7 @@ M.SIGNATURE_HEADER = "X-Mongostore-Signature"
 M.TIMESTAMP_HEADER = "X-Mongostore-Timestamp"
 M.IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-local function hex(s)
-  return (s:gsub(".", function(c) return format("%02x", c:byte()) end))
-end
+local hex = require("mongostore.util").hex
 
 -- sign(secret, timestamp, body) -> "sha256=<64 hex>": the HMAC-SHA256 of
 -- "<timestamp>.<body>" under secret.
@@ -27,14 +25,10 @@ function M.sign(secret, timestamp, body)
   return "sha256=" .. hex(core.hmac_sha256(secret, tostring(timestamp) .. "." .. body))
 end
 
--- Compares two strings in time that does not depend on where they differ.
+-- Compares two strings in time that does not depend on where they differ
+-- (core.same_bytes: libcrypto's CRYPTO_memcmp).
 local function same(a, b)
-  if type(a) ~= "string" or type(b) ~= "string" or #a ~= #b then return false end
-  local diff = 0
-  for i = 1, #a do
-    if a:byte(i) ~= b:byte(i) then diff = diff + 1 end
-  end
-  return diff == 0
+  return type(a) == "string" and type(b) == "string" and core.same_bytes(a, b)
 end
 
 -- verify(secret, timestamp, body, signature[, { now = , tolerance = 300 }])

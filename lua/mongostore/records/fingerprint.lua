@@ -19,9 +19,7 @@ local function driver_fail(what, msg, code, detail)
   return fail(code or "server", "schema fingerprint: " .. what .. ": " .. tostring(msg), { detail = detail })
 end
 
-local function hex(bytes)
-  return (bytes:gsub(".", function(c) return format("%02x", c:byte()) end))
-end
+local hex = require("mongostore.util").hex
 
 local function sorted_keys(t)
   local keys = {}

@@ -59,9 +59,7 @@ local function ms_of(v)
   return nil
 end
 
-local function hex(bytes)
-  return (bytes:gsub(".", function(c) return format("%02x", c:byte()) end))
-end
+local hex = require("mongostore.util").hex
 
 -- ------------------------------------------------------------ the lease
 
