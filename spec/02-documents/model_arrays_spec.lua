@@ -10,10 +10,7 @@ local rawdb = require "helpers.rawdb"
 
 local Q, ops = model.Q, model.ops
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local FIELDS = {
   title = { "string", default = "" },

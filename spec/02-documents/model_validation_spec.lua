@@ -10,10 +10,7 @@ local helper = require "helpers"
 
 local Q = model.Q
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local FIELDS = {
   title = { "string", default = "", max = 20 }, views = { "integer", default = 0, min = 0 },

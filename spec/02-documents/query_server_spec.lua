@@ -9,10 +9,7 @@ local query = require "mongostore.query"
 local track = require "mongostore.track"
 local Q, ops = query.Q, query.ops
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local function rename_id(path)
   if path == "id" then return "_id" end

@@ -64,10 +64,7 @@ local WRITER = [[
   end
 ]]
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 TestRecordsCrash = {}
 

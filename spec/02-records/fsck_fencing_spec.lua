@@ -25,10 +25,7 @@ local function book(i, author)
            author = { name = author or ("Author " .. i) } }
 end
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 TestFsckFencing = {}
 

@@ -12,10 +12,7 @@ local A = ms.array
 local TYPES = { "alpha", "beta", "gamma" }
 local ROUNDS, NODES = 12, 80
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 TestFsckRandom = {}
 

@@ -21,10 +21,7 @@ local function book(i, author, year)
            author = { name = author or ("Author " .. i) }, editors = { { name = "Editor " .. i } } }
 end
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local quiet = function() end
 

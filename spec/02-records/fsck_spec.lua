@@ -10,10 +10,7 @@ local fsck = require "mongostore.records.fsck"
 
 local A = ms.array
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local function now_ms() return math.floor(ms.now() * 1000) end
 -- store units at the default resolution (1000 ns: microseconds)

@@ -13,10 +13,7 @@ local rawdb = require "helpers.rawdb"
 local records = require "mongostore.records"
 local Q = records.Q
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 -- The types, as text: the LuaJIT process below declares the same ones.
 local TYPES = [[

@@ -7,10 +7,7 @@ local ms = require "mongostore"
 local helper = require "helpers"
 local records = require "mongostore.records"
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local TYPES = [[
 local records = require "mongostore.records"

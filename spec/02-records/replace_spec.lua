@@ -10,10 +10,7 @@ local rawdb = require "helpers.rawdb"
 local records = require "mongostore.records"
 local Q = records.Q
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local Book = records.define { name = "book", fields = { title = "string", edition = "integer",
                                                         note = { "string", identity = false } } }

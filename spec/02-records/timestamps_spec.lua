@@ -10,10 +10,7 @@ local helper = require "helpers"
 local rawdb = require "helpers.rawdb"
 local records = require "mongostore.records"
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local Author = records.define { name = "author", fields = { name = "string" } }
 local Book = records.define { name = "book", fields = { title = "string", edition = "integer" },

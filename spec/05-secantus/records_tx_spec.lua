@@ -13,10 +13,7 @@ local records = require "mongostore.records"
 
 local SERVER = os.getenv("MONGOSTORE_TEST_SERVER") or "other"
 
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 local Author = records.define { name = "author", fields = { name = "string" } }
 local Book = records.define { name = "book", dedup = "value", fields = { title = "string", year = "integer" },

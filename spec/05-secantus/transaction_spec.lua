@@ -20,10 +20,7 @@ local function open(name)
 end
 
 -- the first value of every call that may fail, asserted with its message
-local function ok(v, err, code)
-  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
-  return v
-end
+local ok = require("helpers").ok
 
 -- fn's way to hand an operation's failure to db:transaction
 local function pass(r, err, code, detail)

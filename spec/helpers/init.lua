@@ -2,6 +2,12 @@
 -- per call, and helpers to run Lua code in separate OS processes.
 local M = {}
 
+-- Fails the spec with the error of a call that was expected to work; returns its value.
+function M.ok(v, err, code)
+  if v == nil then error(string.format("unexpected failure: %s (%s)", tostring(err), tostring(code)), 2) end
+  return v
+end
+
 function M.uri()
   local uri = os.getenv("MONGOSTORE_TEST_URI")
   assert(uri and uri ~= "", "MONGOSTORE_TEST_URI is not set (run the specs through `make test`)")
