@@ -1,5 +1,5 @@
 /*
- * codec.h - the document API's codec: value.c's forms of the encoder (boxes
+ * codec.h - the document API's codec: encode.c's forms of the encoder (boxes
  * taken, what the encoding saw reported, so that the checks a storable
  * document needs run only when they can fail) and decode.c's field reader.
  */
@@ -10,6 +10,12 @@
 
 /* hidden, as in ms.h */
 #pragma GCC visibility push(hidden)
+
+/* value.c's rules, for the encoders (encode.c): whether s is valid UTF-8
+ * (and, a key, non-empty and free of NUL); ms_table_kind that also counts
+ * the table's keys. */
+int ms_string_ok(const char *s, size_t len, int is_key);
+int ms_table_kind_keys(lua_State *L, int idx, size_t *n, size_t *nkeys, ms_err_t *e);
 
 /* What an encoding saw (an int of these bits): an empty key at any depth;
  * a box whose BSON holds strings or a document of its own (code, code with
