@@ -116,8 +116,11 @@
 #define MS_STORE_MT "mongostore.Store"
 
 /* An error on its way to Lua as (nil, msg, code). code is one of the fixed
- * names documented in README.md: conflict, duplicate, network, timeout,
- * server, invalid, too_large, unavailable, closed. */
+ * names of mongostore.codes, documented in README.md (the list is checked
+ * against both by spec/01-unit/doc_drift_spec.lua): conflict, duplicate,
+ * network, timeout, server, invalid, too_large, unavailable, closed,
+ * not_found, transient, stale, validation, transaction, clock_regression,
+ * finished. */
 typedef struct ms_err {
   const char *code;
   char msg[512];

@@ -168,3 +168,25 @@ function TestDocDrift:test_no_cli_help_repeats_a_sentence()
   end
   lu.assertEquals(repeated, {})
 end
+
+-- The error codes: mongostore.codes, README's table and ms.h's comment name
+-- the same ones.
+function TestDocDrift:test_the_error_code_lists_agree()
+  local ms = require "mongostore"
+  local want = {}
+  for _, c in ipairs(ms.codes) do want[#want + 1] = c end
+  table.sort(want)
+  local readme = assert(read("README.md"))
+  local block = assert(readme:match("\n| code | meaning |\n(.-)\n\n"), "README.md's table of codes")
+  local table_codes = {}
+  for code in block:gmatch("| `([%w_]+)` | ") do table_codes[#table_codes + 1] = code end
+  table.sort(table_codes)
+  lu.assertEquals(table_codes, want, "README.md's table of codes")
+  local header = assert(read("csrc/ms.h"))
+  local comment = assert(header:match("/%* An error on its way to Lua.-%*/"), "ms.h's comment on ms_err_t")
+  local listed = comment:match("against both by [^:]+:(.-)%.%s*%*/")
+  local h = {}
+  for code in assert(listed, "the list in ms.h's comment"):gmatch("[%w_]+") do h[#h + 1] = code end
+  table.sort(h)
+  lu.assertEquals(h, want, "csrc/ms.h's list")
+end
