@@ -450,7 +450,7 @@ static const luaL_Reg store_methods[] = {
 };
 
 static void (*const store_parts[])(lua_State *L) = {
-  ms_open_commit, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox,
+  ms_open_commit, ms_open_commit_batch, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox,
   ms_open_promoted, ms_open_failed, NULL
 };
 

@@ -151,6 +151,7 @@ void ms_foreign_index_filter(bson_t *filter);
  * (store.c assembles them in ms_open_store) ---- */
 
 void ms_open_commit(lua_State *L);   /* commit.c: _commit */
+void ms_open_commit_batch(lua_State *L); /* commit_batch.c: _commit_many */
 void ms_open_load(lua_State *L);     /* load.c: _load, _load_for_event, is_processed */
 void ms_open_list(lua_State *L);     /* list.c: _scan, _cursor_key */
 void ms_open_relay(lua_State *L);    /* relay.c: claims, releases, pending and acks of outbox and spawns */
