@@ -1,11 +1,11 @@
 /*
  * collection.c - the Collection userdata (mongostore.Collection, from
  * db:collection(name)): inserts, finds, counts, updates, replaces, deletes,
- * find-and-modify, aggregate, distinct and indexes, and what every method
- * shares (document.h); insert_many and bulk_write are bulk.c's. The Lua
- * half (lua/mongostore/database.lua) checks argument types and option keys
- * first; every input is encoded before any libmongoc call, and no Lua
- * error is raised while one is on the C stack.
+ * find-and-modify, aggregate, distinct, and what every method shares
+ * (document.h); insert_many and bulk_write are bulk.c's, the indexes and
+ * drop indexes.c's. The Lua half (lua/mongostore/database.lua) checks
+ * argument types and option keys first; every input is encoded before any
+ * libmongoc call, and no Lua error is raised while one is on the C stack.
  */
 #include "document.h"
 #include "codec.h"
@@ -173,7 +173,7 @@ int ms_call_opt(lua_State *L, const ms_call_t *k, const char *name) {
 }
 
 /* A non-negative integer option into o under key; absent is fine. */
-static int int_opt(lua_State *L, const ms_call_t *k, const char *name, bson_t *o, const char *key, ms_err_t *e) {
+int ms_call_int_opt(lua_State *L, const ms_call_t *k, const char *name, bson_t *o, const char *key, ms_err_t *e) {
   int64_t v;
   int t = ms_call_opt(L, k, name), rc = 0;
   if (t != LUA_TNIL) {
@@ -188,7 +188,7 @@ static int int_opt(lua_State *L, const ms_call_t *k, const char *name, bson_t *o
   return rc;
 }
 
-static int bool_opt(lua_State *L, const ms_call_t *k, const char *name, int *out) {
+int ms_call_bool_opt(lua_State *L, const ms_call_t *k, const char *name, int *out) {
   int t = ms_call_opt(L, k, name);
   *out = t == LUA_TBOOLEAN ? lua_toboolean(L, -1) : 0;
   lua_pop(L, 1);
@@ -332,8 +332,8 @@ static int l_insert_one(lua_State *L) {
  * session. */
 static int find_opts(lua_State *L, const ms_call_t *k, bson_t *o, ms_err_t *e) {
   if (ordered_opt(L, k, "projection", o, "projection", MS_ORDER_ANY, e) ||
-      ordered_opt(L, k, "sort", o, "sort", MS_ORDER_STRICT, e) || int_opt(L, k, "skip", o, "skip", e) ||
-      int_opt(L, k, "limit", o, "limit", e) || int_opt(L, k, "batch_size", o, "batchSize", e) ||
+      ordered_opt(L, k, "sort", o, "sort", MS_ORDER_STRICT, e) || ms_call_int_opt(L, k, "skip", o, "skip", e) ||
+      ms_call_int_opt(L, k, "limit", o, "limit", e) || ms_call_int_opt(L, k, "batch_size", o, "batchSize", e) ||
       ordered_opt(L, k, "hint", o, "hint", MS_ORDER_STRICT, e) || ms_call_session(L, k, o, e))
     return -1;
   return 0;
@@ -397,8 +397,8 @@ static int l_count(lua_State *L) {
   int64_t count;
   int n;
   MS_CALL_BEGIN(L, k, "count", 3);
-  if (ms_doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || int_opt(L, &k, "skip", &opts, "skip", &e) ||
-      int_opt(L, &k, "limit", &opts, "limit", &e) || ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) ||
+  if (ms_doc_arg(L, 2, &filter, "filter", 1, &k.found, &e) || ms_call_int_opt(L, &k, "skip", &opts, "skip", &e) ||
+      ms_call_int_opt(L, &k, "limit", &opts, "limit", &e) || ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) ||
       ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&filter);
     bson_destroy(&opts);
@@ -457,7 +457,7 @@ static int write_body(lua_State *L, const ms_call_t *k, int kind, bson_t *body, 
  * equality fields, so the filter is checked as a stored document then. */
 static int write_upsert(lua_State *L, const ms_call_t *k, const bson_t *filter, int ffound, int *upsert,
                         ms_err_t *e) {
-  if (bool_opt(L, k, "upsert", upsert)) {
+  if (ms_call_bool_opt(L, k, "upsert", upsert)) {
     ms_err_set(e, "invalid", "opts.upsert must be a boolean");
     return -1;
   }
@@ -564,7 +564,7 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   if (rc == 0 && !remove) rc = ms_update_arg(L, 3, &update, "update", &k.found, &e);
   if (rc == 0) rc = ordered_opt(L, &k, "sort", &tmp, "sort", MS_ORDER_STRICT, &e);
   if (rc == 0) rc = ordered_opt(L, &k, "projection", &tmp, "projection", MS_ORDER_ANY, &e);
-  if (rc == 0 && !remove && (bool_opt(L, &k, "upsert", &upsert) || bool_opt(L, &k, "new", &ret_new))) {
+  if (rc == 0 && !remove && (ms_call_bool_opt(L, &k, "upsert", &upsert) || ms_call_bool_opt(L, &k, "new", &ret_new))) {
     ms_err_set(&e, "invalid", "opts.upsert and opts.new must be booleans");
     rc = -1;
   }
@@ -636,7 +636,7 @@ static int l_aggregate(lua_State *L) {
   mongoc_cursor_t *cur;
   MS_CALL_BEGIN(L, k, "aggregate", 3);
   if (list_arg(L, 2, &pipeline, "pipeline", "pipeline", &k.found, &e) ||
-      int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
+      ms_call_int_opt(L, &k, "batch_size", &opts, "batchSize", &e) ||
       ordered_opt(L, &k, "hint", &opts, "hint", MS_ORDER_STRICT, &e) || ms_call_session(L, &k, &opts, &e)) {
     bson_destroy(&pipeline);
     bson_destroy(&opts);
@@ -691,145 +691,6 @@ static int l_distinct(lua_State *L) {
   return n;
 }
 
-/* ---- indexes and drop ---- */
-
-/* c:create_index(keys, { unique, name, partial_filter, sparse,
- * expire_after, session }) -> the index's name. libmongoc 1.23 has no index
- * model: this is the createIndexes command. */
-static int l_create_index(lua_State *L) {
-  bson_t keys = BSON_INITIALIZER, tmp = BSON_INITIALIZER, cmd = BSON_INITIALIZER, opts = BSON_INITIALIZER, idxs,
-         idx, reply;
-  bson_error_t be;
-  ms_err_t e;
-  char *name = NULL;
-  int rc, ok, n, unique = 0, sparse = 0;
-  MS_CALL_BEGIN(L, k, "create_index", 3);
-  rc = ms_ordered_to_bson(L, 2, &keys, "keys", MS_ORDER_STRICT, &e);
-  if (rc == 0 && bson_count_keys(&keys) == 0) {
-    ms_err_set(&e, "invalid", "keys: an index needs at least one key");
-    rc = -1;
-  }
-  if (rc == 0 && (bool_opt(L, &k, "unique", &unique) || bool_opt(L, &k, "sparse", &sparse))) {
-    ms_err_set(&e, "invalid", "opts.unique and opts.sparse must be booleans");
-    rc = -1;
-  }
-  if (rc == 0 && ms_call_opt(L, &k, "name") != LUA_TNIL) {
-    size_t nl;
-    const char *s = lua_tolstring(L, -1, &nl);
-    if (!s || ms_text_error(s, nl)) {
-      ms_err_set(&e, "invalid", "opts.name must be a non-empty UTF-8 string without NUL");
-      rc = -1;
-    } else {
-      name = bson_strdup(s);
-    }
-  }
-  if (rc == 0) lua_pop(L, 1);
-  if (rc == 0 && ms_call_opt(L, &k, "partial_filter") != LUA_TNIL) {
-    bson_t pf = BSON_INITIALIZER;
-    rc = ms_doc_arg(L, -1, &pf, "opts.partial_filter", 0, &k.found, &e);
-    if (rc == 0) bson_append_document(&tmp, "partialFilterExpression", -1, &pf);
-    bson_destroy(&pf);
-  }
-  if (rc == 0) lua_pop(L, 1);
-  if (rc == 0) rc = int_opt(L, &k, "expire_after", &tmp, "expireAfterSeconds", &e);
-  if (rc == 0) rc = ms_call_session(L, &k, &opts, &e);
-  if (rc) {
-    bson_destroy(&keys);
-    bson_destroy(&tmp);
-    bson_destroy(&cmd);
-    bson_destroy(&opts);
-    bson_free(name);
-    return ms_call_fail(L, &k, &e);
-  }
-  if (!name) name = mongoc_collection_keys_to_index_string(&keys);
-  bson_append_utf8(&cmd, "createIndexes", -1, k.c->name, -1);
-  bson_append_array_begin(&cmd, "indexes", -1, &idxs);
-  bson_append_document_begin(&idxs, "0", 1, &idx);
-  bson_append_document(&idx, "key", 3, &keys);
-  bson_append_utf8(&idx, "name", 4, name ? name : "", -1);
-  if (unique) bson_append_bool(&idx, "unique", 6, true);
-  if (sparse) bson_append_bool(&idx, "sparse", 6, true);
-  bson_concat(&idx, &tmp);
-  bson_append_document_end(&idxs, &idx);
-  bson_append_array_end(&cmd, &idxs);
-  ok = mongoc_collection_write_command_with_opts(k.c->coll, &cmd, &opts, &reply, &be);
-  if (!ok) n = ms_call_fail_bson(L, &k, &be, &reply);
-  else {
-    lua_pushstring(L, name ? name : "");
-    n = 1;
-  }
-  bson_destroy(&reply);
-  bson_destroy(&keys);
-  bson_destroy(&tmp);
-  bson_destroy(&cmd);
-  bson_destroy(&opts);
-  bson_free(name);
-  return n;
-}
-
-/* The start of a method whose one option is the session: opts initialised
- * with it, 0; or the error pushed (its count returned), opts left empty. */
-static int session_only(lua_State *L, const ms_call_t *k, bson_t *opts) {
-  ms_err_t e;
-  bson_init(opts);
-  if (ms_call_session(L, k, opts, &e) == 0) return 0;
-  bson_destroy(opts);
-  return ms_call_fail(L, k, &e);
-}
-
-/* The end of a call that returns true: opts destroyed, then true or the
- * call's failure. */
-static int push_done(lua_State *L, const ms_call_t *k, bson_t *opts, int ok, const bson_error_t *be) {
-  bson_destroy(opts);
-  if (!ok) return ms_call_fail_bson(L, k, be, NULL);
-  lua_pushboolean(L, 1);
-  return 1;
-}
-
-/* c:list_indexes({ session }) -> a list of index entries ({ key, name, ... }) */
-static int l_list_indexes(lua_State *L) {
-  bson_t opts;
-  mongoc_cursor_t *cur;
-  int n;
-  MS_CALL_BEGIN(L, k, "list_indexes", 2);
-  if ((n = session_only(L, &k, &opts))) return n;
-  cur = mongoc_collection_find_indexes_with_opts(k.c->coll, &opts);
-  bson_destroy(&opts);
-  return ms_document_push_list(L, k.db, cur, ms_call_doing(&k));
-}
-
-/* c:drop_index(name, { session }) -> true */
-static int l_drop_index(lua_State *L) {
-  bson_t opts;
-  bson_error_t be;
-  ms_err_t e;
-  size_t nl = 0;
-  const char *name;
-  int n, ok;
-  MS_CALL_BEGIN(L, k, "drop_index", 3);
-  name = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &nl) : NULL;
-  if (!name || ms_text_error(name, nl)) {
-    ms_err_set(&e, "invalid", "name must be a non-empty UTF-8 string without NUL");
-    return ms_call_fail(L, &k, &e);
-  }
-  if ((n = session_only(L, &k, &opts))) return n;
-  ok = mongoc_collection_drop_index_with_opts(k.c->coll, name, &opts, &be);
-  return push_done(L, &k, &opts, ok, &be);
-}
-
-/* c:drop({ session }) -> true; a collection that does not exist is dropped
- * already. */
-static int l_drop(lua_State *L) {
-  bson_t opts;
-  bson_error_t be;
-  int n, ok;
-  MS_CALL_BEGIN(L, k, "drop", 2);
-  if ((n = session_only(L, &k, &opts))) return n;
-  ok = mongoc_collection_drop_with_opts(k.c->coll, &opts, &be) ||
-       (be.domain == MONGOC_ERROR_SERVER && be.code == 26) || strstr(be.message, "ns not found");
-  return push_done(L, &k, &opts, ok, &be);
-}
-
 static int l_name(lua_State *L) {
   ms_collection_t *c = (ms_collection_t *)luaL_checkudata(L, 1, MS_COLLECTION_MT);
   lua_pushstring(L, c->name);
@@ -868,16 +729,13 @@ void ms_open_collection(lua_State *L) {
     {"find_one_and_delete", l_find_one_and_delete},
     {"aggregate", l_aggregate},
     {"distinct", l_distinct},
-    {"create_index", l_create_index},
-    {"list_indexes", l_list_indexes},
-    {"drop_index", l_drop_index},
-    {"drop", l_drop},
     {"name", l_name},
     {NULL, NULL}
   };
   if (luaL_newmetatable(L, MS_COLLECTION_MT)) {
     luaL_newlib(L, methods);
     ms_collection_add_bulk(L);
+    ms_collection_add_indexes(L);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, l_gc);
     lua_setfield(L, -2, "__gc");

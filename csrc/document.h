@@ -143,6 +143,10 @@ int ms_call_fail_bson(lua_State *L, const ms_call_t *k, const bson_error_t *be, 
 /* Pushes option name (its Lua type returned; nil pushed without options). */
 int ms_call_opt(lua_State *L, const ms_call_t *k, const char *name);
 int ms_call_session(lua_State *L, const ms_call_t *k, bson_t *o, ms_err_t *e);   /* opts.session into o */
+/* collection.c: a non-negative integer option into o under key (absent is fine); a boolean option into *out
+ * (absent: 0). Both -1 on a wrong value. */
+int ms_call_int_opt(lua_State *L, const ms_call_t *k, const char *name, bson_t *o, const char *key, ms_err_t *e);
+int ms_call_bool_opt(lua_State *L, const ms_call_t *k, const char *name, int *out);
 
 /* An update given as a pipeline (beside codec.h's MS_FOUND_* bits). */
 #define MS_FOUND_PIPELINE 0x100
@@ -194,6 +198,8 @@ void ms_name_join(char *buf, size_t size, const char *a, const char *b);
 /* Adds insert_many and bulk_write to the Collection's methods (the table on
  * top of the stack). */
 void ms_collection_add_bulk(lua_State *L);
+/* indexes.c: create_index, list_indexes, drop_index, drop into the table on top */
+void ms_collection_add_indexes(lua_State *L);
 
 /* ---- each file's methods and metatables (database.c assembles them;
  * ms_open_database, in ms.h, is what core.c calls) ---- */
