@@ -10,44 +10,21 @@ local type, error, pairs, ipairs, setmetatable, rawget, rawset, tostring =
 local format = string.format
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local Session = P_shared.Session
 local TOKEN = P_shared.TOKEN
-local bound = P_shared.bound
-local build_update = P_shared.build_update
-local check_opts = P_shared.check_opts
 local class_of = P_shared.class_of
-local driver_fail = P_shared.driver_fail
-local fail = P_shared.fail
 local filter_ctx = P_shared.filter_ctx
 local gone = P_shared.gone
-local journal_note = P_shared.journal_note
-local model_filter = P_shared.model_filter
-local now = P_shared.now
-local rename = P_shared.rename
-local scope = P_shared.scope
-local session_of = P_shared.session_of
 local snaps = P_shared.snaps
-local update_fail = P_shared.update_fail
-local validation_error = P_shared.validation_error
-local wants_validation = P_shared.wants_validation
 
 local P_instance = require "mongostore.model.instance"
 local Instance = P_instance.Instance
-local NO_SNAPSHOT = P_instance.NO_SNAPSHOT
-local applied = P_instance.applied
-local delta = P_instance.delta
-local insert_item = P_instance.insert_item
-local prepare_insert = P_instance.prepare_insert
-local restore_managed = P_instance.restore_managed
-local save_update = P_instance.save_update
 
 local P_query = require "mongostore.model.query"
 local Query = P_query.Query
 
 local P_class = require "mongostore.model.class"
 local Model = P_class.Model
-local check_class = P_class.check_class
 
 local P_registry = require "mongostore.model.registry"
 local Registry = P_registry.Registry
@@ -60,36 +37,13 @@ M.registry = P_registry.registry
 
 -- ------------------------------------------------------------ bulk paths
 
--- insert_many, bulk_save, bulk_write and its constructors (mongostore.model.bulk)
-require("mongostore.model.bulk").install(Model, M, {
-  NO_SNAPSHOT = NO_SNAPSHOT,
-  OPTS = OPTS,
-  TOKEN = TOKEN,
-  applied = applied,
-  bound = bound,
-  build_update = build_update,
-  update_fail = update_fail,
-  model_filter = model_filter,
-  check_class = check_class,
-  check_opts = check_opts,
-  class_of = class_of,
-  delta = delta,
-  driver_fail = driver_fail,
-  fail = fail,
-  gone = gone,
-  insert_item = insert_item,
-  journal_note = journal_note,
-  now = now,
-  prepare_insert = prepare_insert,
-  rename = rename,
-  restore_managed = restore_managed,
-  save_update = save_update,
-  scope = scope,
-  session_of = session_of,
-  snaps = snaps,
-  validation_error = validation_error,
-  wants_validation = wants_validation,
-})
+-- insert_many, bulk_save, bulk_write (set on Model by mongostore.model.bulk) and bulk_write's constructors
+do
+  local bulk = require "mongostore.model.bulk"
+  for _, k in ipairs { "insert_one", "update_one", "update_many", "upsert_one", "delete_one", "delete_many" } do
+    M[k] = bulk[k]
+  end
+end
 
 
 -- ------------------------------------------------------------ define
