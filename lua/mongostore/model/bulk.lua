@@ -100,6 +100,119 @@ function Model:insert_many(list, opts)
   return { inserted = inserted, errors = errors }
 end
 
+-- bulk_save's plan: an insert_one per new document, an update_one (guarded
+-- by its revision, stamped with this call's token) per changed one; the
+-- documents that cannot be sent are failed already.
+local function plan_saves(C, docs, validate, journal, at)
+  local call = tostring(objectid())
+  local ops, plan, failed = {}, {}, {}
+  for i = 1, #docs do
+    local doc = docs[i]
+    if class_of(doc) ~= C then error(format("bulk_save: item %d is not a %s", i, C.name), 3) end
+    local snap = snaps[doc]
+    if gone[doc] then
+      failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
+    elseif snap == nil then
+      local vals, errs = prepare_insert(C, doc, validate, journal, at)
+      if not vals then
+        local _, e = validation_error(C, "bulk_save", errs)
+        failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
+      else
+        ops[#ops + 1] = { insert_one = doc }
+        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = vals._id ~= nil }
+      end
+    else
+      mark(C._schema, doc)
+      local set, unset, n = delta(C, doc, snap, "bulk_save")
+      if n > 0 then
+        local errs = validate and check_doc(C._schema, doc, C._check_skip)
+        if errs then
+          local _, e = validation_error(C, "bulk_save", errs)
+          failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
+        else
+          local token = call .. "." .. (#ops + 1)
+          local u, f, unscoped = save_update(C, snap, set, unset, at, token)
+          ops[#ops + 1] = { update_one = { filter = f, update = u } }
+          plan[#ops] = { index = i, doc = doc, set = set, unset = unset, token = token, unscoped = unscoped }
+        end
+      end
+    end
+  end
+  return ops, plan, failed
+end
+
+-- Updates that matched nothing are not errors to the server: when fewer
+-- matched than were sent, one read tells which. Only this op's token says
+-- it was written: a revision one above the copy's, or this call's
+-- updated_at, can be another writer's. Read unscoped: a document deleted
+-- meanwhile is not_found, one at another revision stale. -> missed (op index
+-- -> { code, message }), or nil, err, code, detail.
+local function find_missed(C, coll, raw, plan, ok_updates)
+  local ids = array {}
+  for _, j in ipairs(ok_updates) do ids[#ids + 1] = rawget(plan[j].doc, "_id") end
+  local rev, soft = C._roles.revision, C._soft
+  local proj = { _id = 1, [TOKEN] = 1 }
+  if rev then proj[rev] = 1 end
+  if soft then proj[soft] = 1 end
+  local cur, msg, code, detail = coll:find({ _id = { ["$in"] = ids } }, { projection = proj, session = raw })
+  if not cur then return driver_fail(msg, code, detail) end
+  local list
+  list, msg, code, detail = cur:all()
+  if not list then return driver_fail(msg, code, detail) end
+  local found, missed = {}, {}
+  for _, d in ipairs(list) do found[tostring(d._id)] = d end
+  for _, j in ipairs(ok_updates) do
+    local p = plan[j]
+    local id = tostring(rawget(p.doc, "_id"))
+    local d = found[id]
+    if d == nil then
+      missed[j] = { code = "not_found", message = "no document " .. id }
+    elseif d[TOKEN] ~= p.token then
+      if soft and not p.unscoped and d[soft] ~= nil and d[soft] ~= null then
+        missed[j] = { code = "not_found", message = format("document %s was deleted", id) }
+      elseif rev then
+        missed[j] = { code = "stale", message = format(
+          "document %s is at revision %s, this copy at %s: reload it", id, tostring(d[rev]),
+          tostring(snaps[p.doc][rev])) }
+      else
+        missed[j] = { code = "stale", message = format("document %s was not written: reload it", id) }
+      end
+    end
+  end
+  return missed
+end
+
+-- Each op's outcome on its document: written (tracked as written, noted in
+-- the journal) or failed (an insert's managed fields put back). -> written
+local function settle_saves(C, ops, plan, refused, missed, failed, journal, at)
+  local written = 0
+  for j = 1, #ops do
+    local p = plan[j]
+    local doc = p.doc
+    local e = refused[j] or missed[j]
+    if e then
+      local message = e.message
+      if p.insert then
+        restore_managed(C, doc, p.vals)
+        if e.code == "duplicate" and p.had_id then
+          message = tostring(message) .. "; " .. format(NO_SNAPSHOT, C.name)
+        end
+      end
+      failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = message,
+                              server_code = e.server_code }
+    else
+      if p.insert then
+        snaps[doc] = snapshot(doc)
+      else
+        journal_note(journal, C, doc)
+        applied(C, doc, snaps[doc], p.set, p.unset, at)
+      end
+      written = written + 1
+    end
+  end
+  return written
+end
+
 --- Model:bulk_save(docs) -> n written; or nil, err with err.failed = { { index =, doc =, code =, message = }... }
 function Model:bulk_save(docs, opts)
   check_class(self, "bulk_save")
@@ -109,41 +222,7 @@ function Model:bulk_save(docs, opts)
   local validate = wants_validation(self, opts)
   local raw, journal = session_of(opts)
   local at = now()
-  local r = self._roles
-  local call = tostring(objectid())
-  local ops, plan, failed = {}, {}, {}
-  for i = 1, #docs do
-    local doc = docs[i]
-    if class_of(doc) ~= self then error(format("bulk_save: item %d is not a %s", i, self.name), 2) end
-    local snap = snaps[doc]
-    if gone[doc] then
-      failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
-    elseif snap == nil then
-      local vals, errs = prepare_insert(self, doc, validate, journal, at)
-      if not vals then
-        local _, e = validation_error(self, "bulk_save", errs)
-        failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
-      else
-        ops[#ops + 1] = { insert_one = doc }
-        plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = vals._id ~= nil }
-      end
-    else
-      mark(self._schema, doc)
-      local set, unset, n = delta(self, doc, snap, "bulk_save")
-      if n > 0 then
-        local errs = validate and check_doc(self._schema, doc, self._check_skip)
-        if errs then
-          local _, e = validation_error(self, "bulk_save", errs)
-          failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
-        else
-          local token = call .. "." .. (#ops + 1)
-          local u, f, unscoped = save_update(self, snap, set, unset, at, token)
-          ops[#ops + 1] = { update_one = { filter = f, update = u } }
-          plan[#ops] = { index = i, doc = doc, set = set, unset = unset, token = token, unscoped = unscoped }
-        end
-      end
-    end
-  end
+  local ops, plan, failed = plan_saves(self, docs, validate, journal, at)
   local written = 0
   if #ops > 0 then
     local res, msg, code, detail = coll:bulk_write(ops, { ordered = false, session = raw })
@@ -155,73 +234,16 @@ function Model:bulk_save(docs, opts)
     end
     local refused = {}
     for _, e in ipairs(res.errors) do refused[e.index] = e end
-    -- updates that matched nothing are not errors to the server: when fewer
-    -- matched than were sent, one read tells which. Only this op's token says
-    -- it was written: a revision one above the copy's, or this call's
-    -- updated_at, can be another writer's. Read unscoped: a document deleted
-    -- meanwhile is not_found, one at another revision stale.
     local updates, ok_updates = 0, {}
     for j = 1, #ops do
       if not plan[j].insert and not refused[j] then updates = updates + 1; ok_updates[#ok_updates + 1] = j end
     end
     local missed = {}
     if res.matched < updates then
-      local ids = array {}
-      for _, j in ipairs(ok_updates) do ids[#ids + 1] = rawget(plan[j].doc, "_id") end
-      local rev, soft = r.revision, self._soft
-      local proj = { _id = 1, [TOKEN] = 1 }
-      if rev then proj[rev] = 1 end
-      if soft then proj[soft] = 1 end
-      local cur, m2, c2, d2 = coll:find({ _id = { ["$in"] = ids } }, { projection = proj, session = raw })
-      if not cur then return driver_fail(m2, c2, d2) end
-      local found = {}
-      local list
-      list, m2, c2, d2 = cur:all()
-      if not list then return driver_fail(m2, c2, d2) end
-      for _, d in ipairs(list) do found[tostring(d._id)] = d end
-      for _, j in ipairs(ok_updates) do
-        local p = plan[j]
-        local id = tostring(rawget(p.doc, "_id"))
-        local d = found[id]
-        if d == nil then
-          missed[j] = { code = "not_found", message = "no document " .. id }
-        elseif d[TOKEN] ~= p.token then
-          if soft and not p.unscoped and d[soft] ~= nil and d[soft] ~= null then
-            missed[j] = { code = "not_found", message = format("document %s was deleted", id) }
-          elseif rev then
-            missed[j] = { code = "stale", message = format(
-              "document %s is at revision %s, this copy at %s: reload it", id, tostring(d[rev]),
-              tostring(snaps[p.doc][rev])) }
-          else
-            missed[j] = { code = "stale", message = format("document %s was not written: reload it", id) }
-          end
-        end
-      end
+      missed, msg, code, detail = find_missed(self, coll, raw, plan, ok_updates)
+      if not missed then return nil, msg, code, detail end
     end
-    for j = 1, #ops do
-      local p = plan[j]
-      local doc = p.doc
-      local e = refused[j] or missed[j]
-      if e then
-        local message = e.message
-        if p.insert then
-          restore_managed(self, doc, p.vals)
-          if e.code == "duplicate" and p.had_id then
-            message = tostring(message) .. "; " .. format(NO_SNAPSHOT, self.name)
-          end
-        end
-        failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = message,
-                                server_code = e.server_code }
-      else
-        if not p.insert then journal_note(journal, self, doc) end
-        if p.insert then
-          snaps[doc] = snapshot(doc)
-        else
-          applied(self, doc, snaps[doc], p.set, p.unset, at)
-        end
-        written = written + 1
-      end
-    end
+    written = settle_saves(self, ops, plan, refused, missed, failed, journal, at)
   end
   if #failed > 0 then
     table.sort(failed, function(a, b) return a.index < b.index end)
