@@ -58,55 +58,40 @@ local DEFINE_KEYS = { collection = true, fields = true, indexes = true, validate
                       methods = true }
 
 --- model.define{ collection =, fields =, indexes =, validate_writes = true, name =, methods = } -> the model
-function M.define(spec)
-  if type(spec) ~= "table" then error("define: spec must be a table, got " .. type(spec), 2) end
+-- define's checks of spec and its methods: -> the methods a document has.
+local function define_methods(spec, S, name)
+  if type(spec) ~= "table" then error("define: spec must be a table, got " .. type(spec), 3) end
   for k in pairs(spec) do
-    if not DEFINE_KEYS[k] then error("define: unknown key " .. tostring(k), 2) end
+    if not DEFINE_KEYS[k] then error("define: unknown key " .. tostring(k), 3) end
   end
-  if type(spec.collection) ~= "string" or spec.collection == "" then
-    error("define: collection must be a non-empty string", 2)
-  end
-  local name = spec.name or spec.collection
-  local fields = {}
-  local id_decl
-  for k, v in pairs(spec.fields or {}) do
-    if k == "id" or k == "_id" then id_decl = v else fields[k] = v end
-  end
-  local where = "define " .. name
-  local S = schema.compile(fields, where)
   local methods = {}
   for k, v in pairs(Instance) do methods[k] = v end
   if spec.methods ~= nil then
-    if type(spec.methods) ~= "table" then error("define: methods must be a table of functions", 2) end
+    if type(spec.methods) ~= "table" then error("define: methods must be a table of functions", 3) end
     for k, v in pairs(spec.methods) do
-      if type(v) ~= "function" then error("define: methods." .. tostring(k) .. " must be a function", 2) end
+      if type(v) ~= "function" then error("define: methods." .. tostring(k) .. " must be a function", 3) end
       methods[k] = v
     end
   end
   for fname in pairs(S.by_name) do
     if methods[fname] or RESERVED[fname] then
       error(format("define: the field %s of %s has the name of a method or of one the model keeps "
-        .. "(id, is_new, class, %s)", fname, name, TOKEN), 2)
+        .. "(id, is_new, class, %s)", fname, name, TOKEN), 3)
     end
   end
-  local id_field
-  if id_decl ~= nil then
-    local idS = schema.compile({ _id = id_decl }, where)
-    id_field = idS.by_name._id
-    S.by_name._id = id_field
-    S.list[#S.list + 1] = id_field
-    id_field.required = false
+  -- indexes checked now, so a typo fails at define rather than at registry
+  for i, ix in ipairs(spec.indexes or {}) do
+    if type(ix) ~= "table" or type(ix.keys) ~= "table" then
+      error(format("define: indexes[%d] must be { keys = { { field, 1 } }, unique = ... }", i), 3)
+    end
   end
+  return methods
+end
+
+-- What the model reads from its fields: the immutable ones, the defaults,
+-- the fields it writes itself, what a save never diffs.
+local function derive_fields(C, S)
   local roles = S.roles
-  local C = {
-    name = name, collection = spec.collection, validate_writes = spec.validate_writes ~= false,
-    fields = S.by_name, _schema = S, _roles = roles, _soft = roles.deleted_at,
-    _oid = id_field == nil or id_field.type == "objectid",
-    _id_field = id_field or schema.compile({ _id = "objectid" }, where).by_name._id,
-    _check_skip = { _id = id_field == nil or nil, [TOKEN] = true },
-    _immutable = {}, _auto = {}, _managed = { "_id" }, _defaults = {},
-    _indexes = spec.indexes or {}, _coll = nil, _db = nil, _registry = nil,
-  }
   for _, f in ipairs(S.list) do
     if f.immutable and f.name ~= "_id" then C._immutable[f.name] = true end
     if f.default ~= nil then
@@ -130,7 +115,11 @@ function M.define(spec)
   for k in pairs(C._immutable) do skip[k] = true end
   C._diff_opts = { skip = skip }
   C._rev_projection = roles.revision and { [roles.revision] = 1 } or { _id = 1 }
-  local imt = {
+end
+
+-- The metatable of the model's documents.
+local function document_meta(C, methods, name)
+  return {
     class = C,
     __name = "mongostore.model." .. name,
     __index = function(self, k)
@@ -146,22 +135,53 @@ function M.define(spec)
     end,
     __tostring = function(self) return format("%s(%s)", name, tostring(rawget(self, "_id"))) end,
   }
-  C._imt = imt
+end
+
+function M.define(spec)
+  if type(spec) ~= "table" then error("define: spec must be a table, got " .. type(spec), 2) end
+  if type(spec.collection) ~= "string" or spec.collection == "" then
+    for k in pairs(spec) do
+      if not DEFINE_KEYS[k] then error("define: unknown key " .. tostring(k), 2) end
+    end
+    error("define: collection must be a non-empty string", 2)
+  end
+  local name = spec.name or spec.collection
+  local fields = {}
+  local id_decl
+  for k, v in pairs(spec.fields or {}) do
+    if k == "id" or k == "_id" then id_decl = v else fields[k] = v end
+  end
+  local where = "define " .. name
+  local S = schema.compile(fields, where)
+  local methods = define_methods(spec, S, name)
+  local id_field
+  if id_decl ~= nil then
+    local idS = schema.compile({ _id = id_decl }, where)
+    id_field = idS.by_name._id
+    S.by_name._id = id_field
+    S.list[#S.list + 1] = id_field
+    id_field.required = false
+  end
+  local roles = S.roles
+  local C = {
+    name = name, collection = spec.collection, validate_writes = spec.validate_writes ~= false,
+    fields = S.by_name, _schema = S, _roles = roles, _soft = roles.deleted_at,
+    _oid = id_field == nil or id_field.type == "objectid",
+    _id_field = id_field or schema.compile({ _id = "objectid" }, where).by_name._id,
+    _check_skip = { _id = id_field == nil or nil, [TOKEN] = true },
+    _immutable = {}, _auto = {}, _managed = { "_id" }, _defaults = {},
+    _indexes = spec.indexes or {}, _coll = nil, _db = nil, _registry = nil,
+  }
+  derive_fields(C, S)
+  C._imt = document_meta(C, methods, name)
   C._methods = methods
   C._fctx = filter_ctx(C)
-  local meta = {
+  C._meta = {
     __index = Model,
     __call = function(cls, t) return cls:new(t) end,
     __tostring = function() return "model " .. name end,
   }
-  C._meta = meta
-  -- indexes checked now, so a typo fails at define rather than at registry
-  for i, ix in ipairs(C._indexes) do
-    if type(ix) ~= "table" or type(ix.keys) ~= "table" then
-      error(format("define: indexes[%d] must be { keys = { { field, 1 } }, unique = ... }", i), 2)
-    end
-  end
-  return setmetatable(C, meta)
+  return setmetatable(C, C._meta)
 end
 
 --- model.is_document(x): whether x is a document of a model.
