@@ -289,32 +289,14 @@ local function check_list(v, what)
   return v
 end
 
-local function highlight(g, opts)
-  local c = g.chart
-  local h = { state = {}, any = false }
-  local function node_at(path, what)
-    if path == nil then return nil end
-    local node = c.index[path]
-    if not node or node == c.root then
-      return nil, format("%s: state '%s' is not in chart %s", what, tostring(path), c.id)
-    end
-    return node
-  end
-  local rank = { visited = 1, active = 2, current = 3, failed = 3 }
-  local function mark(node, class)
-    while node and node ~= c.root do
-      local old = h.state[node]
-      if not old or rank[class] > rank[old] then h.state[node] = class end
-      if class == "current" or class == "failed" then class = "active" end
-      node = node.parent
-    end
-    h.any = true
-  end
-  -- executions: opts.execution (one, or a list) and opts.executions
+-- The executions (opts.execution, one or a list, and opts.executions) and
+-- the traces (opts.trace, one list of steps or a list of them, and
+-- opts.traces) a highlight is made from.
+local function highlight_inputs(opts)
   local exes = {}
   local function add_exe(e, what)
     if type(e) ~= "table" and type(e) ~= "userdata" then
-      error(format("diagram: %s must be an execution, got %s", what, type(e)), 4)
+      error(format("diagram: %s must be an execution, got %s", what, type(e)), 5)
     end
     exes[#exes + 1] = e
   end
@@ -327,7 +309,6 @@ local function highlight(g, opts)
     end
   end
   for i, e in ipairs(check_list(opts.executions, "executions")) do add_exe(e, format("opts.executions[%d]", i)) end
-  -- traces: opts.trace (one list of steps, or a list of them) and opts.traces
   local traces = {}
   local tr = check_list(opts.trace, "trace")
   local first = tr[1]
@@ -337,25 +318,15 @@ local function highlight(g, opts)
     traces[1] = tr
   end
   for _, t in ipairs(check_list(opts.traces, "traces")) do traces[#traces + 1] = check_list(t, "traces[i]") end
+  return exes, traces
+end
 
-  for i, e in ipairs(exes) do
-    local what = format("execution %s", tostring(e.id or i))
-    if e.definition_id ~= nil and e.definition_id ~= c.id then
-      return nil, format("%s runs chart %s, not %s", what, tostring(e.definition_id), c.id)
-    end
-    local node, err = node_at(e.active_path, what)
-    if err then return nil, err end
-    -- a region that finished is a place the execution passed, not where it is
-    local class = e.status == "FAILED" and "failed" or "current"
-    if e.parent_id ~= nil and (e.status == "DONE" or e.status == "CANCELLED") then class = "visited" end
-    if node then mark(node, class) end
-  end
-
-  -- every step of every trace, ordered by time (then trace, then position)
+-- Every step of every trace, ordered by time (then trace, then position).
+local function ordered_steps(traces)
   local steps = {}
   for ti, list in ipairs(traces) do
     for si, s in ipairs(list) do
-      if type(s) ~= "table" then error(format("diagram: trace %d step %d must be a table", ti, si), 3) end
+      if type(s) ~= "table" then error(format("diagram: trace %d step %d must be a table", ti, si), 4) end
       steps[#steps + 1] = { s = s, ti = ti, si = si, at = type(s.at) == "number" and s.at or nil }
     end
   end
@@ -364,62 +335,122 @@ local function highlight(g, opts)
     if a.ti ~= b.ti then return a.ti < b.ti end
     return a.si < b.si
   end)
-  local count, last_to = 0, {}
-  local function taken(e)
-    count = count + 1
-    e.order[#e.order + 1] = count
+  return steps
+end
+
+local RANK = { visited = 1, active = 2, current = 3, failed = 3 }
+
+-- A highlight being made over graph g: its states' classes and its edges'
+-- order of taking.
+local Marks = {}
+Marks.__index = Marks
+
+local function new_marks(g)
+  return setmetatable({ g = g, c = g.chart, h = { state = {}, any = false }, count = 0 }, Marks)
+end
+
+-- The node at path, nil for none, or nil, message for a path not in the chart.
+function Marks:node_at(path, what)
+  if path == nil then return nil end
+  local c = self.c
+  local node = c.index[path]
+  if not node or node == c.root then
+    return nil, format("%s: state '%s' is not in chart %s", what, tostring(path), c.id)
   end
-  local function initials_down(top, bottom)
-    -- the initial edges from top down to bottom, outermost first
-    local path = {}
-    local n = bottom
-    while n and n ~= top do
-      path[#path + 1] = n
-      n = n.parent
-    end
-    local parent = top
-    for i = #path, 1, -1 do
-      local child = path[i]
-      if parent and parent.initial == child and g.initial_edge[parent] then taken(g.initial_edge[parent]) end
-      parent = child
+  return node
+end
+
+-- Marks node and its ancestors with class (the ancestors of a current or
+-- failed state are active), keeping the higher of two marks.
+function Marks:mark(node, class)
+  local h, root = self.h, self.c.root
+  while node and node ~= root do
+    local old = h.state[node]
+    if not old or RANK[class] > RANK[old] then h.state[node] = class end
+    if class == "current" or class == "failed" then class = "active" end
+    node = node.parent
+  end
+  h.any = true
+end
+
+function Marks:taken(e)
+  self.count = self.count + 1
+  e.order[#e.order + 1] = self.count
+end
+
+-- The initial edges from top down to bottom, outermost first.
+function Marks:initials_down(top, bottom)
+  local g = self.g
+  local path = {}
+  local n = bottom
+  while n and n ~= top do
+    path[#path + 1] = n
+    n = n.parent
+  end
+  local parent = top
+  for i = #path, 1, -1 do
+    local child = path[i]
+    if parent and parent.initial == child and g.initial_edge[parent] then self:taken(g.initial_edge[parent]) end
+    parent = child
+  end
+end
+
+-- One trace step: its states visited, the edges its transition took.
+function Marks:step(from, to, event)
+  if from then self:mark(from, "visited") end
+  if to then self:mark(to, "visited") end
+  if to and not from then
+    self:initials_down(nil, to)
+  elseif from and to then
+    local chain, landed = explain(from, to, event)
+    if chain then
+      for _, link in ipairs(chain) do
+        local parts, t = self.g.by_t[link.t], link.t
+        local target = (link.part == "keys" and t.targets[link.key]) or (link.part == "else" and t.else_target)
+                       or t.target
+        self:mark(target, "visited")
+        self:taken(parts.main)
+        if link.part == "keys" then self:taken(parts.keys[link.key])
+        elseif link.part ~= "main" then self:taken(parts[link.part]) end
+      end
+      if landed ~= to and is_within(to, landed) then self:initials_down(landed, to) end
     end
   end
-  for _, item in ipairs(steps) do
+end
+
+local function highlight(g, opts)
+  local c = g.chart
+  local exes, traces = highlight_inputs(opts)
+  local m = new_marks(g)
+  for i, e in ipairs(exes) do
+    local what = format("execution %s", tostring(e.id or i))
+    if e.definition_id ~= nil and e.definition_id ~= c.id then
+      return nil, format("%s runs chart %s, not %s", what, tostring(e.definition_id), c.id)
+    end
+    local node, err = m:node_at(e.active_path, what)
+    if err then return nil, err end
+    -- a region that finished is a place the execution passed, not where it is
+    local class = e.status == "FAILED" and "failed" or "current"
+    if e.parent_id ~= nil and (e.status == "DONE" or e.status == "CANCELLED") then class = "visited" end
+    if node then m:mark(node, class) end
+  end
+  local last_to = {}
+  for _, item in ipairs(ordered_steps(traces)) do
     local s = item.s
     local where = format("trace step %d of trace %d", item.si, item.ti)
-    local from, err = node_at(s.from, where)
+    local from, err = m:node_at(s.from, where)
     if err then return nil, err end
-    local to, err2 = node_at(s.to, where)
+    local to, err2 = m:node_at(s.to, where)
     if err2 then return nil, err2 end
-    if from then mark(from, "visited") end
-    if to then
-      mark(to, "visited")
-      last_to[item.ti] = to
-    end
-    if to and not from then
-      initials_down(nil, to)
-    elseif from and to then
-      local chain, landed = explain(from, to, s.event)
-      if chain then
-        for _, link in ipairs(chain) do
-          local parts, t = g.by_t[link.t], link.t
-          local target = (link.part == "keys" and t.targets[link.key]) or (link.part == "else" and t.else_target)
-                         or t.target
-          mark(target, "visited")
-          taken(parts.main)
-          if link.part == "keys" then taken(parts.keys[link.key])
-          elseif link.part ~= "main" then taken(parts[link.part]) end
-        end
-        if landed ~= to and is_within(to, landed) then initials_down(landed, to) end
-      end
-    end
+    if to then last_to[item.ti] = to end
+    m:step(from, to, s.event)
   end
   if #exes == 0 then
     for ti = 1, #traces do
-      if last_to[ti] then mark(last_to[ti], "current") end
+      if last_to[ti] then m:mark(last_to[ti], "current") end
     end
   end
-  return h
+  return m.h
 end
 
 ------------------------------------------------------------------------
