@@ -362,6 +362,95 @@ local function else_key(mapper)
   return k
 end
 
+-- A choice transition (branches with `when`, and an else): which branch
+-- is chosen when the transition is enabled, and what it sets.
+function Compiler:choice_transition(t, d, guard, pending)
+  local own_set = t.set
+  local branches = {}
+  for i, b in ipairs(t.choice.branches) do
+    branches[i] = { when = self:predicate(b.when), set = concat_lists(own_set, b.set) }
+  end
+  local default, default_set = t.choice.default, concat_lists(own_set, t.choice.default_set)
+  local targets = {}
+  for i, b in ipairs(t.choice.branches) do targets[tostring(i)] = b.to end
+  if default then targets["else"] = default end
+  local function pick(s)
+    for i, b in ipairs(branches) do if b.when(s) then return i end end
+    return nil
+  end
+  d.where = function(data, context, event)
+    local s = scopes(data, context, event)
+    if guard and not guard(s) then return false end
+    return default ~= nil or pick(s) ~= nil
+  end
+  d.select = function(context, event)
+    local s = scopes(event and event.data, context, event)
+    local i = pick(s)
+    pending[context] = evaluate(i and branches[i].set or default_set, s)
+    return i and tostring(i) or "else"
+  end
+  d.to = targets
+  d.action = function(context)
+    local v = pending[context]
+    pending[context] = nil
+    if v then apply(v, context) end
+  end
+  return d
+end
+
+-- harel's join: once every region has finished, pass when all (or any) of
+-- them ended with outcome "success", else the else target.
+local function join_transition(t, d)
+  local sel = t.selector
+  local mode = meta[t].join
+  d.join = "all"
+  d.to = { pass = sel.mapper.pass, fail = sel.default }
+  d.select = function(context)
+    local results = context.region_results
+    local n, ok = 0, 0
+    if type(results) == "table" then
+      for _, r in pairs(results) do
+        n = n + 1
+        if type(r) == "table" and r.outcome == "success" then ok = ok + 1 end
+      end
+    end
+    local passed = n > 0 and (mode == "all" and ok == n or mode == "any" and ok > 0)
+    return passed and "pass" or "fail"
+  end
+  return d
+end
+
+-- A selector transition: a function of the context picks the branch.
+function Compiler:selector_transition(t, d, guard, pos)
+  local sel = t.selector
+  local fnspec = sel
+  local fn, inputs = self:resolve_action(fnspec), fnspec.inputs
+  local mapper, default = sel.mapper, sel.default
+  if sel.enum then
+    for _, v in ipairs(sel.enum) do
+      if mapper[v] == nil and default == nil then
+        self:fail(pos, "selector %s returns '%s' (its `returns`) but has no branch for it and no `else`",
+          tostring(meta[fnspec] and meta[fnspec].ref), v)
+      end
+    end
+  end
+  local ekey = else_key(mapper)
+  local targets = {}
+  for k, v in pairs(mapper) do targets[k] = v end
+  if default then targets[ekey] = default end
+  local label = tostring(meta[fnspec] and meta[fnspec].ref or fnspec["function"])
+  d.select = function(context, event)
+    local r = fn(context, event, deep_copy(inputs))
+    local key = py_str(r)
+    if mapper[key] ~= nil then return key end
+    if default ~= nil then return ekey end
+    error(format("selector %s returned %s, which matches no branch and there is no else", label, show(r)), 0)
+  end
+  d.to = targets
+  if guard then d.where = function(data, context, event) return guard(scopes(data, context, event)) end end
+  return d
+end
+
 function Compiler:transition(t)
   local pos = t.__pos__
   local d = { from = t.from }
@@ -380,88 +469,12 @@ function Compiler:transition(t)
   -- values computed when the transition is enabled (or its branch chosen),
   -- keyed by the execution's context table, applied by its action
   local pending = setmetatable({}, { __mode = "k" })
-  local own_set = t.set
-  if t.choice then
-    local branches = {}
-    for i, b in ipairs(t.choice.branches) do
-      branches[i] = { when = self:predicate(b.when), set = concat_lists(own_set, b.set) }
-    end
-    local default, default_set = t.choice.default, concat_lists(own_set, t.choice.default_set)
-    local targets = {}
-    for i, b in ipairs(t.choice.branches) do targets[tostring(i)] = b.to end
-    if default then targets["else"] = default end
-    local function pick(s)
-      for i, b in ipairs(branches) do if b.when(s) then return i end end
-      return nil
-    end
-    d.where = function(data, context, event)
-      local s = scopes(data, context, event)
-      if guard and not guard(s) then return false end
-      return default ~= nil or pick(s) ~= nil
-    end
-    d.select = function(context, event)
-      local s = scopes(event and event.data, context, event)
-      local i = pick(s)
-      pending[context] = evaluate(i and branches[i].set or default_set, s)
-      return i and tostring(i) or "else"
-    end
-    d.to = targets
-    d.action = function(context)
-      local v = pending[context]
-      pending[context] = nil
-      if v then apply(v, context) end
-    end
-    return d
-  end
+  if t.choice then return self:choice_transition(t, d, guard, pending) end
   if t.selector then
-    local sel = t.selector
-    local fnspec = sel
-    if meta[t] and meta[t].join then
-      -- harel's join: once every region has finished, pass when all (or any)
-      -- of them ended with outcome "success", else the else target
-      local mode = meta[t].join
-      d.join = "all"
-      d.to = { pass = sel.mapper.pass, fail = sel.default }
-      d.select = function(context)
-        local results = context.region_results
-        local n, ok = 0, 0
-        if type(results) == "table" then
-          for _, r in pairs(results) do
-            n = n + 1
-            if type(r) == "table" and r.outcome == "success" then ok = ok + 1 end
-          end
-        end
-        local passed = n > 0 and (mode == "all" and ok == n or mode == "any" and ok > 0)
-        return passed and "pass" or "fail"
-      end
-      return d
-    end
-    local fn, inputs = self:resolve_action(fnspec), fnspec.inputs
-    local mapper, default = sel.mapper, sel.default
-    if sel.enum then
-      for _, v in ipairs(sel.enum) do
-        if mapper[v] == nil and default == nil then
-          self:fail(pos, "selector %s returns '%s' (its `returns`) but has no branch for it and no `else`",
-            tostring(meta[fnspec] and meta[fnspec].ref), v)
-        end
-      end
-    end
-    local ekey = else_key(mapper)
-    local targets = {}
-    for k, v in pairs(mapper) do targets[k] = v end
-    if default then targets[ekey] = default end
-    local label = tostring(meta[fnspec] and meta[fnspec].ref or fnspec["function"])
-    d.select = function(context, event)
-      local r = fn(context, event, deep_copy(inputs))
-      local key = py_str(r)
-      if mapper[key] ~= nil then return key end
-      if default ~= nil then return ekey end
-      error(format("selector %s returned %s, which matches no branch and there is no else", label, show(r)), 0)
-    end
-    d.to = targets
-    if guard then d.where = function(data, context, event) return guard(scopes(data, context, event)) end end
-    return d
+    if meta[t] and meta[t].join then return join_transition(t, d) end
+    return self:selector_transition(t, d, guard, pos)
   end
+  local own_set = t.set
   d.to = t.to
   if own_set then
     d.where = function(data, context, event)
