@@ -630,6 +630,132 @@ end
 
 -- Reads items until the closing `}` into a config table (harel's _assemble:
 -- a repeated scalar item keeps the last).
+-- timeout SECONDS | timeout context KEY | timeout PARAM
+function Parser:timeout_value()
+  local v = self:peek()
+  if v.class == "int" then
+    self:advance()
+    return tonumber(v.value)
+  elseif self:is_word("context") then
+    self:advance()
+    return { context = (self:ref("a context key")) }
+  elseif v.class == "name" then
+    self:advance()
+    return { __param__ = v.value }
+  end
+  self:expected("seconds, `context KEY` or a parameter name")
+end
+
+-- context { name: type ... }
+function Parser:context_schema()
+  self:op("{")
+  local schema = {}
+  while not self:is_op("}") do
+    local name, spec = self:field_spec(true)
+    schema[name] = spec
+  end
+  self:op("}")
+  return schema
+end
+
+-- invoke [CHART] [for VAR in LIST] [{ inline chart }], into cfg
+function Parser:invoke_item(cfg)
+  local n = self:peek()
+  if n.class == "dotted" or (n.class == "name" and not ITEM_WORDS[n.value] and n.value ~= "for") then
+    self:advance()
+    cfg.invoke = n.value
+  end
+  if self:is_word("for") then
+    self:advance()
+    local var = self:ref("the loop variable")
+    self:word("in")
+    cfg.invoke_each = setmetatable({ var, (self:ref("a context list")) }, M.LIST)
+  end
+  if self:is_op("{") then
+    local ot = self:advance()
+    local body = {}
+    self:items(body)
+    self:op("}")
+    self:machine_only(body, "an inline `invoke` target, which always runs as a child", ot)
+    cfg.invoke_inline = body
+  end
+end
+
+-- One argument of a fragment's use: a (predicate), a value, a name or a dotted path.
+function Parser:use_arg()
+  local a = self:peek()
+  if self:is_op("(") then
+    self:advance()
+    local v = setmetatable({ "pred", self:predicate() }, M.LIST)
+    self:op(")")
+    return v
+  elseif self:value_start(0) then
+    return setmetatable({ "lit", (self:value()) }, M.LIST)
+  elseif a.class == "name" then
+    self:advance()
+    return setmetatable({ "name", a.value }, M.LIST)
+  elseif a.class == "dotted" then
+    self:advance()
+    return setmetatable({ "dotted", a.value }, M.LIST)
+  end
+  self:expected("a name, a dotted path, a value or a (predicate)")
+end
+
+-- use FRAGMENT [(name = arg, ...)] [as ALIAS]
+function Parser:use_item(t)
+  local f = self:peek()
+  if f.class ~= "name" and f.class ~= "dotted" then self:expected("a fragment name") end
+  self:advance()
+  local use = { fragment = f.value, args = {}, __pos__ = pos_of(t) }
+  if self:is_op("(") then
+    self:advance()
+    if not self:is_op(")") then
+      repeat
+        local an = self:name("an argument name")
+        self:op("=")
+        use.args[an] = self:use_arg()
+      until not (self:is_op(",") and self:advance())
+    end
+    self:op(")")
+  end
+  if self:is_word("as") then
+    self:advance()
+    use.alias = self:ref("a local name")
+  end
+  return use
+end
+
+-- state NAME { ... } | orthogonal NAME { ... } | final NAME OUTCOME [{ ... }]
+-- -> name, its token, the state
+function Parser:state_item(w, t)
+  local name, nt = self:ref("a state name")
+  local child = { __pos__ = pos_of(t) }
+  if w == "final" then
+    child.outcome = self:ref("the final state's verdict (an outcome)")
+    if self:is_op("{") then
+      self:advance()
+      self:items(child)
+      self:op("}")
+    else
+      meta[child] = { order = {}, at = {}, uses = {} }
+    end
+    meta[child].at.outcome = pos_of(t)
+    meta[child].final = true
+  else
+    self:op("{")
+    self:items(child)
+    self:op("}")
+  end
+  self:machine_only(child, "state " .. name, t)
+  if w == "orthogonal" then
+    child.type = "OrthogonalState"
+    for _, region in pairs(child.states or {}) do
+      if region.states and not region.type then region.type = "ParallelState" end
+    end
+  end
+  return name, nt, child
+end
+
 function Parser:items(cfg)
   local info = { order = {}, at = {}, uses = {} }
   meta[cfg] = info
@@ -653,19 +779,7 @@ function Parser:items(cfg)
       set("on_" .. which.value, self:action())
     elseif w == "timeout" then
       self:advance()
-      local v = self:peek()
-      if v.class == "int" then
-        self:advance()
-        set("timeout", tonumber(v.value))
-      elseif self:is_word("context") then
-        self:advance()
-        set("timeout", { context = (self:ref("a context key")) })
-      elseif v.class == "name" then
-        self:advance()
-        set("timeout", { __param__ = v.value })
-      else
-        self:expected("seconds, `context KEY` or a parameter name")
-      end
+      set("timeout", self:timeout_value())
     elseif w == "ttl" then
       self:advance()
       local v = self:peek()
@@ -674,14 +788,7 @@ function Parser:items(cfg)
       set("ttl", tonumber(v.value))
     elseif w == "context" then
       self:advance()
-      self:op("{")
-      local schema = {}
-      while not self:is_op("}") do
-        local name, spec = self:field_spec(true)
-        schema[name] = spec
-      end
-      self:op("}")
-      set("context_schema", schema)
+      set("context_schema", self:context_schema())
     elseif w == "outcome" then
       self:advance()
       set("outcome", (self:ref("an outcome")))
@@ -703,25 +810,7 @@ function Parser:items(cfg)
     elseif w == "invoke" then
       self:advance()
       info.at.invoke = pos_of(t)
-      local n = self:peek()
-      if n.class == "dotted" or (n.class == "name" and not ITEM_WORDS[n.value] and n.value ~= "for") then
-        self:advance()
-        cfg.invoke = n.value
-      end
-      if self:is_word("for") then
-        self:advance()
-        local var = self:ref("the loop variable")
-        self:word("in")
-        cfg.invoke_each = setmetatable({ var, (self:ref("a context list")) }, M.LIST)
-      end
-      if self:is_op("{") then
-        local ot = self:advance()
-        local body = {}
-        self:items(body)
-        self:op("}")
-        self:machine_only(body, "an inline `invoke` target, which always runs as a child", ot)
-        cfg.invoke_inline = body
-      end
+      self:invoke_item(cfg)
     elseif w == "with" then
       self:advance()
       self:op("{")
@@ -735,69 +824,11 @@ function Parser:items(cfg)
       set("invoke_with", pairs_)
     elseif w == "use" then
       self:advance()
-      local f = self:peek()
-      if f.class ~= "name" and f.class ~= "dotted" then self:expected("a fragment name") end
-      self:advance()
-      local use = { fragment = f.value, args = {}, __pos__ = pos_of(t) }
-      if self:is_op("(") then
-        self:advance()
-        if not self:is_op(")") then
-          repeat
-            local an = self:name("an argument name")
-            self:op("=")
-            local a = self:peek()
-            if self:is_op("(") then
-              self:advance()
-              use.args[an] = setmetatable({ "pred", self:predicate() }, M.LIST)
-              self:op(")")
-            elseif self:value_start(0) then
-              use.args[an] = setmetatable({ "lit", (self:value()) }, M.LIST)
-            elseif a.class == "name" then
-              self:advance()
-              use.args[an] = setmetatable({ "name", a.value }, M.LIST)
-            elseif a.class == "dotted" then
-              self:advance()
-              use.args[an] = setmetatable({ "dotted", a.value }, M.LIST)
-            else
-              self:expected("a name, a dotted path, a value or a (predicate)")
-            end
-          until not (self:is_op(",") and self:advance())
-        end
-        self:op(")")
-      end
-      if self:is_word("as") then
-        self:advance()
-        use.alias = self:ref("a local name")
-      end
       uses = uses or {}
-      uses[#uses + 1] = use
+      uses[#uses + 1] = self:use_item(t)
     elseif w == "state" or w == "orthogonal" or w == "final" then
       self:advance()
-      local name, nt = self:ref("a state name")
-      local child = { __pos__ = pos_of(t) }
-      if w == "final" then
-        child.outcome = self:ref("the final state's verdict (an outcome)")
-        if self:is_op("{") then
-          self:advance()
-          self:items(child)
-          self:op("}")
-        else
-          meta[child] = { order = {}, at = {}, uses = {} }
-        end
-        meta[child].at.outcome = pos_of(t)
-        meta[child].final = true
-      else
-        self:op("{")
-        self:items(child)
-        self:op("}")
-      end
-      self:machine_only(child, "state " .. name, t)
-      if w == "orthogonal" then
-        child.type = "OrthogonalState"
-        for _, region in pairs(child.states or {}) do
-          if region.states and not region.type then region.type = "ParallelState" end
-        end
-      end
+      local name, nt, child = self:state_item(w, t)
       states = states or {}
       if states[name] then self:fail(nt, "duplicate state name '%s' (harel keeps only the last)", name) end
       states[name] = child
