@@ -95,6 +95,7 @@ build = {
       ["mongostore.cli.render"] = "lua/mongostore/cli/render.lua",
       ["mongostore.cli.term"] = "lua/mongostore/cli/term.lua",
       ["mongostore.stm"] = "lua/mongostore/stm.lua",
+      ["mongostore.stm.lex"] = "lua/mongostore/stm/lex.lua",
       ["mongostore.stm.parse"] = "lua/mongostore/stm/parse.lua",
       ["mongostore.stm.expand"] = "lua/mongostore/stm/expand.lua",
       ["mongostore.records"] = "lua/mongostore/records.lua",
