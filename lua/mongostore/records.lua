@@ -182,68 +182,58 @@ local function fingerprint_check(store, upgrade)
 end
 
 --- records.open(db, opts) -> store; or nil, err, code
-function M.open(db, opts)
-  if type(db) ~= "userdata" and type(db) ~= "table" then error("open: db must be a Database, got " .. type(db), 2) end
-  if type(opts) ~= "table" then error("open: opts must be a table with types", 2) end
+-- records.open's argument checks (programmer mistakes raise): -> the
+-- transaction mode and the timestamp resolution.
+local function check_open_opts(db, opts)
+  if type(db) ~= "userdata" and type(db) ~= "table" then error("open: db must be a Database, got " .. type(db), 3) end
+  if type(opts) ~= "table" then error("open: opts must be a table with types", 3) end
   for k, v in pairs(opts) do
     local want = OPEN_KEYS[k]
-    if not want then error("open: unknown option " .. tostring(k), 2) end
-    if type(v) ~= want then error(format("open: opts.%s must be a %s, got %s", k, want, type(v)), 2) end
+    if not want then error("open: unknown option " .. tostring(k), 3) end
+    if type(v) ~= want then error(format("open: opts.%s must be a %s, got %s", k, want, type(v)), 3) end
   end
   if type(opts.types) ~= "table" or #opts.types == 0 then
-    error("open: opts.types must be a non-empty list of types", 2)
+    error("open: opts.types must be a non-empty list of types", 3)
   end
   local tmode = opts.transactions or "auto"
   if tmode ~= "auto" and tmode ~= "require" and tmode ~= "never" then
-    error("open: opts.transactions must be \"auto\", \"require\" or \"never\", got " .. tostring(tmode), 2)
+    error("open: opts.transactions must be \"auto\", \"require\" or \"never\", got " .. tostring(tmode), 3)
   end
   local resolution = opts.timestamp_resolution or 1000
   if resolution ~= math.floor(resolution) or resolution < 1 or resolution > 1e9 then
-    error("open: opts.timestamp_resolution must be an integer of nanoseconds from 1 to 1e9", 2)
+    error("open: opts.timestamp_resolution must be an integer of nanoseconds from 1 to 1e9", 3)
   end
   -- a lease of no length (or a negative one) is expired as it is written, so
   -- fsck would take a live writer for a dead one; an endless one never lets a
   -- dead writer go. The test is written so that NaN fails it too.
   if opts.lease_ttl ~= nil and not (opts.lease_ttl > 0 and opts.lease_ttl < math.huge) then
-    error("open: opts.lease_ttl must be a finite number of seconds > 0, got " .. tostring(opts.lease_ttl), 2)
+    error("open: opts.lease_ttl must be a finite number of seconds > 0, got " .. tostring(opts.lease_ttl), 3)
   end
   if opts.fsck_wait ~= nil and (opts.fsck_wait ~= opts.fsck_wait or opts.fsck_wait < 0) then
-    error("open: opts.fsck_wait must be a number of seconds >= 0, got " .. tostring(opts.fsck_wait), 2)
+    error("open: opts.fsck_wait must be a number of seconds >= 0, got " .. tostring(opts.fsck_wait), 3)
   end
-  local by_name, ordered = closure(opts.types)
-  local prefix = opts.prefix or "records."
+  return tmode, resolution
+end
 
-  local info, e, c, d = db:info()
-  if not info then return driver("records.open", e, c, d) end
-  local mode, why
-  if tmode == "never" then
-    mode, why = "degraded", "transactions = \"never\""
-  elseif info.transactions then
-    mode = "transactions"
-  else
-    why = info.replica_set and "the server has no transactions" or
-      "the server is a standalone (not a replica set), which has no multi-document transactions"
-    if tmode == "require" then
-      return fail("unavailable", "records.open: transactions = \"require\", but " .. why, { reason = why })
-    end
-    mode = "degraded"
+-- The store's mode from the server's answer and the caller's wish: ->
+-- mode, why (degraded), or nil, err, "unavailable".
+local function open_mode(info, tmode)
+  if tmode == "never" then return "degraded", "transactions = \"never\"" end
+  if info.transactions then return "transactions" end
+  local why = info.replica_set and "the server has no transactions" or
+    "the server is a standalone (not a replica set), which has no multi-document transactions"
+  if tmode == "require" then
+    return fail("unavailable", "records.open: transactions = \"require\", but " .. why, { reason = why })
   end
+  return "degraded", why
+end
 
-  local wc = opts.write_concern or { w = "majority", j = true }
-  local rc = opts.read_concern or { level = "majority" }
-  local store = setmetatable({
-    db = db, prefix = prefix, mode = mode, types = by_name, type_list = ordered, colls = {},
-    meta = prefix .. "_meta", counters = prefix .. "_counters",
-    wire = wire.new(db, wc, rc), max_bson_size = info.max_bson_size or 16 * 1024 * 1024,
-    timestamp_resolution = resolution,
-    ts = { enabled = opts.store_timestamps ~= false, resolution = resolution,
-           grace = opts.clock_regression_grace ~= false, allow = opts.allow_clock_regression == true,
-           clock = opts.clock },
-    hooks = opts.test_hooks, tx_opts = { read_concern = rc, write_concern = wc },
-    log = opts.log or default_log, closed = false,
-  }, Store)
+-- What open prepares on the server: the collections, their indexes, the
+-- page key, the schema fingerprint and the store clock. -> true or nil, err...
+local function prepare_store(store, db, ordered, opts)
+  local e, c, d
   for _, T in ipairs(ordered) do
-    local cname = prefix .. T.name
+    local cname = store.prefix .. T.name
     local coll
     coll, e, c, d = db:collection(cname)
     if not coll then return driver("records.open: collection " .. cname, e, c, d) end
@@ -264,6 +254,33 @@ function M.open(db, opts)
     ok, e, c, d = seed_clock(store)
     if not ok then return nil, e, c, d end
   end
+  return true
+end
+
+function M.open(db, opts)
+  local tmode, resolution = check_open_opts(db, opts)
+  local by_name, ordered = closure(opts.types)
+  local prefix = opts.prefix or "records."
+  local info, e, c, d = db:info()
+  if not info then return driver("records.open", e, c, d) end
+  local mode, why, code, detail = open_mode(info, tmode)
+  if not mode then return nil, why, code, detail end
+  local wc = opts.write_concern or { w = "majority", j = true }
+  local rc = opts.read_concern or { level = "majority" }
+  local store = setmetatable({
+    db = db, prefix = prefix, mode = mode, types = by_name, type_list = ordered, colls = {},
+    meta = prefix .. "_meta", counters = prefix .. "_counters",
+    wire = wire.new(db, wc, rc), max_bson_size = info.max_bson_size or 16 * 1024 * 1024,
+    timestamp_resolution = resolution,
+    ts = { enabled = opts.store_timestamps ~= false, resolution = resolution,
+           grace = opts.clock_regression_grace ~= false, allow = opts.allow_clock_regression == true,
+           clock = opts.clock },
+    hooks = opts.test_hooks, tx_opts = { read_concern = rc, write_concern = wc },
+    log = opts.log or default_log, closed = false,
+  }, Store)
+  local ok
+  ok, e, c, d = prepare_store(store, db, ordered, opts)
+  if not ok then return nil, e, c, d end
   store.lease = lease.new(store.wire, store.meta, { ttl = opts.lease_ttl, fsck_wait = opts.fsck_wait })
   store.token = store.lease.token
   if mode == "degraded" then
