@@ -37,7 +37,7 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/bsontypes.c", "csrc/bulk.c", "csrc/collection.c", "csrc/commit.c", "csrc/commit_batch.c", "csrc/commit_read.c", "csrc/connect.c",
+            "csrc/bsontypes.c", "csrc/bulk.c", "csrc/class.c", "csrc/collection.c", "csrc/commit.c", "csrc/commit_batch.c", "csrc/commit_read.c", "csrc/connect.c",
             "csrc/core.c", "csrc/cursor.c", "csrc/database.c", "csrc/decode.c", "csrc/dedupe.c",
             "csrc/ejson.c", "csrc/encode.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/failed.c", "csrc/inbox.c", "csrc/indexes.c", "csrc/isotime.c",
             "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/promoted.c", "csrc/read.c", "csrc/relay.c", "csrc/session.c", "csrc/store.c",

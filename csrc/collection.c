@@ -732,15 +732,6 @@ void ms_open_collection(lua_State *L) {
     {"name", l_name},
     {NULL, NULL}
   };
-  if (luaL_newmetatable(L, MS_COLLECTION_MT)) {
-    luaL_newlib(L, methods);
-    ms_collection_add_bulk(L);
-    ms_collection_add_indexes(L);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  static ms_add_methods_t const adders[] = { ms_collection_add_bulk, ms_collection_add_indexes, NULL };
+  ms_new_class(L, MS_COLLECTION_MT, methods, adders, l_gc, NULL, l_tostring);
 }

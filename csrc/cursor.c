@@ -216,15 +216,5 @@ void ms_open_cursor(lua_State *L) {
     {"id", l_id},
     {NULL, NULL}
   };
-  if (luaL_newmetatable(L, MS_CURSOR_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  ms_new_class(L, MS_CURSOR_MT, methods, NULL, l_close, l_close, l_tostring);
 }

@@ -424,17 +424,7 @@ static void export_methods(lua_State *L, const char *mt, const char *field) {
 }
 
 void ms_open_database(lua_State *L) {
-  if (luaL_newmetatable(L, MS_DATABASE_MT)) {
-    luaL_newlib(L, database_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  ms_new_class(L, MS_DATABASE_MT, database_methods, NULL, l_close, l_close, l_tostring);
   ms_open_collection(L);
   ms_open_cursor(L);
   ms_open_session(L);

@@ -126,6 +126,14 @@ typedef struct ms_err {
   char msg[512];
 } ms_err_t;
 
+/* class.c: a userdata class's metatable, made once (luaL_newmetatable):
+ * __index is a table of methods plus what each adder (a NULL-terminated
+ * list, or NULL) sets into it; gc, close and tostring may be NULL. Leaves
+ * the stack as it was. */
+typedef void (*ms_add_methods_t)(lua_State *L);
+void ms_new_class(lua_State *L, const char *name, const luaL_Reg *methods, ms_add_methods_t const *adders,
+                  lua_CFunction gc, lua_CFunction close, lua_CFunction tostring);
+
 /* errors.c: building an error and handing it to Lua (no libmongoc) */
 void ms_err_set(ms_err_t *e, const char *code, const char *fmt, ...);  /* printf-style */
 void ms_err_prefix(ms_err_t *e, const char *prefix);      /* "prefix: " + msg */

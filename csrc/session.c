@@ -576,17 +576,6 @@ void ms_open_session(lua_State *L) {
     { "close", l_close },
     { NULL, NULL }
   };
-  if (luaL_newmetatable(L, MS_SESSION_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_gc);     /* local s <close> = db:session() */
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushliteral(L, "mongostore.Session");
-    lua_setfield(L, -2, "__name");
-  }
-  lua_pop(L, 1);
+  /* __close as __gc: local s <close> = db:session() */
+  ms_new_class(L, MS_SESSION_MT, methods, NULL, l_gc, l_gc, l_tostring);
 }

@@ -449,7 +449,7 @@ static const luaL_Reg store_methods[] = {
   {NULL, NULL}
 };
 
-static void (*const store_parts[])(lua_State *L) = {
+static ms_add_methods_t const store_parts[] = {
   ms_open_commit, ms_open_commit_batch, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox,
   ms_open_promoted, ms_open_failed, NULL
 };
@@ -457,19 +457,8 @@ static void (*const store_parts[])(lua_State *L) = {
 /* Sets module.connect and module.Store (the method table, also the
  * metatable's __index) in the module table on top of the stack. */
 void ms_open_store(lua_State *L) {
-  if (luaL_newmetatable(L, MS_STORE_MT)) {
-    int i;
-    lua_newtable(L);
-    luaL_setfuncs(L, store_methods, 0);
-    for (i = 0; store_parts[i]; i++) store_parts[i](L);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
+  ms_new_class(L, MS_STORE_MT, store_methods, store_parts, l_close, l_close, l_tostring);
+  luaL_getmetatable(L, MS_STORE_MT);
   lua_getfield(L, -1, "__index");
   lua_setfield(L, -3, "Store");           /* module.Store: the method table */
   lua_pop(L, 1);
