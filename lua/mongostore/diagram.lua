@@ -508,6 +508,56 @@ local DOT_CLASS = {
 }
 local TAKEN = "#d35400"
 
+-- The attributes of a container's cluster (inside node, highlighted with style or not).
+local function dot_cluster_attrs(node, label, style)
+  local st = (node.orthogonal and "dashed" or "rounded") .. (style and style.width > 1 and ",bold" or "")
+  local attrs = { "label=" .. label, "style=\"" .. st .. "\"" }
+  if style then
+    attrs[#attrs + 1] = format("color=\"%s\"", style.color)
+    attrs[#attrs + 1] = format("penwidth=%d", style.width)
+  end
+  return attrs
+end
+
+-- The attributes of a simple state's node.
+local function dot_state_attrs(ch, label, class, style)
+  local attrs = { "label=" .. label }
+  if ch.final then attrs[#attrs + 1] = "peripheries=2" end
+  if style then
+    attrs[#attrs + 1] = format("style=\"rounded,filled%s\"", style.width > 1 and ",bold" or "")
+    attrs[#attrs + 1] = format("fillcolor=\"%s\"", style.fill or "white")
+    attrs[#attrs + 1] = format("color=\"%s\"", style.color)
+    attrs[#attrs + 1] = format("penwidth=%d", style.width)
+    attrs[#attrs + 1] = format("class=\"%s\"", class)
+  end
+  return attrs
+end
+
+-- An edge's end point: a container is reached at its anchor, with lhead/ltail.
+local function dot_endpoint(x, ids)
+  if x.ptype then return x.id, nil end -- a pseudo state
+  if is_container(x) then
+    return ids[x] .. (x.initial and "_start" or "_anchor"), "cluster_" .. ids[x]
+  end
+  return ids[x], nil
+end
+
+-- An edge's line (a taken one drawn in TAKEN).
+local function dot_edge(e, ids)
+  local from, ltail = dot_endpoint(e.from, ids)
+  local to, lhead = dot_endpoint(e.to, ids)
+  local attrs = {}
+  local label = with_order(e.label, e)
+  if label ~= "" then attrs[#attrs + 1] = "label=" .. dot_text(label) end
+  if ltail and ltail ~= lhead then attrs[#attrs + 1] = "ltail=" .. ltail end
+  if lhead and ltail ~= lhead then attrs[#attrs + 1] = "lhead=" .. lhead end
+  if e.label == "else" then attrs[#attrs + 1] = "style=dashed" end
+  if #e.order > 0 then
+    attrs[#attrs + 1] = format("color=\"%s\", fontcolor=\"%s\", penwidth=2.5, class=\"taken\"", TAKEN, TAKEN)
+  end
+  return from .. " -> " .. to .. (#attrs > 0 and (" [" .. concat(attrs, ", ") .. "]") or "") .. ";"
+end
+
 function M.to_dot(c, opts)
   local g, err = prepare("to_dot", c, opts)
   if not g then return nil, err, "invalid" end
@@ -551,53 +601,17 @@ function M.to_dot(c, opts)
       local style = class and DOT_CLASS[class]
       if is_container(ch) then
         w(depth, "subgraph cluster_" .. ids[ch] .. " {")
-        local st = (node.orthogonal and "dashed" or "rounded") .. (style and style.width > 1 and ",bold" or "")
-        local attrs = { "label=" .. label_of(ch), "style=\"" .. st .. "\"" }
-        if style then
-          attrs[#attrs + 1] = format("color=\"%s\"", style.color)
-          attrs[#attrs + 1] = format("penwidth=%d", style.width)
-        end
-        for _, a in ipairs(attrs) do w(depth + 1, a .. ";") end
+        for _, a in ipairs(dot_cluster_attrs(node, label_of(ch), style)) do w(depth + 1, a .. ";") end
         scope_body(ch, depth + 1)
         w(depth, "}")
       else
-        local attrs = { "label=" .. label_of(ch) }
-        if ch.final then attrs[#attrs + 1] = "peripheries=2" end
-        if style then
-          attrs[#attrs + 1] = format("style=\"rounded,filled%s\"", style.width > 1 and ",bold" or "")
-          attrs[#attrs + 1] = format("fillcolor=\"%s\"", style.fill or "white")
-          attrs[#attrs + 1] = format("color=\"%s\"", style.color)
-          attrs[#attrs + 1] = format("penwidth=%d", style.width)
-          attrs[#attrs + 1] = format("class=\"%s\"", class)
-        end
-        w(depth, ids[ch] .. " [" .. concat(attrs, ", ") .. "];")
+        w(depth, ids[ch] .. " [" .. concat(dot_state_attrs(ch, label_of(ch), class, style), ", ") .. "];")
       end
     end
     for _, p in ipairs(pseudo_in[node] or {}) do pseudo_line(depth, p) end
   end
   scope_body(c.root, 1)
-  -- an end point: a container is reached at its anchor, with lhead/ltail
-  local function endpoint(x)
-    if x.ptype then return x.id, nil end -- a pseudo state
-    if is_container(x) then
-      return ids[x] .. (x.initial and "_start" or "_anchor"), "cluster_" .. ids[x]
-    end
-    return ids[x], nil
-  end
-  for _, e in ipairs(g.edges) do
-    local from, ltail = endpoint(e.from)
-    local to, lhead = endpoint(e.to)
-    local attrs = {}
-    local label = with_order(e.label, e)
-    if label ~= "" then attrs[#attrs + 1] = "label=" .. dot_text(label) end
-    if ltail and ltail ~= lhead then attrs[#attrs + 1] = "ltail=" .. ltail end
-    if lhead and ltail ~= lhead then attrs[#attrs + 1] = "lhead=" .. lhead end
-    if e.label == "else" then attrs[#attrs + 1] = "style=dashed" end
-    if #e.order > 0 then
-      attrs[#attrs + 1] = format("color=\"%s\", fontcolor=\"%s\", penwidth=2.5, class=\"taken\"", TAKEN, TAKEN)
-    end
-    w(1, from .. " -> " .. to .. (#attrs > 0 and (" [" .. concat(attrs, ", ") .. "]") or "") .. ";")
-  end
+  for _, e in ipairs(g.edges) do w(1, dot_edge(e, ids)) end
   w(0, "}")
   return concat(out, "\n") .. "\n"
 end
