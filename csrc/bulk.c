@@ -64,6 +64,36 @@ static int whole_failure(const bson_t *reply) {
            bson_iter_recurse(&it, &it) && bson_iter_next(&it));
 }
 
+/* insert_many's answer after the bulk ran: { inserted = { [i] = id },
+ * errors = {...} } from the reply and the ids kept while encoding (failed
+ * gets a mark per refused document). Returns what it pushed. */
+static int push_insert_result(lua_State *L, const ms_call_t *k, const bson_t *reply, const bson_t *ids,
+                              char *failed, size_t n) {
+  size_t first_failed = n, i;
+  int ordered = 1, rc = 0;
+  bson_iter_t it;
+  ms_err_t e;
+  if (ms_call_opt(L, k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_createtable(L, 0, 2);
+  push_write_errors(L, k, reply, failed, n);
+  for (i = 0; i < n; i++)
+    if (failed[i] && i < first_failed) first_failed = i;
+  lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
+  if (bson_iter_init(&it, ids)) {
+    for (i = 0; i < n && rc == 0 && bson_iter_next(&it); i++) {
+      /* an ordered insert stops at its first error */
+      if (failed[i] || (ordered && i > first_failed)) continue;
+      if (ms_push_document_value(L, &it, &e)) rc = -1;
+      else lua_rawseti(L, -2, (lua_Integer)(i + 1));
+    }
+  }
+  if (rc) return ms_call_fail(L, k, &e);
+  lua_setfield(L, -3, "inserted");
+  lua_setfield(L, -2, "errors");
+  return 1;
+}
+
 /* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
  * errors = { { index =, code =, message = } } }: every document is encoded
  * (and refused whole, nothing written) before any is sent. */
@@ -148,30 +178,7 @@ static int l_insert_many(lua_State *L) {
     if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
       nret = ms_call_fail_bson(L, &k, &be, &reply);
     } else {
-      size_t first_failed = n;
-      int ordered = 1;
-      bson_iter_t it;
-      if (ms_call_opt(L, &k, "ordered") == LUA_TBOOLEAN) ordered = lua_toboolean(L, -1);
-      lua_pop(L, 1);
-      lua_createtable(L, 0, 2);
-      push_write_errors(L, &k, &reply, failed, n);
-      for (i = 0; i < n; i++)
-        if (failed[i] && i < first_failed) first_failed = i;
-      lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
-      if (bson_iter_init(&it, &ids)) {
-        for (i = 0; i < n && rc == 0 && bson_iter_next(&it); i++) {
-          /* an ordered insert stops at its first error */
-          if (failed[i] || (ordered && i > first_failed)) continue;
-          if (ms_push_document_value(L, &it, &e)) rc = -1;
-          else lua_rawseti(L, -2, (lua_Integer)(i + 1));
-        }
-      }
-      if (rc) nret = ms_call_fail(L, &k, &e);
-      else {
-        lua_setfield(L, -3, "inserted");
-        lua_setfield(L, -2, "errors");
-        nret = 1;
-      }
+      nret = push_insert_result(L, &k, &reply, &ids, failed, n);
     }
     bson_destroy(&reply);
   }
