@@ -634,6 +634,44 @@ local function common_scope(a, b, root)
   return sa or root
 end
 
+-- The edges and pseudo states of each scope (the state that holds them).
+local function mermaid_scopes(g, c)
+  local edges_in, pseudo_in = {}, {}
+  for _, e in ipairs(g.edges) do
+    local scope = e.scope or common_scope(e.from, e.to, c.root)
+    edges_in[scope] = edges_in[scope] or {}
+    local list = edges_in[scope]
+    list[#list + 1] = e
+  end
+  for _, p in ipairs(g.pseudo) do
+    pseudo_in[p.scope] = pseudo_in[p.scope] or {}
+    local list = pseudo_in[p.scope]
+    list[#list + 1] = p
+  end
+  return edges_in, pseudo_in
+end
+
+-- How an edge names its end: [*] for a start, a pseudo state's id, a state's.
+local function mermaid_ref(x, ids)
+  if x.ptype == "start" then return "[*]" end
+  if x.ptype then return x.id end
+  return ids[x]
+end
+
+-- The highlight's classes: a classDef and a class line per class used.
+local function mermaid_classes(g, h, ids, w)
+  for _, class in ipairs { "current", "failed", "active", "visited" } do
+    local members = {}
+    for _, node in ipairs(g.list) do
+      if h.state[node] == class then members[#members + 1] = ids[node] end
+    end
+    if #members > 0 then
+      w(1, "classDef " .. class .. " " .. MERMAID_CLASS[class])
+      w(1, "class " .. concat(members, ",") .. " " .. class)
+    end
+  end
+end
+
 function M.to_mermaid(c, opts)
   local g, err = prepare("to_mermaid", c, opts)
   if not g then return nil, err, "invalid" end
@@ -650,23 +688,8 @@ function M.to_mermaid(c, opts)
   end
   w(0, "stateDiagram-v2")
   w(1, "direction " .. (opts.direction or "TB"))
-  local edges_in, pseudo_in = {}, {}
-  for _, e in ipairs(g.edges) do
-    local scope = e.scope or common_scope(e.from, e.to, c.root)
-    edges_in[scope] = edges_in[scope] or {}
-    local list = edges_in[scope]
-    list[#list + 1] = e
-  end
-  for _, p in ipairs(g.pseudo) do
-    pseudo_in[p.scope] = pseudo_in[p.scope] or {}
-    local list = pseudo_in[p.scope]
-    list[#list + 1] = p
-  end
-  local function ref(x)
-    if x.ptype == "start" then return "[*]" end
-    if x.ptype then return x.id end
-    return ids[x]
-  end
+  local edges_in, pseudo_in = mermaid_scopes(g, c)
+  local function ref(x) return mermaid_ref(x, ids) end
   local function scope_body(node, depth)
     for i, ch in ipairs(node.children) do
       if node.orthogonal and i > 1 then w(depth, "--") end
@@ -708,18 +731,7 @@ function M.to_mermaid(c, opts)
       end
     end
   end
-  if h.any then
-    for _, class in ipairs { "current", "failed", "active", "visited" } do
-      local members = {}
-      for _, node in ipairs(g.list) do
-        if h.state[node] == class then members[#members + 1] = ids[node] end
-      end
-      if #members > 0 then
-        w(1, "classDef " .. class .. " " .. MERMAID_CLASS[class])
-        w(1, "class " .. concat(members, ",") .. " " .. class)
-      end
-    end
-  end
+  if h.any then mermaid_classes(g, h, ids, w) end
   return concat(out, "\n") .. "\n"
 end
 
