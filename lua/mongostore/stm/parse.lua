@@ -682,6 +682,52 @@ function Parser:machine_only(cfg, where, t)
   end
 end
 
+-- import "FILE" [as ALIAS]
+function Parser:import_statement(t)
+  local s = self:peek()
+  if s.class ~= "string" then self:expected("a file name (a string)") end
+  self:advance()
+  local imp = { path = unquote(s.value), pos = pos_of(t) }
+  if self:is_word("as") then
+    self:advance()
+    imp.alias = self:name("an alias")
+  end
+  return imp
+end
+
+-- bind { name = handler, ... }, into bindings
+function Parser:bind_statement(bindings)
+  self:op("{")
+  repeat
+    local name = self:name("a handler name")
+    self:op("=")
+    local impl = self:peek()
+    if impl.class ~= "name" and impl.class ~= "dotted" then self:expected("a handler name or a dotted path") end
+    self:advance()
+    bindings[name] = impl.value
+  until self:is_op("}")
+  self:op("}")
+end
+
+-- A fragment's (name: kind, ...), or nil when it takes none.
+function Parser:fragment_params()
+  if not self:is_op("(") then return nil end
+  self:advance()
+  local params = setmetatable({}, M.LIST)
+  repeat
+    local pn = self:name("a parameter name")
+    self:op(":")
+    local k = self:peek()
+    if not (k.class == "name" and PARAM_KINDS[k.value]) then
+      self:expected("a parameter kind (action, state, guard, value, event)")
+    end
+    self:advance()
+    params[#params + 1] = setmetatable({ pn, k.value }, M.LIST)
+  until not (self:is_op(",") and self:advance())
+  self:op(")")
+  return params
+end
+
 function Parser:program()
   local prog = { imports = setmetatable({}, M.LIST), bindings = {}, guards = {}, events = {}, machines = {},
                  fragments = {}, positions = {} }
@@ -693,27 +739,10 @@ function Parser:program()
     local w = t.class == "name" and t.value or nil
     if w == "import" then
       self:advance()
-      local s = self:peek()
-      if s.class ~= "string" then self:expected("a file name (a string)") end
-      self:advance()
-      local imp = { path = unquote(s.value), pos = pos_of(t) }
-      if self:is_word("as") then
-        self:advance()
-        imp.alias = self:name("an alias")
-      end
-      prog.imports[#prog.imports + 1] = imp
+      prog.imports[#prog.imports + 1] = self:import_statement(t)
     elseif w == "bind" then
       self:advance()
-      self:op("{")
-      repeat
-        local name = self:name("a handler name")
-        self:op("=")
-        local impl = self:peek()
-        if impl.class ~= "name" and impl.class ~= "dotted" then self:expected("a handler name or a dotted path") end
-        self:advance()
-        prog.bindings[name] = impl.value
-      until self:is_op("}")
-      self:op("}")
+      self:bind_statement(prog.bindings)
     elseif w == "guard" then
       self:advance()
       local name = self:name("a guard name")
@@ -736,22 +765,7 @@ function Parser:program()
       self:advance()
       local name = self:ref(w == "machine" and "a machine name" or "a fragment name")
       local cfg = {}
-      local params
-      if w == "fragment" and self:is_op("(") then
-        self:advance()
-        params = setmetatable({}, M.LIST)
-        repeat
-          local pn = self:name("a parameter name")
-          self:op(":")
-          local k = self:peek()
-          if not (k.class == "name" and PARAM_KINDS[k.value]) then
-            self:expected("a parameter kind (action, state, guard, value, event)")
-          end
-          self:advance()
-          params[#params + 1] = setmetatable({ pn, k.value }, M.LIST)
-        until not (self:is_op(",") and self:advance())
-        self:op(")")
-      end
+      local params = w == "fragment" and self:fragment_params() or nil
       self:op("{")
       self:items(cfg)
       self:op("}")
