@@ -438,6 +438,32 @@ local function link(store, T, pred, succ_sid, succ_ts, session)
   return true
 end
 
+-- A replacement whose content is stored already (hit): the same record
+-- again (idempotent: the same successor, and a link a crash left undone),
+-- or a conflict when hit is not pred's own successor.
+local function replace_onto_hit(store, T, sid, pred, hit, session)
+  local how, why = replace_hit(pred, hit)
+  if not how then
+    return fail("conflict", format("replace %s %s: the new content is stored already as %s %s, %s "
+      .. "(a replacement cannot join it)", T.name, tostring(sid), T.name, tostring(hit._id), why),
+      { sid = hit._id })
+  end
+  if how == "same" then return pred._id end
+  local ok, e, c, d
+  if pred._next == nil then
+    ok, e, c, d = link(store, T, pred, hit._id, hit._ts, session)
+    if not ok then return nil, e, c, d end
+  end
+  if hit._role == "dep" then
+    ok, e, c, d = store.wire:update(store.colls[T.name],
+      { { q = { _id = hit._id }, u = { ["$set"] = { _role = "main" } } } }, session)
+    if not ok then return nil, e, c, d end
+  end
+  return hit._id
+end
+
+local replace_degraded
+
 function M.replace(store, T, sid, t, session, unit_ts)
   local coll = store.colls[T.name]
   local pred, e, c, d = store.wire:find_one(coll, { _id = sid }, nil, session)
@@ -452,27 +478,7 @@ function M.replace(store, T, sid, t, session, unit_ts)
     local hit
     hit, e, c, d = find_by_cid(store, T, root.cid, session)
     if hit == nil then return nil, e, c, d end
-    if hit then
-      local how, why = replace_hit(pred, hit)
-      if not how then
-        return fail("conflict", format("replace %s %s: the new content is stored already as %s %s, %s "
-          .. "(a replacement cannot join it)", T.name, tostring(sid), T.name, tostring(hit._id), why),
-          { sid = hit._id })
-      end
-      if how == "same" then return pred._id end
-      -- idempotent: the same successor again (and a link a crash left undone)
-      local ok
-      if pred._next == nil then
-        ok, e, c, d = link(store, T, pred, hit._id, hit._ts, session)
-        if not ok then return nil, e, c, d end
-      end
-      if hit._role == "dep" then
-        ok, e, c, d = store.wire:update(coll, { { q = { _id = hit._id }, u = { ["$set"] = { _role = "main" } } } },
-          session)
-        if not ok then return nil, e, c, d end
-      end
-      return hit._id
-    end
+    if hit then return replace_onto_hit(store, T, sid, pred, hit, session) end
   end
   if pred._next ~= nil then
     return fail("conflict", format("replace %s %s: it was replaced already by %s (replace the latest)", T.name,
@@ -507,10 +513,14 @@ function M.replace(store, T, sid, t, session, unit_ts)
     if not ok then return nil, e, c, d end
     return root.sid
   end
-  -- degraded: the successor goes in as a dependency (unreachable until
-  -- linked, so a crash leaves what fsck collects), then the link, then main
-  local ok
-  ok, e, c, d = store.lease:check(nil)
+  return replace_degraded(store, T, sid, pred, plan)
+end
+
+-- A degraded replace: the successor goes in as a dependency (unreachable
+-- until linked, so a crash leaves what fsck collects), then the link, then main.
+replace_degraded = function(store, T, sid, pred, plan)
+  local coll, root = store.colls[T.name], plan.root
+  local ok, e, c, d = store.lease:check(nil)
   if not ok then return nil, e, c, d end
   local ts
   ts, e, c = M.stamp(store)
