@@ -133,7 +133,7 @@ local function with_executions(store, method, list, ...)
     if not got then return nil, err, code end
     local out = {}
     for id, exe in pairs(got) do out[id] = execution.fields(exe) end
-    return out
+    return out, err -- with { timers = true }, err is each execution's armed timers
   end
   if type(list) ~= "table" then return nil, "commit_many: expected a list of { fields, opts }", "invalid" end
   local items = {}

@@ -134,10 +134,11 @@ function msngx.save(fields) end
 ---
 --- Fails with `nil, message, code`.
 ---@param ids string[] the executions
+---@param opts? { timers: boolean? } `timers = true`: also answer each execution's armed timers
 ---@return table<string, mongostore.PlainExecution>? executions # by id; an id with no execution has no entry
----@return string? message
+---@return (table<string, table<string, number>>|string)? armed # with `timers`: by id, each armed timer's fire_at by its state path; on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.load_many(ids) end
+function msngx.load_many(ids, opts) end
 
 --- `store:commit_many` of the executions rebuilt from their fields: one bulk write, each item atomic and guarded on its own.
 ---
@@ -280,13 +281,22 @@ function msngx.append_trace(execution_id, entry) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.delete_timer(execution_id, path, fire_at) end
 
+--- Runs [`store:delete_timers`](store.md#store-delete_timers) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param timers mongostore.DueTimer[] the timers to disarm (`due_timers`' rows do)
+---@return true? ok # each one disarmed, or re-armed since (then left alone)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.delete_timers(timers) end
+
 --- Runs [`store:due_timers`](store.md#store-due_timers) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
 ---@param now number epoch seconds
 ---@param limit? integer bounds the documents read (each may hold several due timers)
 ---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
----@return string? message
+---@return (integer|string)? read # the documents read (fewer than `limit`: there are no more); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.due_timers(now, limit) end
 
