@@ -4052,6 +4052,10 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "trace", "boolean?", "the engine writes trace steps", default = "false" },
             { "inbox", "boolean?", "`start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), "
               .. "backing off while it is idle (50 ms doubling up to 1 s); `false` opts out", default = "true" },
+            { "inbox_group", "integer?", "the engines' `inbox_group`: queued events of one execution applied in one "
+              .. "commit (1 to 256)", default = "32" },
+            { "sweep_batch", "integer?", "the engines' `sweep_batch`: documents with due timers the sweep fires "
+              .. "together", default = "500" },
             { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
               .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
             { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },

@@ -16,6 +16,8 @@
 ---@field charts? string the name of a module returning the list of charts
 ---@field trace? boolean the engine writes trace steps
 ---@field inbox? boolean `start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), backing off while it is idle (50 ms doubling up to 1 s); `false` opts out
+---@field inbox_group? integer the engines' `inbox_group`: queued events of one execution applied in one commit (1 to 256)
+---@field sweep_batch? integer the engines' `sweep_batch`: documents with due timers the sweep fires together
 ---@field max_inflight? integer calls in flight per process (keep it at or below `lua_worker_thread_vm_pool_size`)
 ---@field call_timeout? number seconds a call waits for a free slot
 ---@field run_modules? string[] the modules `msngx.run` may call: module names, or prefixes ending in `.` (`"app."`: every module below `app`)
