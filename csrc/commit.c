@@ -20,6 +20,8 @@ typedef struct commit_in {
   const char *id, *definition_id, *data, *processed, *status, *parent_id;
   size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
   double min_fire;         /* earliest fire_at scheduled by this commit, or MS_NO_TIMER */
+  double next_fire;        /* with has_next_fire: the earliest timer armed after the commit */
+  int has_next_fire;       /* the caller knows every armed timer: next_fire_at is set, not lowered */
   int64_t old;
   int64_t advance;         /* how far the version moves on: 1, or a group's event count */
   int64_t fence;           /* the inbox claim's fence the commit is made under (0: none) */
@@ -404,8 +406,9 @@ static void build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t
   if (c->processed) bson_append_binary(&set, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out, (uint32_t)c->dd_out_len);
   if (c->fence) bson_append_int64(&set, "inbox_fence", 11, c->fence);
   bson_concat(&set, &c->set_timers);
+  if (c->has_next_fire) bson_append_double(&set, "next_fire_at", 12, c->next_fire);
   bson_append_document_end(u, &set);
-  if (c->min_fire < MS_NO_TIMER) {
+  if (!c->has_next_fire && c->min_fire < MS_NO_TIMER) {
     /* never later than the earliest armed timer; the sweep raises it */
     bson_append_document_begin(u, "$min", 4, &min);
     bson_append_double(&min, "next_fire_at", 12, c->min_fire);
@@ -760,6 +763,20 @@ static int read_commit_args(lua_State *L, int base, commit_in_t *c, ms_err_t *e)
       return -1;
     }
     c->fence = (int64_t)lua_tointeger(L, -1);
+  }
+  lua_pop(L, 1);
+  /* the earliest timer armed once the commit is applied, from a caller that
+   * read every armed timer at this version (the sweep): set exactly, so the
+   * sweep need not read the document again to raise its mark */
+  if (lua_getfield(L, ops, "next_fire_at") != LUA_TNIL) {
+    double at = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : NAN;
+    if (isnan(at)) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: next_fire_at must be a number (epoch seconds)", c->doing);
+      return -1;
+    }
+    c->has_next_fire = 1;
+    c->next_fire = at < MS_NO_TIMER ? at : MS_NO_TIMER;
   }
   lua_pop(L, 1);
   return 0;

@@ -408,6 +408,10 @@ for fewer documents than it was sent, one find tells the items apart.]] },
             { "fence", "integer?", "the inbox claim's fence the commit is made under (`mongostore.inbox`): the "
               .. "commit lands only while no commit under a higher fence has (else `stale`), and stores it as "
               .. "the execution's `inbox_fence`" },
+            { "next_fire_at", "number?", "the earliest timer armed once the commit is applied (`math.huge`: none), "
+              .. "from a caller that read every armed timer at this version (the sweep, through `load_many`'s "
+              .. "`timers`): the sweep's mark is set to it, where a commit otherwise only lowers it for what it "
+              .. "schedules; not a number: `invalid`" },
           } },
         { class = "mongostore.Emit",
           desc = "An event queued in the outbox.",
@@ -3593,7 +3597,7 @@ nothing is written and no hook has run.]],
               .. "the same update; a group that does not land is applied again one event at a time",
               default = "32" },
             { "sweep_batch", "integer?", "the documents with due timers `sweep` reads and fires together at most: "
-              .. "one load, bulk writes of the Timeouts, one bulk delete of the fired timers per page",
+              .. "one load, bulk writes of the Timeouts, at most one bulk delete of timers per page",
               default = "500" },
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
@@ -3892,9 +3896,12 @@ the commit that applies it also disarms it. A Timeout for a state left or
 re-armed since changes nothing. The due timers are fired a page at a time
 (`sweep_batch` documents): one find loads every execution of the page with
 its armed timers, the Timeouts land in bulk writes (several of one execution
-in order, each checked against the timers the one before left), and one
-`delete_timers` removes the page's fired timers, so a page costs a handful
-of round trips however many timers it holds. A timer whose delivery answers
+in order, each checked against the timers the one before left; each commit
+disarms its timer and sets the execution's mark to the earliest timer it
+leaves, so the next sweep does not read it again), and one `delete_timers`
+removes the timers no commit disarmed (a Timeout held while suspended, one
+refused), so a page costs a handful of round trips however many timers it
+holds. A timer whose delivery answers
 `not_found` or `invalid` is removed too (and logged), so it cannot fire for
 ever; one whose delivery failed otherwise stays for the next sweep. Pages
 are read until one comes back short.]] },

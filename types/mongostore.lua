@@ -101,6 +101,7 @@
 ---@field spawns? mongostore.Spawn[] children to fork (created by the spawn relay)
 ---@field trace? mongostore.TraceStep|mongostore.TraceStep[] a step for the trace ring (a group commit: a list of steps, one per event, indexed in order)
 ---@field fence? integer the inbox claim's fence the commit is made under (`mongostore.inbox`): the commit lands only while no commit under a higher fence has (else `stale`), and stores it as the execution's `inbox_fence`
+---@field next_fire_at? number the earliest timer armed once the commit is applied (`math.huge`: none), from a caller that read every armed timer at this version (the sweep, through `load_many`'s `timers`): the sweep's mark is set to it, where a commit otherwise only lowers it for what it schedules; not a number: `invalid`
 
 --- An event queued in the outbox.
 ---@class mongostore.Emit

@@ -397,7 +397,9 @@ end
 -- The armed timers come with the one find when an item has a timer_path;
 -- each event applied in memory then leaves them as its commit will (a
 -- schedule arms, a cancel disarms), so a target's later Timeout is checked
--- against the timers its earlier events left.
+-- against the timers its earlier events left, and each commit sets the
+-- execution's next_fire_at to the earliest timer it leaves. A timer item
+-- whose commit left its timer disarmed says so (results[i].disarmed).
 function Engine:deliver_many(items, deadline, group)
   local store, results = self.store, {}
   local attempted = false
@@ -467,6 +469,20 @@ function Engine:deliver_many(items, deadline, group)
       if op.action == "schedule" then t[op.path] = op.fire_at else t[op.path] = nil end
     end
   end
+  -- item i's timer is no longer armed with its fire_at once its commit lands
+  local disarms = {}
+  local function note_disarm(i, id)
+    local path = items[i].timer_path
+    if path == nil then return end
+    local data = items[i].event.data
+    disarms[i] = not (armed[id] and armed[id][path] == (data and data.fire_at))
+  end
+  -- the earliest timer armed after a commit, for its next_fire_at
+  local function earliest(id)
+    local t, at = armed[id], math.huge
+    for _, v in pairs(t) do if v < at then at = v end end
+    return at
+  end
   local pos = {} -- target -> the index in queue[target] of its next event
   for _, id in ipairs(order) do pos[id] = 1 end
   group = group or 1
@@ -507,6 +523,7 @@ function Engine:deliver_many(items, deadline, group)
             set_version(exe, old + #members - 1)
             local fx = runtime.apply(c, exe, ev, now, apply_opts(members[#members], id))
             rearm(id, fx)
+            note_disarm(members[#members], id)
             fxs[#fxs + 1] = fx
             after[#after + 1] = { status = exe.status, active_path = exe.active_path, error = exe.error }
             local nxt = q[pos[id]]
@@ -526,6 +543,8 @@ function Engine:deliver_many(items, deadline, group)
           else
             opts = group_commit_opts(self, items, members, fxs, after, now)
           end
+          -- every armed timer is known here: the commit sets the mark exactly
+          if timed and armed[id] then opts.next_fire_at = earliest(id) end
           commits[#commits + 1] = { exe, opts }
           which[#commits] = { members = members, fxs = fxs, after = after, exe = exe, before = before, id = id }
         end
@@ -542,6 +561,7 @@ function Engine:deliver_many(items, deadline, group)
             local fx = w.fxs[m]
             if fx.failed then log_failed(self, id, items[i].event.kind, fx) end
             settle(i, true, "applied", delivery_result(fx.outcome, w.after[m], fx.failed))
+            results[i].disarmed = disarms[i]
           end
         else
           -- the execution in hand went through the interpreter without its
@@ -824,8 +844,10 @@ end
 -- also disarms it. The due timers are read sweep_batch documents at a time,
 -- and each such page is fired together: one find loads every execution with
 -- its armed timers, the Timeouts land in bulk writes (deliver_many, each
--- still applied only while its timer is armed with that fire_at), and one
--- bulk write removes the page's index entries. A timer whose delivery says
+-- still applied only while its timer is armed with that fire_at; each
+-- commit disarms its timer and sets the mark to the earliest timer left),
+-- and one bulk write removes the timers no commit disarmed (a Timeout held
+-- while suspended, or refused). A timer whose delivery says
 -- not_found or invalid is removed too (logged), so that it cannot fire for
 -- ever; one that failed otherwise stays for the next sweep. Another page is
 -- read while a full page made progress. Returns how many timers it handled.
@@ -850,7 +872,8 @@ function Engine:sweep(now)
       if r.ok or r.code == "not_found" or r.code == "invalid" then
         -- a timer nobody can apply must not fire forever
         if not r.ok then self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.err))) end
-        done[#done + 1] = t
+        -- a Timeout whose commit disarmed the timer needs no delete
+        if not r.disarmed then done[#done + 1] = t end
         handled = handled + 1
       else
         self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.err)))

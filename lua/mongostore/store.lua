@@ -90,7 +90,7 @@ local function prepare_emits(emits, doing)
 end
 
 local COMMIT_OPTS = { emits = true, processed_event_id = true, processed_event_ids = true, timers = true,
-                      spawns = true, trace = true, fence = true, advance = true }
+                      spawns = true, trace = true, fence = true, advance = true, next_fire_at = true }
 
 -- How far a commit moves the version on (opts.advance: 1, or a group's
 -- event count); a bad value is the core's to refuse.
@@ -120,6 +120,10 @@ end
 -- fence: the commit is made under an inbox claim with this fence
 -- (mongostore.inbox); it lands only while no commit under a higher fence
 -- has, else nil, msg, "stale", and the execution keeps the highest.
+-- next_fire_at: the earliest timer armed once the commit is applied
+-- (math.huge: none), from a caller that read every armed timer at this
+-- version (the sweep, through load_many's timers): the mark is set to it,
+-- where a commit otherwise only lowers it for the timers it schedules.
 function Store:commit(exe, opts)
   check_exe(exe, "commit")
   if opts ~= nil and type(opts) ~= "table" then error("commit: opts must be a table or nil, got " .. type(opts), 2) end
@@ -154,6 +158,7 @@ function Store:commit(exe, opts)
     trace = opts.trace,
     fence = opts.fence,
     advance = adv,
+    next_fire_at = opts.next_fire_at,
   })
   if ok then
     set_version(exe, old + adv)
@@ -183,7 +188,7 @@ local function commit_args(self, exe, opts)
   return exe.id, exe.definition_id, old, data, {
     status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
     processed_event_ids = opts.processed_event_ids, dedupe = dd, advance = adv, timers = opts.timers,
-    spawns = opts.spawns, trace = opts.trace, fence = opts.fence,
+    spawns = opts.spawns, trace = opts.trace, fence = opts.fence, next_fire_at = opts.next_fire_at,
   }
 end
 

@@ -234,6 +234,34 @@ function TestTimers:test_load_many_with_timers_gives_each_executions_armed_timer
     function() self.store:load_many({ "a" }, { timers = 1 }) end)
 end
 
+-- next_fire_at: a caller that read every armed timer sets the mark exactly,
+-- where a commit otherwise only lowers it ($min) for what it schedules.
+function TestTimers:test_a_commit_with_next_fire_at_sets_the_mark_exactly()
+  local exe = new_exe("m")
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("A", 10), schedule("B", 50) } }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 10)
+  -- without it, a cancel leaves the mark low (the sweep raises it later)
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("A") } }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 10)
+  -- with it, the mark is what the caller says, in the same update
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("C", 70) }, next_fire_at = 50 }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 50)
+  local due, read = self.store:due_timers(20)
+  lu.assertEquals({ #due, read }, { 0, 0 }, "nothing is read before the true earliest timer")
+  lu.assertEquals(summary(self.store:due_timers(100)), { "m|B|50.000", "m|C|70.000" })
+  -- math.huge: nothing armed
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("B"), cancel("C") }, next_fire_at = math.huge }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 1e300)
+  local v = raw.doc(self.db, "m").version
+  for _, bad in ipairs { 0 / 0, "10", true } do
+    local ok, msg, code = self.store:commit(exe, { next_fire_at = bad })
+    lu.assertNil(ok, tostring(bad))
+    lu.assertEquals(code, "invalid", msg)
+    lu.assertStrContains(msg, "next_fire_at must be a number")
+  end
+  lu.assertEquals(raw.doc(self.db, "m").version, v, "a refused commit writes nothing")
+end
+
 function TestTimers:test_due_timers_says_how_many_documents_it_read()
   for i = 1, 5 do
     lu.assertTrue(self.store:commit(new_exe("d-" .. i), { timers = { schedule("A", i), schedule("B", i + 0.5) } }))
