@@ -93,8 +93,9 @@ void ms_commit_build_update(const ms_store_t *s, const commit_in_t *c, const seq
   if (c->processed) bson_append_binary(&set, "dedupe", 6, BSON_SUBTYPE_BINARY, c->dd_out, (uint32_t)c->dd_out_len);
   if (c->fence) bson_append_int64(&set, "inbox_fence", 11, c->fence);
   bson_concat(&set, &c->set_timers);
+  if (c->has_next_fire) bson_append_double(&set, "next_fire_at", 12, c->next_fire);
   bson_append_document_end(u, &set);
-  if (c->min_fire < MS_NO_TIMER) {
+  if (!c->has_next_fire && c->min_fire < MS_NO_TIMER) {
     /* never later than the earliest armed timer; the sweep raises it */
     bson_append_document_begin(u, "$min", 4, &min);
     bson_append_double(&min, "next_fire_at", 12, c->min_fire);

@@ -17,6 +17,8 @@ typedef struct commit_in {
   const char *id, *definition_id, *data, *processed, *status, *parent_id;
   size_t id_len, def_len, data_len, processed_len, status_len, parent_len;
   double min_fire;         /* earliest fire_at scheduled by this commit, or MS_NO_TIMER */
+  double next_fire;        /* with has_next_fire: the earliest timer armed after the commit */
+  int has_next_fire;       /* the caller knows every armed timer: next_fire_at is set, not lowered */
   int64_t old;
   int64_t advance;         /* how far the version moves on: 1, or a group's event count */
   int64_t fence;           /* the inbox claim's fence the commit is made under (0: none) */

@@ -384,6 +384,20 @@ int ms_commit_read_args(lua_State *L, int base, commit_in_t *c, ms_err_t *e) {
     c->fence = (int64_t)lua_tointeger(L, -1);
   }
   lua_pop(L, 1);
+  /* the earliest timer armed once the commit is applied, from a caller that
+   * read every armed timer at this version (the sweep): set exactly, so the
+   * sweep need not read the document again to raise its mark */
+  if (lua_getfield(L, ops, "next_fire_at") != LUA_TNIL) {
+    double at = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : NAN;
+    if (isnan(at)) {
+      lua_pop(L, 1);
+      ms_err_set(e, "invalid", "%s: next_fire_at must be a number (epoch seconds)", c->doing);
+      return -1;
+    }
+    c->has_next_fire = 1;
+    c->next_fire = at < MS_NO_TIMER ? at : MS_NO_TIMER;
+  }
+  lua_pop(L, 1);
   return 0;
 }
 

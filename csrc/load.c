@@ -230,9 +230,11 @@ static int l_is_processed(lua_State *L) {
   return 1;
 }
 
-/* store:_load_many({ id, ... }) -> { [id] = { data = json, digests = s } } | nil, msg, code
+/* store:_load_many({ id, ... }[, with_timers]) -> { [id] = { data = json, digests = s[, timers] } } | nil, msg, code
  * One find of {_id: {$in: ids}} (a filter on _id alone, which every server
- * answers from the _id index); an id with no execution is absent. */
+ * answers from the _id index); an id with no execution is absent. With
+ * with_timers, each row also has the timers armed now, { [path] = fire_at }:
+ * the sweep's Timeout check for every execution, in the same round trip. */
 static int l_load_many(lua_State *L) {
   STORE_OR_CLOSED(L, s, "load_many");
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, arr, proj;
@@ -240,6 +242,7 @@ static int l_load_many(lua_State *L) {
   const bson_t *doc;
   bson_error_t be;
   lua_Integer i, n;
+  int with_timers = lua_toboolean(L, 3);
   ms_arg_table(L, 2, "load_many: ids");
   n = (lua_Integer)luaL_len(L, 2);
   for (i = 1; i <= n; i++) {
@@ -268,6 +271,7 @@ static int l_load_many(lua_State *L) {
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "data", 4, 1);
   bson_append_int32(&proj, "dedupe", 6, 1);
+  if (with_timers) bson_append_int32(&proj, "timers", 6, 1);
   bson_append_document_end(&opts, &proj);
   /* at most n documents match: with the limit the server closes the cursor
    * after them, where a batch size alone can leave it open (SecantusDB) and
@@ -284,11 +288,15 @@ static int l_load_many(lua_State *L) {
     const char *idv;
     if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
     idv = bson_iter_utf8(&it, &idl);
-    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 3);
     ms_push_data(L, doc);
     lua_setfield(L, -2, "data");
     ms_push_digests(L, doc);
     lua_setfield(L, -2, "digests");
+    if (with_timers) {
+      ms_push_timers(L, doc);
+      lua_setfield(L, -2, "timers");
+    }
     lua_pushlstring(L, idv, idl);
     lua_insert(L, -2);
     lua_rawset(L, -3);

@@ -132,6 +132,10 @@ void ms_push_data(lua_State *L, const bson_t *doc);  /* doc.data, or nil (absent
 /* A timer path as its stored key "timers.<path>" ('.' encoded), or -1 with
  * e set for what cannot be a key. */
 int ms_encode_path(const char *path, size_t len, bson_string_t **out, ms_err_t *e);
+/* Pushes a stored timer key (without its "timers." prefix) as its path. */
+void ms_push_decoded_path(lua_State *L, const char *key, size_t len);
+/* Pushes a document's armed timers as { [path] = fire_at } (empty without any). */
+void ms_push_timers(lua_State *L, const bson_t *doc);
 
 /* ---- from trace.c ---- */
 
@@ -152,10 +156,10 @@ void ms_foreign_index_filter(bson_t *filter);
 
 void ms_open_commit(lua_State *L);   /* commit.c: _commit */
 void ms_open_commit_batch(lua_State *L); /* commit_batch.c: _commit_many */
-void ms_open_load(lua_State *L);     /* load.c: _load, _load_for_event, is_processed */
+void ms_open_load(lua_State *L);     /* load.c: _load, _load_many, _load_for_event, is_processed */
 void ms_open_list(lua_State *L);     /* list.c: _scan, _cursor_key */
 void ms_open_relay(lua_State *L);    /* relay.c: claims, releases, pending and acks of outbox and spawns */
-void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer */
+void ms_open_timers(lua_State *L);   /* timers.c: _due_timers, delete_timer, delete_timers */
 void ms_open_trace(lua_State *L);    /* trace.c: append_trace, read_trace */
 void ms_open_promoted(lua_State *L); /* promoted.c: _foreign, _promote */
 void ms_open_inbox(lua_State *L);    /* inbox.c: _inbox_put, _inbox_claim, _inbox_ack, _inbox_release */

@@ -74,8 +74,8 @@ api.internal = {
   ["mongostore.chart.is_ancestor"] = "used by the interpreter: a path test on compiled charts",
   ["mongostore.Chart.node"] = "used by the interpreter: the compiled node at a path",
   ["mongostore.Engine.deliver"] = "the step under send and the relays: applies an event without checking it first",
-  ["mongostore.Engine.deliver_many"] = "the step under send_many and the batched outbox pass: deliver for a list, "
-    .. "its commits in one bulk write",
+  ["mongostore.Engine.deliver_many"] = "the step under send_many, the batched outbox pass and the sweep: deliver "
+    .. "for a list, its commits in one bulk write",
   ["mongostore.Engine.relay_outbox_batch"] = "the batched form of relay_outbox, which calls it while batch_delivery "
     .. "is on",
   ["mongostore.Engine.create"] = "the step under start: no argument checks of its own",
@@ -409,6 +409,10 @@ for fewer documents than it was sent, one find tells the items apart.]] },
             { "fence", "integer?", "the inbox claim's fence the commit is made under (`mongostore.inbox`): the "
               .. "commit lands only while no commit under a higher fence has (else `stale`), and stores it as "
               .. "the execution's `inbox_fence`" },
+            { "next_fire_at", "number?", "the earliest timer armed once the commit is applied (`math.huge`: none), "
+              .. "from a caller that read every armed timer at this version (the sweep, through `load_many`'s "
+              .. "`timers`): the sweep's mark is set to it, where a commit otherwise only lowers it for what it "
+              .. "schedules; not a number: `invalid`" },
           } },
         { class = "mongostore.Emit",
           desc = "An event queued in the outbox.",
@@ -464,12 +468,20 @@ for fewer documents than it was sent, one find tells the items apart.]] },
           raises = "an `id` or `timer_path` that is not a string",
           desc = "One find by `_id`. The execution comes with its dedupe marks, which its next commit checks." },
         { method = "load_many", of = "mongostore.Store",
-          params = { { "ids", "string[]", "execution ids" } },
-          returns = { { "exes", "table<string, mongostore.Execution>",
-                        "by id; an id with no execution has no entry" } },
+          params = {
+            { "ids", "string[]", "execution ids" },
+            { "opts", "{ timers: boolean? }?", "`timers = true`: also answer each execution's armed timers" },
+          },
+          returns = {
+            { "exes", "table<string, mongostore.Execution>", "by id; an id with no execution has no entry" },
+            { "armed", "table<string, table<string, number>>?", "with `timers`: by id, each armed timer's "
+              .. "fire_at by its state path (empty when none is armed)" },
+          },
           fails = fails("server"),
-          raises = "an `ids` that is not a list of strings",
-          desc = "One find with `$in` for every id; each execution comes with its dedupe marks, as `load` gives." },
+          raises = "an `ids` that is not a list of strings, an unknown option or a `timers` that is not a boolean",
+          desc = "One find with `$in` for every id; each execution comes with its dedupe marks, as `load` gives, "
+            .. "and with `timers` its armed timers in the same round trip (the sweep's check that a Timeout's "
+            .. "timer is still armed with its fire_at, as `load`'s `timer_path` gives it for one)." },
         { method = "load_for_event", of = "mongostore.Store",
           params = {
             { "id", "string", "the execution id" },
@@ -744,11 +756,17 @@ the caller's, so its backoff holds for every relay and process.]] },
             { "now", "number", "epoch seconds" },
             { "limit", "integer?", "bounds the documents read (each may hold several due timers)" },
           },
-          returns = { { "timers", "mongostore.DueTimer[]", "by fire_at, then execution id, then path" } },
+          returns = {
+            { "timers", "mongostore.DueTimer[]", "by fire_at, then execution id, then path" },
+            { "read", "integer", "the documents read (fewer than `limit`: there are no more)" },
+          },
           fails = fails("invalid"),
           raises = "a wrong type for `now` or `limit`",
           desc = [[
 Reads only documents with something due, by the index on `next_fire_at`.
+A document whose mark a fired or cancelled timer left low is read once
+with nothing listed, and its mark raised (one bulk write for all such
+documents of the read).
 On a store with a `prefix`, first it brings up to date the promoted fields
 of the documents harel's own store committed last (found by the partial index `harel_written`, one find,
 and one bulk write when there are any), so a timer harel armed is due here
@@ -764,6 +782,17 @@ too, on a document either side created.]] },
           raises = "a wrong type for an argument",
           desc = "Unsets the timer only while it still holds exactly this fire_at, so a stale sweep cannot "
             .. "remove a re-armed timer." },
+        { method = "delete_timers", of = "mongostore.Store",
+          params = {
+            { "timers", "mongostore.DueTimer[]", "the timers to disarm (`due_timers`' rows do)" },
+          },
+          returns = { { "ok", "true", "each one disarmed, or re-armed since (then left alone)" } },
+          fails = fails("invalid"),
+          raises = "a `timers` that is not a list of tables, or a field of the wrong type",
+          desc = "`delete_timer` for a sweep's timers in one unordered bulk write, each update guarded on its "
+            .. "own fire_at. Every item is checked before anything is sent: one that cannot be a timer "
+            .. "(an empty or `$` path, a fire_at that is not finite) answers `invalid`, naming it, and nothing "
+            .. "is deleted; an empty list sends nothing." },
         { class = "mongostore.DueTimer",
           desc = "A timer that is due.",
           fields = {
@@ -3795,6 +3824,9 @@ nothing is written and no hook has run.]],
               .. "most (1 to 256): applied in order in memory under one version check, each marked processed in "
               .. "the same update; a group that does not land is applied again one event at a time",
               default = "32" },
+            { "sweep_batch", "integer?", "the documents with due timers `sweep` reads and fires together at most: "
+              .. "one load, bulk writes of the Timeouts, at most one bulk delete of timers per page",
+              default = "500" },
             { "cache_size", "integer?", "entries each per-process cache holds (a parent's chart id for the spawn "
               .. "relay, an outbox entry's failed deliveries); least recently used go first", default = "10000" },
             { "on_external", "fun(entry: mongostore.OutboxEntry)?", "receives emitted events with no target; "
@@ -4089,7 +4121,18 @@ later passes and given up after `max_attempts` (`on_dead_letter`).]] },
           desc = [[
 Fires each due timer as `{ kind = "Timeout", id = "timeout:<id>:<path>:<fire_at>" }`;
 the commit that applies it also disarms it. A Timeout for a state left or
-re-armed since changes nothing.]] },
+re-armed since changes nothing. The due timers are fired a page at a time
+(`sweep_batch` documents): one find loads every execution of the page with
+its armed timers, the Timeouts land in bulk writes (several of one execution
+in order, each checked against the timers the one before left; each commit
+disarms its timer and sets the execution's mark to the earliest timer it
+leaves, so the next sweep does not read it again), and one `delete_timers`
+removes the timers no commit disarmed (a Timeout held while suspended, one
+refused), so a page costs a handful of round trips however many timers it
+holds. A timer whose delivery answers
+`not_found` or `invalid` is removed too (and logged), so it cannot fire for
+ever; one whose delivery failed otherwise stays for the next sweep. Pages
+are read until one comes back short.]] },
       },
     },
     {
@@ -4244,6 +4287,10 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
             { "trace", "boolean?", "the engine writes trace steps", default = "false" },
             { "inbox", "boolean?", "`start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), "
               .. "backing off while it is idle (50 ms doubling up to 1 s); `false` opts out", default = "true" },
+            { "inbox_group", "integer?", "the engines' `inbox_group`: queued events of one execution applied in one "
+              .. "commit (1 to 256)", default = "32" },
+            { "sweep_batch", "integer?", "the engines' `sweep_batch`: documents with due timers the sweep fires "
+              .. "together", default = "500" },
             { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
               .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
             { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },
@@ -4357,9 +4404,16 @@ extra read.]] },
           fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
           desc = "`store:save` of the execution rebuilt from its fields." },
         { fn = "load_many", module = "mongostore.ngx",
-          params = { { "ids", "string[]", "the executions" } },
-          returns = { { "executions", "table<string, mongostore.PlainExecution>", "by id; an id with no "
-                        .. "execution has no entry" } },
+          params = {
+            { "ids", "string[]", "the executions" },
+            { "opts", "{ timers: boolean? }?", "`timers = true`: also answer each execution's armed timers" },
+          },
+          returns = {
+            { "executions", "table<string, mongostore.PlainExecution>", "by id; an id with no execution has no "
+              .. "entry" },
+            { "armed", "table<string, table<string, number>>?", "with `timers`: by id, each armed timer's "
+              .. "fire_at by its state path" },
+          },
           fails = fails("invalid"),
           desc = "`store:load_many` in one find, each execution as its fields." },
         { fn = "commit_many", module = "mongostore.ngx",
@@ -4677,7 +4731,8 @@ ACCESS:check(ngx.req.get_method() == "GET" and "read" or "write")  -- or the req
 api.ngx_forwards = {
   ["mongostore.Store"] = { "load", "load_for_event", "is_processed", "list_executions", "read_trace",
                            "append_trace", "pending_outbox", "pending_spawns", "due_timers", "ack_outbox",
-                           "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "info", "stats",
+                           "ack_spawn", "release_outbox", "release_spawn", "delete_timer", "delete_timers", "info",
+                           "stats",
                            "ack_outbox_many", "fail_outbox", "failed_outbox", "redeliver_failed", "renew_outbox",
                            "retry_outbox" },
   ["mongostore.Engine"] = { "start", "send", "send_many", "enqueue", "cancel", "terminate", "suspend", "resume" },

@@ -101,6 +101,7 @@
 ---@field spawns? mongostore.Spawn[] children to fork (created by the spawn relay)
 ---@field trace? mongostore.TraceStep|mongostore.TraceStep[] a step for the trace ring (a group commit: a list of steps, one per event, indexed in order)
 ---@field fence? integer the inbox claim's fence the commit is made under (`mongostore.inbox`): the commit lands only while no commit under a higher fence has (else `stale`), and stores it as the execution's `inbox_fence`
+---@field next_fire_at? number the earliest timer armed once the commit is applied (`math.huge`: none), from a caller that read every armed timer at this version (the sweep, through `load_many`'s `timers`): the sweep's mark is set to it, where a commit otherwise only lowers it for what it schedules; not a number: `invalid`
 
 --- An event queued in the outbox.
 ---@class mongostore.Emit
@@ -610,16 +611,17 @@ function Store:commit_many(items) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:load(id, timer_path) end
 
---- One find with `$in` for every id; each execution comes with its dedupe marks, as `load` gives.
+--- One find with `$in` for every id; each execution comes with its dedupe marks, as `load` gives, and with `timers` its armed timers in the same round trip (the sweep's check that a Timeout's timer is still armed with its fire_at, as `load`'s `timer_path` gives it for one).
 ---
---- Raises on an `ids` that is not a list of strings.
+--- Raises on an `ids` that is not a list of strings, an unknown option or a `timers` that is not a boolean.
 ---
 --- Fails with `nil, message, code`.
 ---@param ids string[] execution ids
+---@param opts? { timers: boolean? } `timers = true`: also answer each execution's armed timers
 ---@return table<string, mongostore.Execution>? exes # by id; an id with no execution has no entry
----@return string? message
+---@return (table<string, table<string, number>>|string)? armed # with `timers`: by id, each armed timer's fire_at by its state path (empty when none is armed); on failure, the message
 ---@return ("server"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:load_many(ids) end
+function Store:load_many(ids, opts) end
 
 --- One round trip: the execution, whether the event is handled already, and the armed timer.
 ---
@@ -810,6 +812,9 @@ function Store:ack_spawn(seq, token) end
 function Store:release_spawn(source_id, token) end
 
 --- Reads only documents with something due, by the index on `next_fire_at`.
+--- A document whose mark a fired or cancelled timer left low is read once
+--- with nothing listed, and its mark raised (one bulk write for all such
+--- documents of the read).
 --- On a store with a `prefix`, first it brings up to date the promoted fields
 --- of the documents harel's own store committed last (found by the partial index `harel_written`, one find,
 --- and one bulk write when there are any), so a timer harel armed is due here
@@ -821,7 +826,7 @@ function Store:release_spawn(source_id, token) end
 ---@param now number epoch seconds
 ---@param limit? integer bounds the documents read (each may hold several due timers)
 ---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
----@return string? message
+---@return (integer|string)? read # the documents read (fewer than `limit`: there are no more); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:due_timers(now, limit) end
 
@@ -837,6 +842,17 @@ function Store:due_timers(now, limit) end
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:delete_timer(execution_id, path, fire_at) end
+
+--- `delete_timer` for a sweep's timers in one unordered bulk write, each update guarded on its own fire_at. Every item is checked before anything is sent: one that cannot be a timer (an empty or `$` path, a fire_at that is not finite) answers `invalid`, naming it, and nothing is deleted; an empty list sends nothing.
+---
+--- Raises on a `timers` that is not a list of tables, or a field of the wrong type.
+---
+--- Fails with `nil, message, code`.
+---@param timers mongostore.DueTimer[] the timers to disarm (`due_timers`' rows do)
+---@return true? ok # each one disarmed, or re-armed since (then left alone)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function Store:delete_timers(timers) end
 
 --- The standalone trace writer (a commit's `trace` option is the usual way); upserts, and keeps the last `trace_max` steps.
 ---

@@ -46,7 +46,7 @@ end
 local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
                    max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
                    log = true, cache_size = true, batch_delivery = true, inbox = true, inbox_max_events = true,
-                   inbox_group = true }
+                   inbox_group = true, sweep_batch = true }
 local START_OPTS = { id = true, context = true, priority = true }
 local ENQUEUE_OPTS = { priority = true }
 local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
@@ -76,6 +76,8 @@ end
 -- inbox_group: how many queued events of one execution the inbox applies in
 -- one commit at most (32; 1 to 256): applied in order in memory, one version
 -- check, every event marked in the one update.
+-- sweep_batch: how many documents with due timers the sweep reads and fires
+-- together at most (500): one load, bulk commits and one delete per page.
 function M.new(opts)
   if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
   ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
@@ -106,7 +108,7 @@ function M.new(opts)
     end
   end
   for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes", "cache_size",
-                          "inbox_max_events", "inbox_group" } do
+                          "inbox_max_events", "inbox_group", "sweep_batch" } do
     local v = opts[name]
     if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1) then
       error("engine.new: " .. name .. " must be an integer >= 1", 2)
@@ -127,6 +129,7 @@ function M.new(opts)
     inbox = opts.inbox ~= false,
     inbox_max_events = opts.inbox_max_events or 1000,
     inbox_group = opts.inbox_group or 32,
+    sweep_batch = opts.sweep_batch or 500,
     now = opts.now or ms.now,
     max_conflicts = opts.max_conflicts or 50,
     max_attempts = opts.max_attempts or 100,
@@ -281,9 +284,11 @@ end
 ------------------------------------------------------------------------
 -- Batched delivery
 
--- Applies a list of events { { id = target, event = ev, from_outside = bool }, ... }
--- together (from_outside: checked against a .stm chart's declared fields, as
--- deliver checks them):
+-- Applies a list of events { { id = target, event = ev, from_outside = bool,
+-- timer_path = path }, ... } together (from_outside: checked against a .stm
+-- chart's declared fields, as deliver checks them; timer_path: the event is
+-- the Timeout of that timer, applied only while the timer is still armed
+-- with the event's fire_at, as deliver checks it):
 -- one find loads every distinct target, the interpreter applies each event,
 -- and one bulk write carries the commits, each the one-event commit (one
 -- version, one dedupe mark, one trace step), atomic on its own. Several
@@ -311,6 +316,12 @@ end
 -- an event marked before) is delivered again one event at a time. A group
 -- ends before an event that does not fit the chart's declared fields, that
 -- repeats an id of the group, or that carries another fence.
+-- The armed timers come with the one find when an item has a timer_path;
+-- each event applied in memory then leaves them as its commit will (a
+-- schedule arms, a cancel disarms), so a target's later Timeout is checked
+-- against the timers its earlier events left, and each commit sets the
+-- execution's next_fire_at to the earliest timer it leaves. A timer item
+-- whose commit left its timer disarmed says so (results[i].disarmed).
 function Engine:deliver_many(items, deadline, group)
   local store, results = self.store, {}
   local attempted = false
@@ -320,7 +331,9 @@ function Engine:deliver_many(items, deadline, group)
     return false
   end
   local order, queue = {}, {} -- distinct targets in first-seen order; target -> item indexes
+  local timed = false
   for i, it in ipairs(items) do
+    if it.timer_path ~= nil then timed = true end
     local q = queue[it.id]
     if not q then
       q = {}
@@ -330,12 +343,19 @@ function Engine:deliver_many(items, deadline, group)
     q[#q + 1] = i
   end
   if #order == 0 then return results end
-  local exes, err, code = store:load_many(order)
-  if not exes then
-    for i in ipairs(items) do results[i] = { err = err, code = code } end
-    return results
-  end
+  local exes, armed, code = store:load_many(order, timed and { timers = true } or nil)
   local alone = {} -- target -> true: its events go through deliver from now on
+  if not exes then
+    if code ~= "server" then
+      for i in ipairs(items) do results[i] = { err = armed, code = code } end
+      return results
+    end
+    -- the server refused the find, or one execution's stored data is not
+    -- readable: each event goes the one-event way, so that one such
+    -- execution does not hold up the others
+    exes, armed = {}, {}
+    for _, id in ipairs(order) do alone[id] = true end
+  end
   local failed = {} -- target -> the result that stops its later events
   -- ok, how, result (deliver's success) or nil, err, code
   local function settle(i, ok, derr, dcode)
@@ -354,7 +374,36 @@ function Engine:deliver_many(items, deadline, group)
       results[i] = { err = f.err, code = f.code, blocked = true }
       return
     end
-    settle(i, self:deliver(it.id, it.event, nil, it.from_outside, it.fence))
+    settle(i, self:deliver(it.id, it.event, it.timer_path, it.from_outside, it.fence))
+  end
+  -- the interpreter's options for item i: a Timeout is checked against its
+  -- timer as armed in the execution in hand
+  local function apply_opts(i, id)
+    local path = items[i].timer_path
+    if path == nil then return {} end
+    return { armed = armed[id] and armed[id][path], timer_checked = true }
+  end
+  -- the timers as fx's commit leaves them
+  local function rearm(id, fx)
+    local t = timed and armed[id]
+    if not t then return end
+    for _, op in ipairs(fx.timers or {}) do
+      if op.action == "schedule" then t[op.path] = op.fire_at else t[op.path] = nil end
+    end
+  end
+  -- item i's timer is no longer armed with its fire_at once its commit lands
+  local disarms = {}
+  local function note_disarm(i, id)
+    local path = items[i].timer_path
+    if path == nil then return end
+    local data = items[i].event.data
+    disarms[i] = not (armed[id] and armed[id][path] == (data and data.fire_at))
+  end
+  -- the earliest timer armed after a commit, for its next_fire_at
+  local function earliest(id)
+    local t, at = armed[id], math.huge
+    for _, v in pairs(t) do if v < at then at = v end end
+    return at
   end
   local pos = {} -- target -> the index in queue[target] of its next event
   for _, id in ipairs(order) do pos[id] = 1 end
@@ -394,7 +443,9 @@ function Engine:deliver_many(items, deadline, group)
             -- the k-th event applies to the version k - 1 commits would have
             -- made, so the ids it derives from it are the ones it would get alone
             set_version(exe, old + #members - 1)
-            local fx = runtime.apply(c, exe, ev, now, {})
+            local fx = runtime.apply(c, exe, ev, now, apply_opts(members[#members], id))
+            rearm(id, fx)
+            note_disarm(members[#members], id)
             fxs[#fxs + 1] = fx
             after[#after + 1] = { status = exe.status, active_path = exe.active_path, error = exe.error }
             local nxt = q[pos[id]]
@@ -414,6 +465,8 @@ function Engine:deliver_many(items, deadline, group)
           else
             opts = group_commit_opts(self, items, members, fxs, after, now)
           end
+          -- every armed timer is known here: the commit sets the mark exactly
+          if timed and armed[id] then opts.next_fire_at = earliest(id) end
           commits[#commits + 1] = { exe, opts }
           which[#commits] = { members = members, fxs = fxs, after = after, exe = exe, before = before, id = id }
         end
@@ -430,6 +483,7 @@ function Engine:deliver_many(items, deadline, group)
             local fx = w.fxs[m]
             if fx.failed then log_failed(self, id, items[i].event.kind, fx) end
             settle(i, true, "applied", delivery_result(fx.outcome, w.after[m], fx.failed))
+            results[i].disarmed = disarms[i]
           end
         else
           -- the execution in hand went through the interpreter without its
@@ -709,26 +763,53 @@ end
 -- The sweep and the worker loop (the relays are in mongostore.engine.relays)
 
 -- Fires every due timer as its Timeout event; the commit that applies it
--- also disarms it. Returns how many it handled.
+-- also disarms it. The due timers are read sweep_batch documents at a time,
+-- and each such page is fired together: one find loads every execution with
+-- its armed timers, the Timeouts land in bulk writes (deliver_many, each
+-- still applied only while its timer is armed with that fire_at; each
+-- commit disarms its timer and sets the mark to the earliest timer left),
+-- and one bulk write removes the timers no commit disarmed (a Timeout held
+-- while suspended, or refused). A timer whose delivery says
+-- not_found or invalid is removed too (logged), so that it cannot fire for
+-- ever; one that failed otherwise stays for the next sweep. Another page is
+-- read while a full page made progress. Returns how many timers it handled.
+local SWEEP_PAGES = 1000 -- pages one sweep reads at most
 function Engine:sweep(now)
   now = now or self.now()
-  local due, err = self.store:due_timers(now)
-  if not due then
-    self.log("due_timers: " .. tostring(err))
-    return 0
-  end
   local n = 0
-  for _, t in ipairs(due) do
-    local ev = execution.timeout_event(t.execution_id, t.path, t.fire_at)
-    local ok, derr, code = self:deliver(t.execution_id, ev, t.path)
-    if ok or code == "not_found" or code == "invalid" then
-      -- a timer nobody can apply must not fire forever
-      if not ok then self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(derr))) end
-      self.store:delete_timer(t.execution_id, t.path, t.fire_at)
-      n = n + 1
-    else
-      self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(derr)))
+  for _ = 1, SWEEP_PAGES do
+    local due, read = self.store:due_timers(now, self.sweep_batch)
+    if not due then
+      self.log("due_timers: " .. tostring(read))
+      return n
     end
+    local items = {}
+    for i, t in ipairs(due) do
+      items[i] = { id = t.execution_id, event = execution.timeout_event(t.execution_id, t.path, t.fire_at),
+                   timer_path = t.path }
+    end
+    local done, handled = {}, 0
+    for i, r in ipairs(self:deliver_many(items)) do
+      local t = due[i]
+      if r.ok or r.code == "not_found" or r.code == "invalid" then
+        -- a timer nobody can apply must not fire forever
+        if not r.ok then self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.err))) end
+        -- a Timeout whose commit disarmed the timer needs no delete
+        if not r.disarmed then done[#done + 1] = t end
+        handled = handled + 1
+      else
+        self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.err)))
+      end
+    end
+    if #done > 0 then
+      local ok, derr = self.store:delete_timers(done)
+      if not ok then self.log("delete_timers: " .. tostring(derr)) end
+    end
+    n = n + handled
+    -- a page of fewer documents than asked for was the last; one whose
+    -- timers all failed would be read again as it is. A full page with
+    -- nothing due (marks left low, raised as it was read) is read past.
+    if read < self.sweep_batch or (handled == 0 and #due > 0) then break end
   end
   return n
 end

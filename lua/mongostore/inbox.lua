@@ -87,9 +87,14 @@ function M.ack(engine, claim)
 end
 
 -- release(engine, claim) -> true | nil, msg, code: the claims back, so the
--- next pass (anyone's) takes what is queued on them at once.
+-- next pass (anyone's) takes what is queued on them at once. The claim
+-- stamped every entry queued on its executions but read at most
+-- inbox_max_events of them: when it read that many, the stamps of those it
+-- did not read are given back too, or they would stay out of the
+-- candidates until the lease ends (a queue longer than a pass drained one
+-- pass per lease).
 function M.release(engine, claim)
-  local ids, left = {}, false
+  local ids, left = {}, #claim.entries >= engine.inbox_max_events
   for id in pairs(claim.fences) do ids[#ids + 1] = id end
   if #ids == 0 then return true end
   for _, e in ipairs(claim.entries) do

@@ -115,9 +115,10 @@ end
 -- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, socket_timeout = 10, trace_max,
 --                  thread_pool = "mongostore", charts = "module.returning.charts",
 --                  trace = false, max_inflight = 32, call_timeout = 30,
---                  run_modules = { "app.", "shop.orders" }, inbox = false }
+--                  run_modules = { "app.", "shop.orders" }, inbox = false, inbox_group = 32, sweep_batch = 500 }
 -- inbox: msngx.start_worker's passes also deliver the inbox (engine inbox),
 -- backing off while it is idle; on by default, false opts out.
+-- inbox_group, sweep_batch: the engines' options of those names (engine.new).
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
@@ -128,7 +129,7 @@ end
 local CONFIG_KEYS = {
   uri = true, db = true, prefix = true, charts = true, max_inflight = true, wait = true,
   server_selection_timeout = true, run_modules = true, trace_max = true, thread_pool = true, trace = true,
-  call_timeout = true, inbox = true, socket_timeout = true,
+  call_timeout = true, inbox = true, socket_timeout = true, inbox_group = true, sweep_batch = true,
 }
 
 function M.configure(cfg)
@@ -157,6 +158,14 @@ function M.configure(cfg)
   if cfg.inbox ~= nil and type(cfg.inbox) ~= "boolean" then
     error("mongostore.ngx.configure: inbox must be a boolean", 2)
   end
+  local group = cfg.inbox_group
+  if group ~= nil and (type(group) ~= "number" or group % 1 ~= 0 or group < 1 or group > 256) then
+    error("mongostore.ngx.configure: inbox_group must be an integer from 1 to 256", 2)
+  end
+  local sb = cfg.sweep_batch
+  if sb ~= nil and (type(sb) ~= "number" or sb % 1 ~= 0 or sb < 1) then
+    error("mongostore.ngx.configure: sweep_batch must be an integer >= 1", 2)
+  end
   local run_modules = check_run_modules(cfg.run_modules)
   config = {
     run_modules = run_modules,
@@ -166,6 +175,7 @@ function M.configure(cfg)
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
     call_timeout = cfg.call_timeout or 30, inbox = cfg.inbox ~= false,
+    inbox_group = group, sweep_batch = sb,
   }
   return true
 end
@@ -602,7 +612,8 @@ function M.start_worker(opts)
     local charts = config.charts and require(config.charts) or {}
     state.store = store
     state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log,
-                                                     inbox = config.inbox }
+                                                     inbox = config.inbox, inbox_group = config.inbox_group,
+                                                     sweep_batch = config.sweep_batch }
     return true
   end
 

@@ -13,7 +13,8 @@ local M = {}
 local cache = {}
 
 local function key_of(cfg)
-  return table.concat({ cfg.uri, cfg.db or "", cfg.prefix or "", cfg.charts or "", tostring(cfg.trace) }, "\0")
+  return table.concat({ cfg.uri, cfg.db or "", cfg.prefix or "", cfg.charts or "", tostring(cfg.trace),
+                        tostring(cfg.inbox_group), tostring(cfg.sweep_batch) }, "\0")
 end
 
 local function handles(cfg)
@@ -29,7 +30,8 @@ local function handles(cfg)
   for _, c in ipairs(charts) do by_id[c.id] = c end
   h = { store = store, charts = by_id,
         engine = require("mongostore.engine").new{ store = store, charts = charts, trace = cfg.trace,
-                                                   inbox = cfg.inbox } }
+                                                   inbox = cfg.inbox, inbox_group = cfg.inbox_group,
+                                                   sweep_batch = cfg.sweep_batch } }
   cache[key] = h
   return h
 end
@@ -133,7 +135,7 @@ local function with_executions(store, method, list, ...)
     if not got then return nil, err, code end
     local out = {}
     for id, exe in pairs(got) do out[id] = execution.fields(exe) end
-    return out
+    return out, err -- with { timers = true }, err is each execution's armed timers
   end
   if type(list) ~= "table" then return nil, "commit_many: expected a list of { fields, opts }", "invalid" end
   local items = {}

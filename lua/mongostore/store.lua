@@ -31,6 +31,7 @@ M.CALLS = {
   load = "plain", load_for_event = "plain", is_processed = "plain", list_executions = "plain",
   pending_outbox = "plain", pending_spawns = "plain", ack_outbox = "plain", ack_spawn = "plain",
   release_outbox = "plain", release_spawn = "plain", due_timers = "plain", delete_timer = "plain",
+  delete_timers = "plain",
   append_trace = "plain", read_trace = "plain", info = "plain", stats = "plain",
   ack_outbox_many = "plain", fail_outbox = "plain", failed_outbox = "plain", redeliver_failed = "plain",
   renew_outbox = "plain", retry_outbox = "plain",
@@ -89,7 +90,7 @@ local function prepare_emits(emits, doing)
 end
 
 local COMMIT_OPTS = { emits = true, processed_event_id = true, processed_event_ids = true, timers = true,
-                      spawns = true, trace = true, fence = true, advance = true }
+                      spawns = true, trace = true, fence = true, advance = true, next_fire_at = true }
 
 -- How far a commit moves the version on (opts.advance: 1, or a group's
 -- event count); a bad value is the core's to refuse.
@@ -119,6 +120,10 @@ end
 -- fence: the commit is made under an inbox claim with this fence
 -- (mongostore.inbox); it lands only while no commit under a higher fence
 -- has, else nil, msg, "stale", and the execution keeps the highest.
+-- next_fire_at: the earliest timer armed once the commit is applied
+-- (math.huge: none), from a caller that read every armed timer at this
+-- version (the sweep, through load_many's timers): the mark is set to it,
+-- where a commit otherwise only lowers it for the timers it schedules.
 function Store:commit(exe, opts)
   check_exe(exe, "commit")
   if opts ~= nil and type(opts) ~= "table" then error("commit: opts must be a table or nil, got " .. type(opts), 2) end
@@ -153,6 +158,7 @@ function Store:commit(exe, opts)
     trace = opts.trace,
     fence = opts.fence,
     advance = adv,
+    next_fire_at = opts.next_fire_at,
   })
   if ok then
     set_version(exe, old + adv)
@@ -182,7 +188,7 @@ local function commit_args(self, exe, opts)
   return exe.id, exe.definition_id, old, data, {
     status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
     processed_event_ids = opts.processed_event_ids, dedupe = dd, advance = adv, timers = opts.timers,
-    spawns = opts.spawns, trace = opts.trace, fence = opts.fence,
+    spawns = opts.spawns, trace = opts.trace, fence = opts.fence, next_fire_at = opts.next_fire_at,
   }
 end
 
@@ -243,24 +249,36 @@ function Store:commit_many(items)
   return results
 end
 
--- store:load_many({ id, ... }) -> { [id] = Execution } | nil, msg, code
--- One find for every id; an id with no execution has no entry.
-function Store:load_many(ids)
+-- store:load_many({ id, ... }[, { timers = true }]) -> { [id] = Execution }[, armed] | nil, msg, code
+-- One find for every id; an id with no execution has no entry. With
+-- timers, the second result is each execution's armed timers now,
+-- armed[id] = { [path] = fire_at } (the sweep's check, as load's timer_path).
+local LOAD_MANY_OPTS = { timers = true }
+function Store:load_many(ids, opts)
   if type(ids) ~= "table" then error("load_many: ids must be a list of strings, got " .. type(ids), 2) end
   for i, id in ipairs(ids) do
     if type(id) ~= "string" then error(format("load_many: ids[%d] must be a string, got %s", i, type(id)), 2) end
   end
-  local rows, err, code = self:_load_many(ids)
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("load_many: opts must be a table, got " .. type(opts), 2) end
+    check_keys(opts, LOAD_MANY_OPTS, "load_many", "option")
+    if opts.timers ~= nil and type(opts.timers) ~= "boolean" then
+      error("load_many: opts.timers must be a boolean, got " .. type(opts.timers), 2)
+    end
+  end
+  local with_timers = opts ~= nil and opts.timers == true
+  local rows, err, code = self:_load_many(ids, with_timers)
   if not rows then return nil, err, code end
-  local out = {}
+  local out, armed = {}, with_timers and {} or nil
   for id, row in pairs(rows) do
     if row.data ~= nil then
       local exe, xerr = execution.from_json(row.data, row.digests)
       if not exe then return nil, "load_many " .. id .. ": stored data is not readable: " .. xerr, "server" end
       out[id] = exe
+      if armed then armed[id] = row.timers end
     end
   end
-  return out
+  return out, armed
 end
 
 -- store:save(exe): a commit with nothing else.
@@ -605,8 +623,10 @@ function Store:pending_spawns(limit, lease)
   return rows
 end
 
--- store:due_timers(now[, limit]) -> { { execution_id, path, fire_at }, ... } by fire_at
--- limit bounds the documents read (each may hold several due timers).
+-- store:due_timers(now[, limit]) -> { { execution_id, path, fire_at }, ... } by fire_at, documents read
+-- limit bounds the documents read (each may hold several due timers, or
+-- none: a document whose mark was left low by a fired or cancelled timer is
+-- read, its mark raised, and nothing of it listed).
 function Store:due_timers(now, limit)
   if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds), got " .. type(now), 2) end
   if limit ~= nil and type(limit) ~= "number" then
@@ -618,14 +638,14 @@ function Store:due_timers(now, limit)
   -- a timer harel's store armed is under a next_fire_at only once promoted
   local ok, perr, pcode = self:_promote_foreign()
   if not ok then return nil, "due_timers: " .. tostring(perr), pcode end
-  local rows, err, code = self:_due_timers(now, limit)
-  if not rows then return nil, err, code end
+  local rows, read, code = self:_due_timers(now, limit)
+  if not rows then return nil, read, code end
   sort(rows, function(a, b)
     if a.fire_at ~= b.fire_at then return a.fire_at < b.fire_at end
     if a.execution_id ~= b.execution_id then return a.execution_id < b.execution_id end
     return a.path < b.path
   end)
-  return rows
+  return rows, read
 end
 
 M.Store = Store

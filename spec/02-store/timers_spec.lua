@@ -1,5 +1,6 @@
 -- spec/02-store/timers_spec.lua - durable timers: schedule / cancel / re-schedule
--- through commits, the due sweep, the guarded delete_timer, the reversible
+-- through commits, the due sweep, the guarded delete_timer and the sweep's
+-- batched delete_timers, load_many's armed timers, the reversible
 -- path encoding of the timers keys and paths that must never become keys.
 local lu = require "luaunit"
 local ms = require "mongostore"
@@ -151,6 +152,131 @@ function TestTimers:test_delete_timer_is_a_noop_when_fire_at_moved_on()
   -- with the right time it goes
   self.store:delete_timer(exe.id, "Fork.A", 500)
   lu.assertEquals(#self.store:due_timers(1e12), 0)
+end
+
+function TestTimers:test_delete_timers_removes_each_timer_it_knows_in_one_round_trip()
+  local a, b, c = new_exe("a"), new_exe("b"), new_exe("c")
+  lu.assertTrue(self.store:commit(a, { timers = { schedule("Fork.A.B", 100.25), schedule("Keep", 50) } }))
+  lu.assertTrue(self.store:commit(b, { timers = { schedule("T", 60) } }))
+  lu.assertTrue(self.store:commit(c, { timers = { schedule("T", 70) } }))
+  -- c re-armed since the sweep read it: its old entry must not remove the new
+  local stale = { execution_id = "c", path = "T", fire_at = 70 }
+  lu.assertTrue(self.store:commit(c, { timers = { schedule("T", 700) } }))
+  local before = assert(self.store:stats())
+  lu.assertTrue(self.store:delete_timers{
+    { execution_id = "a", path = "Fork.A.B", fire_at = 100.25 },
+    { execution_id = "b", path = "T", fire_at = 60 },
+    stale,
+    { execution_id = "no-such-execution", path = "T", fire_at = 60 },
+    { execution_id = "a", path = "No.Such.Path", fire_at = 1 },
+  })
+  local after = assert(self.store:stats())
+  lu.assertEquals(after.total - before.total, 1, "one bulk write")
+  lu.assertEquals(summary(self.store:due_timers(1e12)), { "a|Keep|50.000", "c|T|700.000" })
+  lu.assertEquals(raw.doc(self.db, "a").version, 1, "a delete does not bump the version")
+  lu.assertNil(raw.doc(self.db, "no-such-execution"), "delete_timers created a document")
+  -- due_timers' rows go in as they are; an empty list sends nothing
+  lu.assertTrue(self.store:delete_timers(self.store:due_timers(1e12)))
+  lu.assertEquals(#self.store:due_timers(1e12), 0)
+  before = assert(self.store:stats())
+  lu.assertTrue(self.store:delete_timers({}))
+  lu.assertEquals(assert(self.store:stats()).total, before.total)
+end
+
+function TestTimers:test_delete_timers_refuses_a_bad_item_and_deletes_nothing()
+  local exe = new_exe("x")
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("T", 10), schedule("U", 20) } }))
+  local good = { execution_id = "x", path = "T", fire_at = 10 }
+  for _, bad in ipairs {
+    { execution_id = "x", path = "$where", fire_at = 20 },
+    { execution_id = "x", path = "", fire_at = 20 },
+    { execution_id = "x", path = "U", fire_at = 0 / 0 },
+    { execution_id = "x", path = "U", fire_at = math.huge },
+    { execution_id = "", path = "U", fire_at = 20 },
+    { execution_id = "x\0y", path = "U", fire_at = 20 },
+  } do
+    local ok, msg, code = self.store:delete_timers({ good, bad })
+    lu.assertNil(ok, tostring(bad.path))
+    lu.assertEquals(code, "invalid", msg)
+    lu.assertStrContains(msg, "delete_timers: timers[2]")
+  end
+  lu.assertEquals(summary(self.store:due_timers(1e12)), { "x|T|10.000", "x|U|20.000" }, "nothing was deleted")
+  -- a wrong Lua type is a programming error and raises, naming the field
+  for _, case in ipairs {
+    { "x", "timers must be a table" },
+    { { "x" }, "timers[1] must be a table" },
+    { { { execution_id = 5, path = "T", fire_at = 10 } }, "timers[1].execution_id must be a string" },
+    { { { execution_id = "x", path = 5, fire_at = 10 } }, "timers[1].path must be a string" },
+    { { good, { execution_id = "x", path = "T", fire_at = "10" } }, "timers[2].fire_at must be a number" },
+  } do
+    local ok, err = pcall(self.store.delete_timers, self.store, case[1])
+    lu.assertFalse(ok)
+    lu.assertStrContains(tostring(err), case[2])
+  end
+  lu.assertEquals(#self.store:due_timers(1e12), 2)
+end
+
+function TestTimers:test_load_many_with_timers_gives_each_executions_armed_timers()
+  local a, b = new_exe("a"), new_exe("b")
+  lu.assertTrue(self.store:commit(a, { timers = { schedule("Fork.A.B", 100.25), schedule("Keep", 50) } }))
+  lu.assertTrue(self.store:save(b))
+  local exes, armed = self.store:load_many({ "a", "b", "nobody" }, { timers = true })
+  lu.assertEquals(exes.a.id, "a")
+  lu.assertEquals(exes.b.id, "b")
+  lu.assertNil(exes.nobody)
+  lu.assertEquals(armed, { a = { ["Fork.A.B"] = 100.25, Keep = 50 }, b = {} })
+  -- without the option: no second result, and no timers read
+  local plain, none = self.store:load_many({ "a" })
+  lu.assertEquals(plain.a.id, "a")
+  lu.assertNil(none)
+  lu.assertErrorMsgContains("unknown option timer", function() self.store:load_many({ "a" }, { timer = true }) end)
+  lu.assertErrorMsgContains("opts.timers must be a boolean",
+    function() self.store:load_many({ "a" }, { timers = 1 }) end)
+end
+
+-- next_fire_at: a caller that read every armed timer sets the mark exactly,
+-- where a commit otherwise only lowers it ($min) for what it schedules.
+function TestTimers:test_a_commit_with_next_fire_at_sets_the_mark_exactly()
+  local exe = new_exe("m")
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("A", 10), schedule("B", 50) } }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 10)
+  -- without it, a cancel leaves the mark low (the sweep raises it later)
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("A") } }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 10)
+  -- with it, the mark is what the caller says, in the same update
+  lu.assertTrue(self.store:commit(exe, { timers = { schedule("C", 70) }, next_fire_at = 50 }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 50)
+  local due, read = self.store:due_timers(20)
+  lu.assertEquals({ #due, read }, { 0, 0 }, "nothing is read before the true earliest timer")
+  lu.assertEquals(summary(self.store:due_timers(100)), { "m|B|50.000", "m|C|70.000" })
+  -- math.huge: nothing armed
+  lu.assertTrue(self.store:commit(exe, { timers = { cancel("B"), cancel("C") }, next_fire_at = math.huge }))
+  lu.assertEquals(raw.doc(self.db, "m").next_fire_at, 1e300)
+  local v = raw.doc(self.db, "m").version
+  for _, bad in ipairs { 0 / 0, "10", true } do
+    local ok, msg, code = self.store:commit(exe, { next_fire_at = bad })
+    lu.assertNil(ok, tostring(bad))
+    lu.assertEquals(code, "invalid", msg)
+    lu.assertStrContains(msg, "next_fire_at must be a number")
+  end
+  lu.assertEquals(raw.doc(self.db, "m").version, v, "a refused commit writes nothing")
+end
+
+function TestTimers:test_due_timers_says_how_many_documents_it_read()
+  for i = 1, 5 do
+    lu.assertTrue(self.store:commit(new_exe("d-" .. i), { timers = { schedule("A", i), schedule("B", i + 0.5) } }))
+  end
+  local due, read = self.store:due_timers(1000, 3)
+  lu.assertEquals(read, 3)
+  lu.assertEquals(#due, 6, "every due timer of the documents read")
+  due, read = self.store:due_timers(1000)
+  lu.assertEquals({ #due, read }, { 10, 5 })
+  -- a document whose timers all went is read once more, its mark raised
+  lu.assertTrue(self.store:delete_timers(due))
+  due, read = self.store:due_timers(1000)
+  lu.assertEquals({ #due, read }, { 0, 5 })
+  due, read = self.store:due_timers(1000)
+  lu.assertEquals({ #due, read }, { 0, 0 }, "the raised marks are past")
 end
 
 function TestTimers:test_delete_timer_on_unknown_things_is_harmless()

@@ -110,6 +110,26 @@ function TestInbox:test_events_are_delivered_in_order_per_execution()
   lu.assertEquals(queued(self.db), 0, "every delivered entry was acked")
 end
 
+-- A queue longer than a pass takes (inbox_max_events): the claim stamps all
+-- of it and reads the oldest inbox_max_events; the rest is given back with
+-- the claim, so the next pass takes it at once, not once the lease ends.
+function TestInbox:test_a_queue_longer_than_a_pass_drains_pass_after_pass_within_the_lease()
+  local e = engine_mod.new{ store = self.store, charts = charts, trace = true, lease = 60, inbox = true,
+                            inbox_max_events = 10, log = function() end }
+  assert(e:start("tally", { id = "long" }))
+  for n = 1, 35 do assert(e:enqueue("long", add(n))) end
+  local t0 = ms.now()
+  local got = {}
+  for _ = 1, 4 do got[#got + 1] = e:relay_inbox() end
+  lu.assertEquals(got, { 10, 10, 10, 5 }, "each pass takes the next part of the queue")
+  lu.assertTrue(ms.now() - t0 < 30, "the passes did not wait out the 60 s lease")
+  local want = {}
+  for n = 1, 35 do want[#want + 1] = n .. "," end
+  lu.assertEquals(seen(self.store, "long"), table.concat(want))
+  applied_once(self.store, "long")
+  lu.assertEquals(queued(self.db), 0)
+end
+
 function TestInbox:test_a_pass_is_a_few_round_trips_for_any_number_of_executions()
   local per = {}
   for _, k in ipairs { 1, 10, 100 } do

@@ -137,6 +137,45 @@ function TestNgxInbox:test_with_inbox_false_the_event_waits_for_a_worker_that_de
   lu.assertEquals(rawdb.count(s.db, "inbox"), 0, "the worker acked it")
 end
 
+-- configure's inbox_group and sweep_batch reach the engines of nginx's
+-- worker: a queue drained one event a commit, and timers swept three
+-- documents a page, still deliver everything once.
+function TestNgxInbox:test_inbox_group_and_sweep_batch_are_the_engines_options()
+  local msngx = require "mongostore.ngx"
+  local saved = msngx.config()
+  msngx.configure{ uri = "mongodb://h:1", inbox_group = 1, sweep_batch = 7 }
+  lu.assertEquals({ msngx.config().inbox_group, msngx.config().sweep_batch }, { 1, 7 })
+  for _, bad in ipairs { { inbox_group = 0 }, { inbox_group = 257 }, { inbox_group = 1.5 }, { inbox_group = "1" } } do
+    bad.uri = "mongodb://h:1"
+    lu.assertErrorMsgContains("inbox_group must be an integer from 1 to 256", msngx.configure, bad)
+  end
+  lu.assertErrorMsgContains("sweep_batch must be an integer >= 1", msngx.configure,
+    { uri = "mongodb://h:1", sweep_batch = 0 })
+  if saved then msngx.configure(saved) end
+
+  H.check_prerequisites()
+  local s = H.start{ workers = 1, locations = LOCATIONS, configure = "inbox_group = 1, sweep_batch = 3," }
+  local ok, err = pcall(function()
+    for i = 1, 8 do
+      lu.assertEquals(s:post("/executions", { chart = "order", id = "g-" .. i,
+                                              context = { total = 30, payment_timeout = 0.3 } }), 201)
+      lu.assertEquals(enqueue("g-" .. i, { kind = "PlaceOrder", data = {}, id = "g-place-" .. i }, nil, s).ok, true)
+    end
+    for i = 1, 8 do
+      local exe = H.poll(function()
+        local e = show("g-" .. i, s)
+        return e.active_path == "Cancelled" and e
+      end, 20)
+      lu.assertTrue(exe ~= nil and exe ~= false, "g-" .. i .. " was not placed and timed out")
+      local _, trace = show("g-" .. i, s)
+      applied_once(trace, "g-place-" .. i)
+    end
+    lu.assertEquals(s:errors(), {})
+  end)
+  s:stop()
+  if not ok then error(err, 0) end
+end
+
 function TestNgxInbox:test_a_bad_event_is_refused_and_writes_nothing()
   H.check_prerequisites()
   local s = srv()

@@ -1,8 +1,9 @@
 -- spec/04-ngx/outcomes_spec.lua - what a call did, across nginx's thread
 -- boundary: msngx.start, send, send_external, start_external and the control
 -- calls answer the engine's delivery result as their third value, and
--- msngx.load_many and msngx.commit_many are forwarded, their executions
--- crossing as fields (commit_many's committed items answer their version).
+-- msngx.load_many (with its armed timers when asked) and msngx.commit_many
+-- are forwarded, their executions crossing as fields (commit_many's committed
+-- items answer their version), and msngx.delete_timers.
 local lu = require "luaunit"
 local ms = require "mongostore"
 local helper = require "helpers"
@@ -29,6 +30,11 @@ local PROBE = [[
                 for k, f in pairs(many) do out.many_ids[#out.many_ids + 1] = k .. "@" .. f.version end
                 local got = msngx.commit_many({ { many[id], { processed_event_id = "e-many" } } })
                 out.commit_many = got
+                -- with { timers = true }, each execution's armed timers cross too
+                local _, armed = msngx.load_many({ id, "nobody" }, { timers = true })
+                out.armed_ids = {}
+                for k, t in pairs(armed) do out.armed_ids[#out.armed_ids + 1] = k .. ":" .. type(t) end
+                out.delete_timers = msngx.delete_timers({ { execution_id = id, path = "Gone", fire_at = 1 } })
                 ngx.say(core.json_encode(out))
             }
         }
@@ -65,6 +71,8 @@ function TestNgxOutcomes:test_each_call_answers_what_it_did()
   local v = assert(self.store:load("r-1")).version
   lu.assertEquals(b.many_ids, { "r-1@" .. (v - 1) })
   lu.assertEquals(b.commit_many, { { ok = true, version = v } })
+  lu.assertEquals(b.armed_ids, { "r-1:table" })
+  lu.assertEquals(b.delete_timers, true)
   lu.assertTrue(self.store:is_processed("r-1", "e-many"))
   lu.assertEquals(self.server:errors(), {})
 end

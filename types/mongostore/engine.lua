@@ -18,6 +18,7 @@
 ---@field inbox? boolean `step` and `run` also run the inbox pass (`relay_inbox`), so what `enqueue` accepts is delivered; `run` backs off while the inbox is idle (50 ms doubling up to 1 s: an idle worker pays the claim's find at most once a second), `step` always runs it; `false` opts out
 ---@field inbox_max_events? integer the queued events one inbox pass takes at most
 ---@field inbox_group? integer the queued events of one execution the inbox applies in one commit at most (1 to 256): applied in order in memory under one version check, each marked processed in the same update; a group that does not land is applied again one event at a time
+---@field sweep_batch? integer the documents with due timers `sweep` reads and fires together at most: one load, bulk writes of the Timeouts, at most one bulk delete of timers per page
 ---@field cache_size? integer entries each per-process cache holds (a parent's chart id for the spawn relay, an outbox entry's failed deliveries); least recently used go first
 ---@field on_external? fun(entry: mongostore.OutboxEntry) receives emitted events with no target; a raise is logged and the entry is tried again after a wait of its own (0.5 s doubled per failure up to 60 s, with jitter), given up after `max_attempts`. An engine without it (the CLI's) never claims external entries: they stay pending for a worker that has one, which its log says once
 ---@field on_dead_letter? fun(entry: mongostore.OutboxEntry, err: string) receives entries given up on
@@ -276,7 +277,18 @@ function Engine:relay_inbox() end
 
 --- Fires each due timer as `{ kind = "Timeout", id = "timeout:<id>:<path>:<fire_at>" }`;
 --- the commit that applies it also disarms it. A Timeout for a state left or
---- re-armed since changes nothing.
+--- re-armed since changes nothing. The due timers are fired a page at a time
+--- (`sweep_batch` documents): one find loads every execution of the page with
+--- its armed timers, the Timeouts land in bulk writes (several of one execution
+--- in order, each checked against the timers the one before left; each commit
+--- disarms its timer and sets the execution's mark to the earliest timer it
+--- leaves, so the next sweep does not read it again), and one `delete_timers`
+--- removes the timers no commit disarmed (a Timeout held while suspended, one
+--- refused), so a page costs a handful of round trips however many timers it
+--- holds. A timer whose delivery answers
+--- `not_found` or `invalid` is removed too (and logged), so it cannot fire for
+--- ever; one whose delivery failed otherwise stays for the next sweep. Pages
+--- are read until one comes back short.
 ---@param now? number epoch seconds
 ---@return integer n # timers handled
 function Engine:sweep(now) end

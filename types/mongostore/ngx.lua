@@ -16,6 +16,8 @@
 ---@field charts? string the name of a module returning the list of charts
 ---@field trace? boolean the engine writes trace steps
 ---@field inbox? boolean `start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), backing off while it is idle (50 ms doubling up to 1 s); `false` opts out
+---@field inbox_group? integer the engines' `inbox_group`: queued events of one execution applied in one commit (1 to 256)
+---@field sweep_batch? integer the engines' `sweep_batch`: documents with due timers the sweep fires together
 ---@field max_inflight? integer calls in flight per process (keep it at or below `lua_worker_thread_vm_pool_size`)
 ---@field call_timeout? number seconds a call waits for a free slot
 ---@field run_modules? string[] the modules `msngx.run` may call: module names, or prefixes ending in `.` (`"app."`: every module below `app`)
@@ -134,10 +136,11 @@ function msngx.save(fields) end
 ---
 --- Fails with `nil, message, code`.
 ---@param ids string[] the executions
+---@param opts? { timers: boolean? } `timers = true`: also answer each execution's armed timers
 ---@return table<string, mongostore.PlainExecution>? executions # by id; an id with no execution has no entry
----@return string? message
+---@return (table<string, table<string, number>>|string)? armed # with `timers`: by id, each armed timer's fire_at by its state path; on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.load_many(ids) end
+function msngx.load_many(ids, opts) end
 
 --- `store:commit_many` of the executions rebuilt from their fields: one bulk write, each item atomic and guarded on its own.
 ---
@@ -280,13 +283,22 @@ function msngx.append_trace(execution_id, entry) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.delete_timer(execution_id, path, fire_at) end
 
+--- Runs [`store:delete_timers`](store.md#store-delete_timers) in a worker thread.
+---
+--- Fails with `nil, message, code`.
+---@param timers mongostore.DueTimer[] the timers to disarm (`due_timers`' rows do)
+---@return true? ok # each one disarmed, or re-armed since (then left alone)
+---@return string? message
+---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
+function msngx.delete_timers(timers) end
+
 --- Runs [`store:due_timers`](store.md#store-due_timers) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
 ---@param now number epoch seconds
 ---@param limit? integer bounds the documents read (each may hold several due timers)
 ---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
----@return string? message
+---@return (integer|string)? read # the documents read (fewer than `limit`: there are no more); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function msngx.due_timers(now, limit) end
 
