@@ -1,4 +1,5 @@
--- bench/openresty.lua <uri> [--seconds S] [--connections C] [--burst S] [--timeout S] [--db NAME]
+-- bench/openresty.lua <uri> [--seconds S] [--connections C] [--burst S] [--burst-connections C] [--timeout S]
+--                           [--db NAME]
 -- The OpenResty load rows: the example server (examples/openresty, real
 -- nginx, 2 workers) driven by wrk over HTTP, each figure checked against the
 -- database afterwards (nothing lost, nothing applied twice):
@@ -9,10 +10,18 @@
 --               answers that were not 202 (409 conflicts); its version counts
 --               every accepted event once
 --   hot.inbox   the same execution's events through the inbox (msngx.enqueue):
---               enqueues/s, and how fast nginx's own worker drains them
---   timers      a burst of orders with a short payment timeout (created and
---               placed for --burst seconds): how late each Timeout fired after
---               its due time (p50, p99, max), fired/due
+--               enqueues/s, and how fast nginx's own worker drains them, side
+--               by side with a second nginx configured with inbox_group = 1
+--               (one commit per event, as before the group commit)
+--   timers      a burst of orders with a payment timeout of --timeout seconds
+--               (created and placed for --burst seconds over
+--               --burst-connections connections, each its own wrk thread so
+--               that an order's create comes before its PlaceOrder): how late
+--               each Timeout fired after its due time (p50, p99, max), fired/due
+-- Each row's executions are deleted once it is checked: mongo-java-server
+-- answers a commit's update (a filter of more than _id) by scanning the
+-- collection, so rows run on what earlier rows left would measure the
+-- collection's size, not the row.
 -- Prints "RESULT openresty.<key> <value>" lines (bench/run.sh --openresty).
 local here = arg[0]:match("^(.*)/bench/[^/]*$") or "."
 package.path = here .. "/spec/?.lua;" .. here .. "/spec/?/init.lua;" .. here .. "/lua/?.lua;" .. here
@@ -27,7 +36,8 @@ if not uri or uri:sub(1, 1) == "-" then
   io.stderr:write("usage: lua5.4 bench/openresty.lua <uri> [--seconds S] [--connections C] [--burst S]\n")
   os.exit(2)
 end
-local opts = { seconds = 5, connections = 64, burst = 10, timeout = 2, db = "msbench_ngx_" .. tostring(os.time()) }
+local opts = { seconds = 5, connections = 64, burst = 10, ["burst-connections"] = 16, timeout = 5,
+               db = "msbench_ngx_" .. tostring(os.time()) }
 for i = 2, #arg, 2 do
   local k = arg[i]:match("^%-%-(.+)$")
   if not k or opts[k] == nil then io.stderr:write("openresty.lua: unknown option ", arg[i], "\n") os.exit(2) end
@@ -80,14 +90,16 @@ function done(summary, latency, requests)
 end
 ]]
 
-local function wrk(script, seconds, connections, path)
+-- threads: wrk's threads (default 2, at most the connections); with one
+-- connection a thread, each connection's requests go in the order made.
+local function wrk(script, seconds, connections, path, threads)
   local f = os.tmpname()
   local fh = assert(io.open(f, "w"))
   -- every request carries the example's write token (mongostore.ngx_access)
   fh:write(string.format('HDR = { ["Content-Type"] = "application/json", Authorization = %q }\n',
     "Bearer " .. H.WRITE_TOKEN), WRK_COMMON, script)
   fh:close()
-  local threads = math.min(2, connections)
+  threads = math.min(threads or 2, connections)
   local out = sh(string.format("wrk -t%d -c%d -d%ds --timeout 10s -s %s %s%s", threads, connections, seconds, f,
     H.base_url, path or "/"))
   os.remove(f)
@@ -126,6 +138,12 @@ local function count(filter)
   return assert(exes:count(filter or {}))
 end
 
+-- a checked row's executions go, so that the next row's commits do not pay
+-- for them (see above)
+local function forget(prefix)
+  assert(exes:delete_many({ _id = { ["$regex"] = "^" .. prefix } }))
+end
+
 local ok_all = true
 local function check(name, cond, detail)
   result("check." .. name, cond and "ok" or ("FAILED " .. tostring(detail)))
@@ -153,6 +171,7 @@ local function within(stored, answered, what)
         string.format("%d stored vs %d answered (+ at most %d in flight)", stored, answered, opts.connections))
 end
 within(count({ _id = { ["$regex"] = "^c-" } }), created, "create")
+forget("c-")
 
 -- events over 1,000 executions
 for i = 1, 1000 do
@@ -177,6 +196,7 @@ for d in assert(exes:find({ _id = { ["$regex"] = "^e-" } }, { projection = { ver
   versions = versions + (tonumber(tostring(d.version)) or 0) - 1 -- version 1 is the create
 end
 within(versions, applied, "events")
+forget("e-")
 
 -- one hot execution, sent to directly
 assert(server:post("/executions", { chart = "order", id = "hot-1", context = { total = 30 } }) == 201)
@@ -194,36 +214,60 @@ result("hot.send.other", hot.total - hot_ok - (hot.statuses[409] or 0))
 result("hot.send.p99_ms", hot.p99)
 local hv = assert(store:load("hot-1")).version
 within(hv - 1, hot_ok, "hot.send")
+forget("hot-1")
 
--- the same through the inbox
-assert(server:post("/executions", { chart = "order", id = "hot-2", context = { total = 30 } }) == 201)
-local t0 = ms.now()
-local inbox = wrk([[
+-- the same through the inbox: this nginx (inbox_group left at its default)
+-- and, side by side, one configured with inbox_group = 1, one commit per
+-- event; the same enqueue load on each, timed from the first enqueue until
+-- its inbox is empty and the execution holds every event
+local function inbox_row(key, srv, sstore, sdb, id)
+  assert(srv:post("/executions", { chart = "order", id = id, context = { total = 30 } }) == 201)
+  H.base_url = srv.base
+  local t0 = ms.now()
+  local inbox = wrk(string.format([[
 request = function()
   n = n + 1
-  local body = string.format('{"id":"hot-2","event":{"kind":"Paid","data":{},"id":"q-%d-%d"}}', wrk.thread:get("tid"), n)
+  local body = string.format('{"id":"%s","event":{"kind":"Paid","data":{},"id":"q-%%d-%%d"}}', wrk.thread:get("tid"), n)
   return wrk.format("POST", "/_enqueue", HDR, body)
 end
-]], opts.seconds, opts.connections)
-local queued = inbox.statuses[200] or 0
-result("hot.inbox.enqueued_per_s", queued / opts.seconds)
-local drained_at
-local deadline = ms.now() + 600
-while ms.now() < deadline do
-  local v = assert(store:load("hot-2")).version
-  if v - 1 >= queued and #assert(store:pending_outbox()) == 0 then
-    local left = assert(db:collection("inbox")):count({})
-    if left == 0 then drained_at = ms.now() break end
+]], id), opts.seconds, opts.connections)
+  H.base_url = server.base
+  local queued = inbox.statuses[200] or 0
+  result(key .. ".enqueued_per_s", queued / opts.seconds)
+  local drained_at
+  local deadline = ms.now() + 600
+  local inbox_coll = assert(sdb:collection("inbox"))
+  while ms.now() < deadline do
+    local v = assert(sstore:load(id)).version
+    if v - 1 >= queued and assert(inbox_coll:count({})) == 0 then
+      drained_at = ms.now()
+      break
+    end
+    ms.sleep(0.1)
   end
-  ms.sleep(0.2)
+  if drained_at then
+    result(key .. ".applied_per_s", queued / (drained_at - t0))
+    result(key .. ".drain_s", drained_at - t0)
+  end
+  local v2 = assert(sstore:load(id)).version
+  check(key .. ".drained", drained_at ~= nil, "the inbox did not drain in 600 s")
+  within(v2 - 1, queued, key)
+  return drained_at and queued / (drained_at - t0)
 end
-if drained_at then
-  result("hot.inbox.applied_per_s", queued / (drained_at - t0))
-  result("hot.inbox.drain_s", drained_at - t0)
+local grouped = inbox_row("hot.inbox", server, store, db, "hot-2")
+forget("hot-2")
+do
+  local one_db = opts.db .. "_g1"
+  local one = H.start{ workers = 2, db = one_db, uri = uri, locations = ENQUEUE, configure = "inbox_group = 1," }
+  local ostore = assert(ms.connect(uri, { db = one_db, wait = 10 }))
+  local odb = assert(ms.database(uri, { db = one_db, wait = 10 }))
+  local single = inbox_row("hot.inbox1", one, ostore, odb, "hot-3")
+  if grouped and single then result("hot.inbox.ratio", grouped / single) end
+  result("errors.inbox1", #one:errors({ "conflict", "too many calls", "timed out" }))
+  ostore:close()
+  odb:close()
+  one:stop()
 end
-local v2 = assert(store:load("hot-2")).version
-check("hot.inbox.drained", drained_at ~= nil, "the inbox did not drain in 600 s")
-within(v2 - 1, queued, "hot.inbox")
 
 -- timer lag after a burst: orders created and placed with a short payment timeout
 local burst = wrk(string.format([[
@@ -238,10 +282,13 @@ request = function()
   return wrk.format("POST", "/executions/" .. id .. "/events", HDR,
     string.format('{"kind":"PlaceOrder","data":{},"id":"po-%%s"}', id))
 end
-]], tostring(opts.timeout)), opts.burst, math.min(opts.connections, 2))
+]], tostring(opts.timeout)), opts.burst, opts["burst-connections"], nil, opts["burst-connections"])
+result("timers.timeout_s", opts.timeout)
+result("timers.burst_connections", opts["burst-connections"])
 result("timers.burst_requests", burst.total)
--- wait until no order waits for its payment any more (or 120 s past the
--- last due time), then read when each timer fired
+result("timers.burst_per_s", burst.total / opts.burst)
+-- wait until no timer is armed any more (or 120 s past the last due time),
+-- then read when each timer fired
 local placed, lags = 0, {}
 local wait_until = ms.now() + opts.timeout + 120
 local ids = {}
@@ -250,12 +297,11 @@ for d in assert(exes:find({ _id = { ["$regex"] = "^t-" } }, { projection = { _id
 end
 repeat
   ms.sleep(0.5)
-  local waiting = 0
-  for _, id in ipairs(ids) do
-    local e = store:load(id)
-    if e and e.active_path == "AwaitingPayment" and e.status == "RUNNING" then waiting = waiting + 1 end
+  local armed = 0
+  for _, t in ipairs(assert(store:due_timers(ms.now() + 1e9))) do
+    if t.execution_id:sub(1, 2) == "t-" then armed = armed + 1 end
   end
-until waiting == 0 or ms.now() > wait_until
+until armed == 0 or ms.now() > wait_until
 for _, id in ipairs(ids) do
   local d = { _id = id }
   local steps = store:read_trace(d._id) or {}

@@ -80,7 +80,8 @@
 # --openresty: the OpenResty load rows (bench/openresty.lua: the example
 # server in real nginx, driven by wrk; creates/s, events/s, one hot
 # execution through send and through the inbox, timer lag after a burst,
-# each checked against the database; about 3 minutes).
+# each checked against the database; the inbox row again on a second nginx
+# with inbox_group = 1, side by side; about 5 minutes).
 #
 # Environment: MONGOSTORE_URI (use that server; its databases named
 # msbench_<pid>_* are dropped at the end), LUA (default lua5.4),
