@@ -66,6 +66,7 @@ build = {
       ["mongostore.engine"] = "lua/mongostore/engine.lua",
       ["mongostore.engine.relays"] = "lua/mongostore/engine/relays.lua",
       ["mongostore.engine.external"] = "lua/mongostore/engine/external.lua",
+      ["mongostore.engine.deliver"] = "lua/mongostore/engine/deliver.lua",
       ["mongostore.ngx"] = "lua/mongostore/ngx.lua",
       ["mongostore.ngx_thread"] = "lua/mongostore/ngx_thread.lua",
       ["mongostore.ngx_http"] = "lua/mongostore/ngx_http.lua",
