@@ -4291,6 +4291,8 @@ require("mongostore.ngx").configure{ uri = "mongodb://127.0.0.1:27017", db = "or
               .. "commit (1 to 256)", default = "32" },
             { "sweep_batch", "integer?", "the engines' `sweep_batch`: documents with due timers the sweep fires "
               .. "together", default = "500" },
+            { "max_conflicts", "integer?", "the engines' `max_conflicts`: how often an event is applied again "
+              .. "after losing the version check", default = "50" },
             { "max_inflight", "integer?", "calls in flight per process (keep it at or below "
               .. "`lua_worker_thread_vm_pool_size`)", default = "32" },
             { "call_timeout", "number?", "seconds a call waits for a free slot", default = "30" },
@@ -4446,7 +4448,12 @@ execution id in each nginx worker: requests racing on a hot execution wait
 their turn (up to `call_timeout`, then `unavailable`) instead of spending the
 engine's conflict retries on each other, so each event costs one commit and
 none is answered `conflict` for want of retries; only other processes'
-commits still race them.]],
+commits (and this nginx's other workers) still race them. A `send` or
+`send_external` that loses to those races through all of the engine's
+retries is not answered `conflict` either: while the inbox is on and
+`start_worker` runs in this worker, its event goes to the inbox under the
+same id (applied in order behind the others, exactly once) and the call
+answers `true, "queued", { outcome = "queued" }`.]],
       forwards = "mongostore.Engine",
       entries = {
         { fn = "send_external", module = "mongostore.ngx",
@@ -4456,8 +4463,9 @@ commits still race them.]],
           },
           returns = {
             { "ok", "true", "" },
-            { "how", "\"applied\"|\"duplicate\"", "`\"duplicate\"` for an event id already handled" },
-            { "result", "mongostore.DeliveryResult", "what the event did" },
+            { "how", "\"applied\"|\"duplicate\"|\"queued\"", "`\"duplicate\"` for an event id already "
+              .. "handled; `\"queued\"` for one put in the inbox after losing every retry (see above)" },
+            { "result", "mongostore.DeliveryResult", "what the event did (`outcome = \"queued\"` when queued)" },
           },
           fails = fails("not_found", "conflict", "invalid", "too_large"),
           desc = [[

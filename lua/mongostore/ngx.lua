@@ -115,10 +115,11 @@ end
 -- msngx.configure{ uri, db, prefix, wait = 0, server_selection_timeout = 2, socket_timeout = 10, trace_max,
 --                  thread_pool = "mongostore", charts = "module.returning.charts",
 --                  trace = false, max_inflight = 32, call_timeout = 30,
---                  run_modules = { "app.", "shop.orders" }, inbox = false, inbox_group = 32, sweep_batch = 500 }
+--                  run_modules = { "app.", "shop.orders" }, inbox = false, inbox_group = 32, sweep_batch = 500,
+--                  max_conflicts = 50 }
 -- inbox: msngx.start_worker's passes also deliver the inbox (engine inbox),
 -- backing off while it is idle; on by default, false opts out.
--- inbox_group, sweep_batch: the engines' options of those names (engine.new).
+-- inbox_group, sweep_batch, max_conflicts: the engines' options of those names (engine.new).
 -- Call it in init_by_lua: it only records the settings. Connections are made
 -- lazily in the processes and threads that use them, never in the master.
 -- wait is connect's (seconds to keep retrying the first ping of a thread);
@@ -130,6 +131,7 @@ local CONFIG_KEYS = {
   uri = true, db = true, prefix = true, charts = true, max_inflight = true, wait = true,
   server_selection_timeout = true, run_modules = true, trace_max = true, thread_pool = true, trace = true,
   call_timeout = true, inbox = true, socket_timeout = true, inbox_group = true, sweep_batch = true,
+  max_conflicts = true,
 }
 
 function M.configure(cfg)
@@ -166,6 +168,10 @@ function M.configure(cfg)
   if sb ~= nil and (type(sb) ~= "number" or sb % 1 ~= 0 or sb < 1) then
     error("mongostore.ngx.configure: sweep_batch must be an integer >= 1", 2)
   end
+  local mc = cfg.max_conflicts
+  if mc ~= nil and (type(mc) ~= "number" or mc % 1 ~= 0 or mc < 1) then
+    error("mongostore.ngx.configure: max_conflicts must be an integer >= 1", 2)
+  end
   local run_modules = check_run_modules(cfg.run_modules)
   config = {
     run_modules = run_modules,
@@ -175,7 +181,7 @@ function M.configure(cfg)
     trace_max = cfg.trace_max, thread_pool = cfg.thread_pool or "mongostore",
     charts = cfg.charts, trace = cfg.trace == true, max_inflight = cfg.max_inflight or 32,
     call_timeout = cfg.call_timeout or 30, inbox = cfg.inbox ~= false,
-    inbox_group = group, sweep_batch = sb,
+    inbox_group = group, sweep_batch = sb, max_conflicts = mc,
   }
   return true
 end
@@ -298,9 +304,30 @@ local function one_at_a_time(id, name, call, ...)
   return unpack(r, 2, r.n)
 end
 
+-- Whether start_worker runs in this nginx worker: its passes drain the inbox.
+local worker_started = false
+
+-- A send that still lost its version check after the engine's retries
+-- (other processes' commits, or this nginx's other workers, kept moving the
+-- execution on) is not answered conflict: with the inbox on and a worker
+-- draining it, its event is queued there under the same id, applied in order
+-- behind the others (exactly once: the id is its dedupe mark), and the call
+-- answers true, "queued", { outcome = "queued" }.
+local QUEUE_ON_CONFLICT = { send = true, send_external = true }
+
 local function engine_call(name)
   if not SERIAL[name] then return function(...) return run("engine", name, ...) end end
-  return function(id, ...) return one_at_a_time(id, name, run, "engine", name, id, ...) end
+  if not QUEUE_ON_CONFLICT[name] then
+    return function(id, ...) return one_at_a_time(id, name, run, "engine", name, id, ...) end
+  end
+  return function(id, event, ...)
+    local r = pack(one_at_a_time(id, name, run, "engine", name, id, event, ...))
+    if r[1] == nil and r[3] == "conflict" and worker_started and config.inbox then
+      local q = pack(run("engine", "enqueue", id, event))
+      if q[1] ~= nil then return true, "queued", { outcome = "queued" } end
+    end
+    return unpack(r, 1, r.n)
+  end
 end
 
 for name in pairs(ENGINE_CALLS) do
@@ -613,7 +640,8 @@ function M.start_worker(opts)
     state.store = store
     state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log,
                                                      inbox = config.inbox, inbox_group = config.inbox_group,
-                                                     sweep_batch = config.sweep_batch }
+                                                     sweep_batch = config.sweep_batch,
+                                                     max_conflicts = config.max_conflicts }
     return true
   end
 
@@ -673,6 +701,7 @@ function M.start_worker(opts)
 
   local ok, err = ngx.timer.every(interval, tick)
   if not ok then return nil, "start_worker: " .. tostring(err), "unavailable" end
+  worker_started = true
   if on_external then
     ok, err = ngx.timer.at(0, external_loop(state, on_external, concurrency))
     if not ok then return nil, "start_worker: on_external: " .. tostring(err), "unavailable" end
@@ -687,6 +716,7 @@ end
 -- reload and shutdown).
 function M.stop_worker()
   if worker then worker.stopped = true end
+  worker_started = false
 end
 
 return M

@@ -14,7 +14,7 @@ local cache = {}
 
 local function key_of(cfg)
   return table.concat({ cfg.uri, cfg.db or "", cfg.prefix or "", cfg.charts or "", tostring(cfg.trace),
-                        tostring(cfg.inbox_group), tostring(cfg.sweep_batch) }, "\0")
+                        tostring(cfg.inbox_group), tostring(cfg.sweep_batch), tostring(cfg.max_conflicts) }, "\0")
 end
 
 local function handles(cfg)
@@ -31,7 +31,8 @@ local function handles(cfg)
   h = { store = store, charts = by_id,
         engine = require("mongostore.engine").new{ store = store, charts = charts, trace = cfg.trace,
                                                    inbox = cfg.inbox, inbox_group = cfg.inbox_group,
-                                                   sweep_batch = cfg.sweep_batch } }
+                                                   sweep_batch = cfg.sweep_batch,
+                                                   max_conflicts = cfg.max_conflicts } }
   cache[key] = h
   return h
 end

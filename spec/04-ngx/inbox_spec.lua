@@ -151,6 +151,10 @@ function TestNgxInbox:test_inbox_group_and_sweep_batch_are_the_engines_options()
   end
   lu.assertErrorMsgContains("sweep_batch must be an integer >= 1", msngx.configure,
     { uri = "mongodb://h:1", sweep_batch = 0 })
+  for _, v in ipairs { 0, 1.5, "3" } do
+    lu.assertErrorMsgContains("max_conflicts must be an integer >= 1", msngx.configure,
+      { uri = "mongodb://h:1", max_conflicts = v })
+  end
   if saved then msngx.configure(saved) end
 
   H.check_prerequisites()

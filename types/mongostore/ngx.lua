@@ -18,6 +18,7 @@
 ---@field inbox? boolean `start_worker`'s passes also deliver the inbox (`engine:relay_inbox`), backing off while it is idle (50 ms doubling up to 1 s); `false` opts out
 ---@field inbox_group? integer the engines' `inbox_group`: queued events of one execution applied in one commit (1 to 256)
 ---@field sweep_batch? integer the engines' `sweep_batch`: documents with due timers the sweep fires together
+---@field max_conflicts? integer the engines' `max_conflicts`: how often an event is applied again after losing the version check
 ---@field max_inflight? integer calls in flight per process (keep it at or below `lua_worker_thread_vm_pool_size`)
 ---@field call_timeout? number seconds a call waits for a free slot
 ---@field run_modules? string[] the modules `msngx.run` may call: module names, or prefixes ending in `.` (`"app."`: every module below `app`)
@@ -160,8 +161,8 @@ function msngx.commit_many(items) end
 ---@param id string the execution
 ---@param event mongostore.Event the event from outside
 ---@return true? ok
----@return ("applied"|"duplicate"|string)? how # `"duplicate"` for an event id already handled; on failure, the message
----@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did; on failure, the code
+---@return ("applied"|"duplicate"|"queued"|string)? how # `"duplicate"` for an event id already handled; `"queued"` for one put in the inbox after losing every retry (see above); on failure, the message
+---@return (mongostore.DeliveryResult|"not_found"|"conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? result # what the event did (`outcome = "queued"` when queued); on failure, the code
 function msngx.send_external(id, event) end
 
 --- The enqueue for events from an HTTP client: the checks of `send_external`
