@@ -98,6 +98,7 @@ build = {
       ["mongostore.stm"] = "lua/mongostore/stm.lua",
       ["mongostore.stm.lex"] = "lua/mongostore/stm/lex.lua",
       ["mongostore.stm.parse"] = "lua/mongostore/stm/parse.lua",
+      ["mongostore.stm.parse_transitions"] = "lua/mongostore/stm/parse_transitions.lua",
       ["mongostore.stm.expand"] = "lua/mongostore/stm/expand.lua",
       ["mongostore.records"] = "lua/mongostore/records.lua",
       ["mongostore.records.canon"] = "lua/mongostore/records/canon.lua",
