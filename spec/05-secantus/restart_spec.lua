@@ -214,19 +214,30 @@ function TestRestart:test_workers_survive_server_kills_with_nothing_lost_or_doub
   local t0 = ms.now()
   run_workers(ref_db, 1, 120)
   local t1 = ms.now()
+  -- the kills follow the work done, not the clock: the k-th comes once the
+  -- run has made k/(KILLS+1) of the commits the reference run made, so each
+  -- lands while there is work left, however fast the machine is
+  local ref_total = 0
+  do
+    local ref = connect(ref_db)
+    for _, e in pairs(snapshot(ref)) do ref_total = ref_total + e.version end
+    ref:close()
+  end
   local kills = {}
   local outs = run_workers(db, WORKERS, 180, function()
-    -- kill once the run is under way, restart, let it work, kill again
-    local deadline = ms.now() + 30
-    repeat ms.sleep(0.1); local p = progress(db) until (p and p.commits >= 20) or ms.now() > deadline
     for k = 1, KILLS do
-      local before = progress(db)
+      local at = math.max(1, math.floor(ref_total * k / (KILLS + 1)))
+      local deadline = ms.now() + 60
+      local before
+      repeat
+        ms.sleep(0.05)
+        before = progress(db)
+      until (before and before.commits >= at) or ms.now() > deadline
       server("kill9")
       local killed_at = ms.now()
       ms.sleep(1.0)
       server("restart")
       kills[k] = { before = before, down = ms.now() - killed_at }
-      if k < KILLS then ms.sleep(1.5) end
     end
     return kills
   end)
