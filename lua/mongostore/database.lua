@@ -61,13 +61,9 @@ end
 local query = require "mongostore.query"
 local find_js, describe = query.find_js, query.describe
 local is_array, null = core.is_array, core.null
-local byte, getmetatable, rawget, next, rawequal = string.byte, getmetatable, rawget, next, rawequal
+local byte, next, rawequal = string.byte, next, rawequal
 
-local function is_regex(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__name") == "mongostore.Regex"
-end
+local is_regex = query.is_regex
 
 local function has_operator_key(v)
   for k in next, v do

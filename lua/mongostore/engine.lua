@@ -16,7 +16,6 @@ local text_error = core.text_error
 local format = string.format
 
 local M = {}
-M._delivery_result = require("mongostore.engine.deliver").delivery_result -- for mongostore.ngx_thread
 
 ------------------------------------------------------------------------
 -- Bounded caches
@@ -42,6 +41,7 @@ local deliver_mod = require "mongostore.engine.deliver"
 for name, fn in pairs(deliver_mod.methods) do Engine[name] = fn end
 local delivery_result, log_failed, commit_opts =
   deliver_mod.delivery_result, deliver_mod.log_failed, deliver_mod.commit_opts
+M._delivery_result = delivery_result -- for mongostore.ngx_thread
 
 local function default_log(msg)
   io.stderr:write("mongostore.engine: ", msg, "\n")

@@ -83,6 +83,8 @@ local function is_regex_box(v)
   local mt = get_mt(v)
   return type(mt) == "table" and rawget(mt, "__name") == "mongostore.Regex"
 end
+--- query.is_regex(v): whether v is a regex box (mongostore.regex).
+M.is_regex = is_regex_box
 
 -- A table the encoder writes as a document (not an array, not null).
 local function is_document(v)

@@ -100,33 +100,30 @@ local function find_opts(self, raw, limit)
   return o
 end
 
-function Query:all(opts)
-  local C = self.C
-  local coll = bound(C, "all")
-  local raw = q_raw(self, opts)
+-- The documents q matches (at most limit), as read: -> docs, or nil, err,
+-- code, detail (a refused filter is invalid, nothing sent).
+local function find_all(self, coll, raw, limit)
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
-  local cur, msg, code, detail = coll:find(f, find_opts(self, raw))
+  local cur, msg, code, detail = coll:find(f, find_opts(self, raw, limit))
   if not cur then return driver_fail(msg, code, detail) end
   local docs
   docs, msg, code, detail = cur:all()
   if not docs then return driver_fail(msg, code, detail) end
+  return docs
+end
+
+function Query:all(opts)
+  local C = self.C
+  local docs, err, code, detail = find_all(self, bound(C, "all"), (q_raw(self, opts)))
+  if not docs then return nil, err, code, detail end
   for i = 1, #docs do adopt(C, docs[i]) end
   return docs
 end
 
 --- q:lean(): the documents as read, untracked (plain tables).
 function Query:lean(opts)
-  local coll = bound(self.C, "lean")
-  local raw = q_raw(self, opts)
-  local f, bad = q_filter(self)
-  if not f then return fail("invalid", bad) end
-  local cur, msg, code, detail = coll:find(f, find_opts(self, raw))
-  if not cur then return driver_fail(msg, code, detail) end
-  local docs
-  docs, msg, code, detail = cur:all()
-  if not docs then return driver_fail(msg, code, detail) end
-  return docs
+  return find_all(self, bound(self.C, "lean"), (q_raw(self, opts)))
 end
 
 function Query:first(opts)
@@ -148,15 +145,8 @@ end
 --- q:one(): the one document that matches: not_found when none does, invalid when more than one.
 function Query:one(opts)
   local C = self.C
-  local coll = bound(C, "one")
-  local raw = q_raw(self, opts)
-  local f, bad = q_filter(self)
-  if not f then return fail("invalid", bad) end
-  local cur, msg, code, detail = coll:find(f, find_opts(self, raw, 2))
-  if not cur then return driver_fail(msg, code, detail) end
-  local docs
-  docs, msg, code, detail = cur:all()
-  if not docs then return driver_fail(msg, code, detail) end
+  local docs, err, code, detail = find_all(self, bound(C, "one"), q_raw(self, opts), 2)
+  if not docs then return nil, err, code, detail end
   if #docs == 0 then return fail("not_found", format("one %s: no document matches", C.collection)) end
   if #docs > 1 then return fail("invalid", format("one %s: more than one document matches", C.collection)) end
   return adopt(C, docs[1])

@@ -196,11 +196,7 @@ local cast_value, client_filter, refuse, describe = query.cast_value, query.clie
   query.describe
 local HATCH = "model.trusted(filter)"
 
-local function is_regex(v)
-  if type(v) ~= "userdata" then return false end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and rawget(mt, "__name") == "mongostore.Regex"
-end
+local is_regex = query.is_regex
 
 -- v cast to the field f (its type, or its elements' for an array field given
 -- one element), or nil, why. Numbers pass numeric fields as they are (a
