@@ -75,6 +75,7 @@ build = {
       ["mongostore.values"] = "lua/mongostore/values.lua",
       ["mongostore.ejson"] = "lua/mongostore/ejson.lua",
       ["mongostore.lru"] = "lua/mongostore/lru.lua",
+      ["mongostore.contract"] = "lua/mongostore/contract.lua",
       ["mongostore.util"] = "lua/mongostore/util.lua",
       ["mongostore.model"] = "lua/mongostore/model.lua",
       ["mongostore.model.bulk"] = "lua/mongostore/model/bulk.lua",

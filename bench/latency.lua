@@ -210,9 +210,9 @@ local function sh(cmd)
 end
 
 local OPS = {
-  { "due_timers", function(s) return s:due_timers(now(), 1000) end },
-  { "pending_outbox", function(s) return s:pending_outbox(100) end },
-  { "pending_spawns", function(s) return s:pending_spawns(100) end },
+  { "due_timers", function(s) return s:due_timers(now(), { limit = 1000 }) end },
+  { "pending_outbox", function(s) return s:pending_outbox{ limit = 100 } end },
+  { "pending_spawns", function(s) return s:pending_spawns{ limit = 100 } end },
   { "list_page", function(s) return s:list_executions { definition_id = "flat", limit = 50 } end },
   { "list_failed", function(s) return s:list_executions { definition_id = "flat", status = { "FAILED" }, limit = 50 } end },
 }

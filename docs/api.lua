@@ -107,7 +107,7 @@ api.codes = {
   { "conflict",
     "The version check lost: someone else advanced the execution since it was loaded (or, for a first "
     .. "commit, an execution with that id exists). Nothing of the call was written. `store:commit` gives "
-    .. "the version it found as a fourth value (nil: no document).",
+    .. "the version it found in the detail, the fourth value: `detail.found` (nil: no document).",
     "Reload and apply the event again (the engine does this by itself, up to `max_conflicts` times). "
     .. "From `engine:start`: the id holds an execution of another chart." },
   { "duplicate",
@@ -343,7 +343,8 @@ the stored JSON.]],
           },
           returns = { { "ok", "true", "committed: `exe.version` is one higher" } },
           fails = fails("conflict", "duplicate", "stale", "invalid", "too_large"),
-          fails_extra = { { "found", "integer?", "with `conflict`: the version found (nil: no document)" } },
+          fails_extra = { { "detail", "{ found: integer? }?", "with `conflict`: `found`, the version found (nil: "
+                            .. "no document)" } },
           raises = "an `exe` that is not an Execution, an `opts` that is not a table, or an unknown option",
           desc = [[
 One atomic single-document write guarded by the version check: the new state,
@@ -354,7 +355,7 @@ spawn or trace seq may be skipped: seqs are unique, not gapless). The event is
 checked against the dedupe marks that came with the load, so a redelivered
 event is refused with `duplicate` before anything is sent.]],
           example = [[
-local ok, err, code, found = store:commit(exe, {
+local ok, err, code, detail = store:commit(exe, {
   emits = { { target_id = "payments", event = { kind = "Charge", data = { amount = 42 } } } },
   processed_event_id = "evt-1",
   timers = { { action = "schedule", path = "AwaitingPayment", fire_at = mongostore.now() + 900 } },
@@ -364,7 +365,7 @@ if not ok and code == "conflict" then --[=[ reload and apply the event again ]=]
           params = { { "exe", "mongostore.Execution", "the execution" } },
           returns = { { "ok", "true", "stored: `exe.version` is one higher" } },
           fails = fails("conflict", "invalid", "too_large"),
-          fails_extra = { { "found", "integer?", "with `conflict`: the version found" } },
+          fails_extra = { { "detail", "{ found: integer? }?", "with `conflict`: `found`, the version found" } },
           raises = "an `exe` that is not an Execution",
           desc = "A commit with nothing else: inserts a new execution (version 0 -> 1) or writes its fields." },
         { method = "commit_many", of = "mongostore.Store",
@@ -383,12 +384,14 @@ emit and spawn of the batch are taken at once. A committed item's
 new execution) is committed alone, as `commit` does. When the server answers
 for fewer documents than it was sent, one find tells the items apart.]] },
         { class = "mongostore.BatchResult",
-          desc = "The outcome of one item of `commit_many`.",
+          desc = "The outcome of one item of `commit_many`: `{ ok = true }`, or the item's failure in the shape "
+            .. "every batch call gives (`index`, `message`, `code`, `detail`).",
           fields = {
             { "ok", "true?", "committed" },
-            { "err", "string?", "why not" },
-            { "code", "string?", "the code of `err` (`conflict`, `duplicate`, `network`, ...)" },
-            { "found", "integer?", "with `conflict`: the version found" },
+            { "index", "integer?", "not committed: the item's index in `items`" },
+            { "message", "string?", "why not" },
+            { "code", "string?", "the code of `message` (`conflict`, `duplicate`, `network`, ...)" },
+            { "detail", "{ found: integer? }?", "with `conflict`: `found`, the version found" },
           } },
         { class = "mongostore.CommitOptions",
           desc = "What a commit carries besides the execution; an unknown key raises.",
@@ -566,7 +569,7 @@ end]] },
       title = "Outbox and spawns",
       intro = [[
 Without a limit, `pending_outbox()` and `pending_spawns()` list every pending
-entry (inspection), each with its `source_id`. With a limit they claim whole
+entry (inspection), each with its `source_id`. With `{ limit = n }` they claim whole
 source documents (so one relay delivers one execution's entries, in order)
 until the caller holds at least `limit`, in three round trips however many
 documents that takes (a find of candidates, one update that stamps them, one
@@ -579,17 +582,23 @@ safety net.]],
       entries = {
         { method = "pending_outbox", of = "mongostore.Store",
           params = {
-            { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
-            { "lease", "number?", "seconds the claim holds (> 0, at most a day); needs a limit", default = "30" },
-            { "opts", "{ targeted: boolean?, external: boolean? }?", "`targeted = true`: claim only entries "
-              .. "with a target (a relay with no handler for external events); `entries.external_left` counts "
-              .. "the external entries the claim saw and left pending. `external = true`: the opposite, only "
-              .. "entries without a target whose `retry_at` has come (`engine:claim_external`); not both" },
+            { "opts", "mongostore.ClaimOptions?", "without a limit: list every entry, unclaimed" },
           },
           returns = { { "entries", "mongostore.OutboxEntry[]", "oldest first (by seq)" } },
           fails = fails("invalid"),
-          raises = "a wrong type for `limit` or `lease`, a lease without a limit, or both `targeted` and "
-            .. "`external`" },
+          raises = "a wrong type for an option, an unknown option, a lease (or `targeted`, `external`) without a "
+            .. "limit, or both `targeted` and `external`" },
+        { class = "mongostore.ClaimOptions",
+          desc = "A claim of `pending_outbox` (all of these) or `pending_spawns` (`limit`, `lease`); an unknown "
+            .. "key raises.",
+          fields = {
+            { "limit", "integer?", "claim at least this many entries (>= 1)" },
+            { "lease", "number?", "seconds the claim holds (> 0, at most a day); needs a limit", default = "30" },
+            { "targeted", "boolean?", "claim only entries with a target (a relay with no handler for external "
+              .. "events); `entries.external_left` counts the external entries the claim saw and left pending" },
+            { "external", "boolean?", "the opposite: only entries without a target whose `retry_at` has come "
+              .. "(`engine:claim_external`); not with `targeted`" },
+          } },
         { method = "ack_outbox", of = "mongostore.Store",
           params = {
             { "seq", "integer", "the entry's seq" },
@@ -629,8 +638,8 @@ token, and with `release` also gives the claim back.]] },
         { method = "fail_outbox", of = "mongostore.Store",
           params = {
             { "entry", "mongostore.OutboxEntry", "a claimed entry (with its `token`)" },
-            { "err", "string?", "why it was given up" },
-            { "attempts", "integer?", "the tries it had" },
+            { "opts", "{ error: string?, attempts: integer? }?", "why it was given up (default \"given up\") "
+              .. "and the tries it had (>= 0, default 0)" },
           },
           returns = { { "ok", "true", "moved to `outbox_failed` (or no longer the caller's to move)" } },
           fails = fails("invalid"),
@@ -641,7 +650,7 @@ outbox and pushes it, with its error, when and its tries, onto
 `outbox_failed`, only while the claim is still the caller's. The engine does
 this for a dead letter when it has no `on_dead_letter`.]] },
         { method = "failed_outbox", of = "mongostore.Store",
-          params = { { "limit", "integer?", "entries at most", default = "1000" } },
+          params = { { "opts", "{ limit: integer? }?", "entries at most (>= 1, default 1000)" } },
           returns = { { "entries", "mongostore.FailedEntry[]", "oldest failure first" } },
           fails = fails("invalid"),
           desc = "The entries given up on, for an operator (`mongostore outbox --failed`): a scan of the "
@@ -699,12 +708,12 @@ with `retry_at` and `tries` in one update that matches only while the claim is
 the caller's, so its backoff holds for every relay and process.]] },
         { method = "pending_spawns", of = "mongostore.Store",
           params = {
-            { "limit", "integer?", "claim at least this many entries (>= 1); nil lists every entry unclaimed" },
-            { "lease", "number?", "seconds the claim holds; needs a limit", default = "30" },
+            { "opts", "{ limit: integer?, lease: number? }?", "a claim, as `pending_outbox`'s `limit` and `lease`; "
+              .. "without a limit: list every entry, unclaimed" },
           },
           returns = { { "entries", "mongostore.SpawnEntry[]", "oldest first (by seq)" } },
           fails = fails("invalid"),
-          raises = "a wrong type for `limit` or `lease`, or a lease without a limit" },
+          raises = "a wrong type for an option, an unknown option, or a lease without a limit" },
         { method = "ack_spawn", of = "mongostore.Store",
           params = {
             { "seq", "integer", "the entry's seq" },
@@ -754,7 +763,8 @@ the caller's, so its backoff holds for every relay and process.]] },
         { method = "due_timers", of = "mongostore.Store",
           params = {
             { "now", "number", "epoch seconds" },
-            { "limit", "integer?", "bounds the documents read (each may hold several due timers)" },
+            { "opts", "{ limit: integer? }?", "`limit` (>= 1) bounds the documents read (each may hold several "
+              .. "due timers)" },
           },
           returns = {
             { "timers", "mongostore.DueTimer[]", "by fire_at, then execution id, then path" },
@@ -3926,7 +3936,7 @@ refused on its own.]],
           example = [[
 for i, r in ipairs(engine:send_many{ { "o-1", { kind = "Pay", id = "p-1" } },
                                      { "o-2", { kind = "Pay", id = "p-2" } } }) do
-  if not r.ok then print(i, r.code, r.err) end
+  if not r.ok then print(i, r.code, r.message) end
 end]] },
         { class = "mongostore.DeliveryResult",
           desc = [[
@@ -3950,8 +3960,10 @@ control calls (and of their `msngx.*` forms), `result` of a `send_many` item.]],
             { "ok", "true?", "applied now, or handled before" },
             { "how", "\"applied\"|\"duplicate\"?", "with `ok`" },
             { "result", "mongostore.DeliveryResult?", "with `ok`: what the event did" },
-            { "err", "string?", "why not" },
-            { "code", "string?", "the code of `err`" },
+            { "index", "integer?", "not applied: the pair's index in `list`" },
+            { "message", "string?", "why not" },
+            { "code", "string?", "the code of `message`" },
+            { "detail", "table?", "what else the failure knows" },
             { "blocked", "true?", "not attempted: an earlier event for the same execution failed" },
           } },
         { method = "enqueue", of = "mongostore.Engine",

@@ -51,8 +51,8 @@ order.status = "CANCELLED"
 order.active_path = "Cancelled"
 assert(store:commit(order, { trace = { event = "Timeout", from = "AwaitingPayment", to = "Cancelled" } }))
 stale.context.note = "too late"
-local ok, err, code, found = store:commit(stale, { emits = { { target_id = "mailer", event = { kind = "Thanks" } } } })
-print(("stale writer: ok=%s code=%s found=%s (%s)"):format(tostring(ok), code, tostring(found), err))
+local ok, err, code, detail = store:commit(stale, { emits = { { target_id = "mailer", event = { kind = "Thanks" } } } })
+print(("stale writer: ok=%s code=%s found=%s (%s)"):format(tostring(ok), code, tostring(detail and detail.found), err))
 assert(not ok and code == "conflict" and #store:pending_outbox() == 0)
 
 for _, step in ipairs(store:read_trace(order.id)) do

@@ -15,7 +15,7 @@
 
 --- The third value of `nil, message, code`.
 ---@alias mongostore.ErrorCode
----| "conflict" # The version check lost: someone else advanced the execution since it was loaded (or, for a first commit, an execution with that id exists). Nothing of the call was written. `store:commit` gives the version it found as a fourth value (nil: no document).
+---| "conflict" # The version check lost: someone else advanced the execution since it was loaded (or, for a first commit, an execution with that id exists). Nothing of the call was written. `store:commit` gives the version it found in the detail, the fourth value: `detail.found` (nil: no document).
 ---| "duplicate" # A unique key exists already (server code 11000; the document API names the key in the message), or the commit's `processed_event_id` is marked on the execution: the event was applied before. Nothing was written.
 ---| "network" # The connection broke, was reset or was refused while the call was under way.
 ---| "timeout" # The server did not answer within `socketTimeoutMS` (from the URI; 30 s when the URI does not say), or it gave up itself (MaxTimeMSExpired); from `db:transaction`, the transaction gave up retrying after `opts.timeout` seconds (`detail.cause` holds the last failure's code).
@@ -84,12 +84,13 @@
 ---@field created_time? number epoch seconds
 ---@field received_time? number epoch seconds, set when the engine takes it
 
---- The outcome of one item of `commit_many`.
+--- The outcome of one item of `commit_many`: `{ ok = true }`, or the item's failure in the shape every batch call gives (`index`, `message`, `code`, `detail`).
 ---@class mongostore.BatchResult
 ---@field ok? true committed
----@field err? string why not
----@field code? string the code of `err` (`conflict`, `duplicate`, `network`, ...)
----@field found? integer with `conflict`: the version found
+---@field index? integer not committed: the item's index in `items`
+---@field message? string why not
+---@field code? string the code of `message` (`conflict`, `duplicate`, `network`, ...)
+---@field detail? { found: integer? } with `conflict`: `found`, the version found
 
 --- What a commit carries besides the execution; an unknown key raises.
 ---@class mongostore.CommitOptions
@@ -156,6 +157,13 @@
 ---@field version integer
 ---@field parent_id? string
 ---@field finished_at? number epoch seconds
+
+--- A claim of `pending_outbox` (all of these) or `pending_spawns` (`limit`, `lease`); an unknown key raises.
+---@class mongostore.ClaimOptions
+---@field limit? integer claim at least this many entries (>= 1)
+---@field lease? number seconds the claim holds (> 0, at most a day); needs a limit
+---@field targeted? boolean claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending
+---@field external? boolean the opposite: only entries without a target whose `retry_at` has come (`engine:claim_external`); not with `targeted`
 
 --- One source document's part of `ack_outbox_many`.
 ---@class mongostore.OutboxAck
@@ -571,7 +579,7 @@ function mongostore.is_execution(v) end
 ---@return true? ok # committed: `exe.version` is one higher
 ---@return string? message
 ---@return ("conflict"|"duplicate"|"stale"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
----@return integer? found # with `conflict`: the version found (nil: no document)
+---@return { found: integer? }? detail # with `conflict`: `found`, the version found (nil: no document)
 function Store:commit(exe, opts) end
 
 --- A commit with nothing else: inserts a new execution (version 0 -> 1) or writes its fields.
@@ -583,7 +591,7 @@ function Store:commit(exe, opts) end
 ---@return true? ok # stored: `exe.version` is one higher
 ---@return string? message
 ---@return ("conflict"|"invalid"|"too_large"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
----@return integer? found # with `conflict`: the version found
+---@return { found: integer? }? detail # with `conflict`: `found`, the version found
 function Store:save(exe) end
 
 --- Many commits in one unordered bulk write: each stays the single-document update
@@ -667,16 +675,14 @@ function Store:is_processed(id, event_id) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:list_executions(q) end
 
---- Raises on a wrong type for `limit` or `lease`, a lease without a limit, or both `targeted` and `external`.
+--- Raises on a wrong type for an option, an unknown option, a lease (or `targeted`, `external`) without a limit, or both `targeted` and `external`.
 ---
 --- Fails with `nil, message, code`.
----@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
----@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@param opts? { targeted: boolean?, external: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending. `external = true`: the opposite, only entries without a target whose `retry_at` has come (`engine:claim_external`); not both
+---@param opts? mongostore.ClaimOptions without a limit: list every entry, unclaimed
 ---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:pending_outbox(limit, lease, opts) end
+function Store:pending_outbox(opts) end
 
 --- Raises on a wrong type for `seq` or `token`.
 ---
@@ -722,21 +728,20 @@ function Store:release_outbox(source_id, token) end
 ---
 --- Fails with `nil, message, code`.
 ---@param entry mongostore.OutboxEntry a claimed entry (with its `token`)
----@param err? string why it was given up
----@param attempts? integer the tries it had
+---@param opts? { error: string?, attempts: integer? } why it was given up (default "given up") and the tries it had (>= 0, default 0)
 ---@return true? ok # moved to `outbox_failed` (or no longer the caller's to move)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:fail_outbox(entry, err, attempts) end
+function Store:fail_outbox(entry, opts) end
 
 --- The entries given up on, for an operator (`mongostore outbox --failed`): a scan of the documents that hold some, not a worker's path.
 ---
 --- Fails with `nil, message, code`.
----@param limit? integer entries at most
+---@param opts? { limit: integer? } entries at most (>= 1, default 1000)
 ---@return mongostore.FailedEntry[]? entries # oldest failure first
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:failed_outbox(limit) end
+function Store:failed_outbox(opts) end
 
 --- Puts a failed entry back into its source's outbox with its seq (`mongostore outbox --redeliver SOURCE:SEQ`); the relays deliver it on their next pass, and dedupe refuses a copy already applied.
 ---
@@ -781,15 +786,14 @@ function Store:renew_outbox(source_id, token, lease) end
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
 function Store:retry_outbox(source_id, token, seq, retry_at, tries, release) end
 
---- Raises on a wrong type for `limit` or `lease`, or a lease without a limit.
+--- Raises on a wrong type for an option, an unknown option, or a lease without a limit.
 ---
 --- Fails with `nil, message, code`.
----@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
----@param lease? number seconds the claim holds; needs a limit
+---@param opts? { limit: integer?, lease: number? } a claim, as `pending_outbox`'s `limit` and `lease`; without a limit: list every entry, unclaimed
 ---@return mongostore.SpawnEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:pending_spawns(limit, lease) end
+function Store:pending_spawns(opts) end
 
 --- Raises on a wrong type for `seq` or `token`.
 ---
@@ -824,11 +828,11 @@ function Store:release_spawn(source_id, token) end
 ---
 --- Fails with `nil, message, code`.
 ---@param now number epoch seconds
----@param limit? integer bounds the documents read (each may hold several due timers)
+---@param opts? { limit: integer? } `limit` (>= 1) bounds the documents read (each may hold several due timers)
 ---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
 ---@return (integer|string)? read # the documents read (fewer than `limit`: there are no more); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function Store:due_timers(now, limit) end
+function Store:due_timers(now, opts) end
 
 --- Unsets the timer only while it still holds exactly this fire_at, so a stale sweep cannot remove a re-armed timer.
 ---

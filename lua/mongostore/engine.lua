@@ -9,6 +9,7 @@ local execution = require "mongostore.execution"
 local chart_mod = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 local inbox = require "mongostore.inbox"
+local contract = require "mongostore.contract"
 
 local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
   type, pairs, ipairs, error, tostring, setmetatable, getmetatable
@@ -47,14 +48,48 @@ local function default_log(msg)
   io.stderr:write("mongostore.engine: ", msg, "\n")
 end
 
--- The options each call takes: a misspelt one raises.
-local NEW_OPTS = { store = true, charts = true, trace = true, now = true, max_conflicts = true, max_attempts = true,
-                   max_event_bytes = true, batch = true, lease = true, on_external = true, on_dead_letter = true,
-                   log = true, cache_size = true, batch_delivery = true, inbox = true, inbox_max_events = true,
-                   inbox_group = true, sweep_batch = true }
-local START_OPTS = { id = true, context = true, priority = true }
-local ENQUEUE_OPTS = { priority = true }
-local RUN_OPTS = { stop = true, idle_sleep = true, sweep_interval = true }
+-- The signatures of the public calls (mongostore.contract): a wrong type
+-- or a misspelt option raises, naming it.
+local function is_store(v)
+  local smt = type(v) == "userdata" and getmetatable(v)
+  return (smt and smt.__index == ms.Store) == true
+end
+if not contract.kinds["mongostore.Store"] then
+  contract.kind("mongostore.Store", is_store, "a store from mongostore.connect")
+end
+if not contract.kinds["mongostore.Chart"] then
+  contract.kind("mongostore.Chart", chart_mod.is_chart, "a chart (chart.define)")
+end
+local COUNT = { "integer", min = 1 }
+local NEW = contract.define("engine.new", {
+  { "opts", "table", fields = {
+      store = { "mongostore.Store", required = true }, charts = "table", trace = "boolean", now = "function",
+      max_conflicts = COUNT, max_attempts = COUNT, max_event_bytes = COUNT, batch = COUNT,
+      lease = { "number", gt = 0, max = 86400 }, on_external = "function", on_dead_letter = "function",
+      log = "function", cache_size = COUNT, batch_delivery = "boolean", inbox = "boolean",
+      inbox_max_events = COUNT, inbox_group = { "integer", min = 1, max = 256 }, sweep_batch = COUNT } },
+})
+local REGISTER = contract.define("engine:register", { { "c", "mongostore.Chart" } })
+local SEND = contract.define("engine:send", { { "id", "string" }, { "event", "table" } })
+local SEND_MANY = contract.define("engine:send_many", { { "list", "table" } })
+local ENQUEUE = contract.define("engine:enqueue", {
+  { "id", "string" }, { "event", "table" },
+  { "opts", "table?", fields = { priority = { "integer", min = 0, max = 4 } } },
+})
+local START = contract.define("engine:start", {
+  { "chart_id", "string" },
+  { "opts", "table?", fields = { id = "string", context = "table", priority = { "integer", min = 0, max = 4 } } },
+})
+local RECOVER = contract.define("engine:recover", { { "max_passes", "integer?", min = 1 } })
+local SECONDS = { "number", min = 0 }
+local RUN = contract.define("engine:run", {
+  { "opts", "table?", fields = { stop = "function", idle_sleep = SECONDS, sweep_interval = SECONDS } },
+})
+local SWEEP = contract.define("engine:sweep", { { "now", "number?" } })
+local CONTROL = {}
+for _, name in ipairs { "cancel", "terminate", "suspend", "resume" } do
+  CONTROL[name] = contract.define("engine:" .. name, { { "id", "string" } })
+end
 
 -- A chart and, for a .stm chart, the charts of its inline invoke bodies.
 local function add_chart(charts, c)
@@ -84,46 +119,15 @@ end
 -- sweep_batch: how many documents with due timers the sweep reads and fires
 -- together at most (500): one load, bulk commits and one delete per page.
 function M.new(opts)
-  if type(opts) ~= "table" then error("engine.new: expected a table of options, got " .. type(opts), 2) end
-  ms.check_keys(opts, NEW_OPTS, "engine.new", "option")
-  local smt = type(opts.store) == "userdata" and getmetatable(opts.store)
-  if not (smt and smt.__index == ms.Store) then
-    error("engine.new: store must be a store from mongostore.connect, got " .. type(opts.store), 2)
-  end
-  if opts.batch_delivery ~= nil and type(opts.batch_delivery) ~= "boolean" then
-    error("engine.new: batch_delivery must be a boolean, got " .. type(opts.batch_delivery), 2)
-  end
-  if opts.inbox ~= nil and type(opts.inbox) ~= "boolean" then
-    error("engine.new: inbox must be a boolean, got " .. type(opts.inbox), 2)
-  end
-  if opts.trace ~= nil and type(opts.trace) ~= "boolean" then
-    error("engine.new: trace must be a boolean, got " .. type(opts.trace), 2)
-  end
-  if opts.charts ~= nil and type(opts.charts) ~= "table" then
-    error("engine.new: charts must be a list of charts, got " .. type(opts.charts), 2)
-  end
+  -- the engine's configuration is the program's: a value it cannot take raises too
+  local bad = NEW:check(opts)
+  if bad then error(bad, 2) end
   local charts = {}
   for i, c in ipairs(opts.charts or {}) do
-    if not chart_mod.is_chart(c) then error(format("engine.new: charts[%d] is not a chart (chart.define)", i), 2) end
+    if not chart_mod.is_chart(c) then
+      error(format("engine.new: opts.charts[%d] is not a chart (chart.define)", i), 2)
+    end
     add_chart(charts, c)
-  end
-  for _, name in ipairs { "now", "on_external", "on_dead_letter", "log" } do
-    if opts[name] ~= nil and type(opts[name]) ~= "function" then
-      error("engine.new: " .. name .. " must be a function", 2)
-    end
-  end
-  for _, name in ipairs { "max_conflicts", "max_attempts", "batch", "max_event_bytes", "cache_size",
-                          "inbox_max_events", "inbox_group", "sweep_batch" } do
-    local v = opts[name]
-    if v ~= nil and (type(v) ~= "number" or v % 1 ~= 0 or v < 1) then
-      error("engine.new: " .. name .. " must be an integer >= 1", 2)
-    end
-  end
-  if opts.inbox_group ~= nil and opts.inbox_group > 256 then
-    error("engine.new: inbox_group must be an integer from 1 to 256", 2)
-  end
-  if opts.lease ~= nil and (type(opts.lease) ~= "number" or not (opts.lease > 0 and opts.lease <= 86400)) then
-    error("engine.new: lease must be a number of seconds > 0 (at most a day)", 2)
   end
   local cache_size = opts.cache_size or DEFAULT_CACHE_SIZE
   return setmetatable({
@@ -161,7 +165,7 @@ end
 
 -- Adds a chart after construction.
 function Engine:register(c)
-  if not chart_mod.is_chart(c) then error("register: expected a chart (chart.define)", 2) end
+  REGISTER:check(c)
   add_chart(self.charts, c)
 end
 
@@ -221,7 +225,6 @@ local function checked_event(self, event, fn)
 end
 
 local function checked_id(id, fn)
-  if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
   local why = text_error(id)
   if why then return nil, format("%s: id %s", fn, why) end
   return id
@@ -244,39 +247,45 @@ end
 --           status, active_path, error } (see delivery_result)
 -- Delivered once per event id: sending the same id again changes nothing.
 function Engine:send(id, event)
-  return send_checked(self, id, event, "send")
+  SEND:check(id, event)
+  return send_checked(self, id, event, "engine:send")
 end
 
 -- engine:send_many({ { id, event }, ... }) -> { [i] = { ok = true, how = "applied" | "duplicate" }
---                                               | { err = msg, code = code } }
+--                                               | { index = i, message = msg, code = code } }
 -- send for many events at once (Batched delivery): a few round trips for
 -- the whole list, each event still applied once per event id, in list order
 -- for one execution. A bad item is refused on its own (its result says why);
 -- an item after a failed one for the same execution is not attempted.
 function Engine:send_many(list)
-  if type(list) ~= "table" then error("send_many: list must be a list of { id, event }, got " .. type(list), 2) end
+  SEND_MANY:check(list)
   local results, items, where = {}, {}, {}
   local bad = {} -- target -> result: the later items of a target whose item was refused wait behind it
   for i, pair in ipairs(list) do
-    if type(pair) ~= "table" then error(format("send_many: list[%d] must be a table { id, event }", i), 2) end
+    if type(pair) ~= "table" then error(format("engine:send_many: list[%d] must be a table { id, event }", i), 2) end
     local id, event = pair[1], pair[2]
-    local fn = format("send_many: list[%d]", i)
+    local fn = format("engine:send_many: list[%d]", i)
+    SEND:check_in(fn, id, event)
     local _, iderr = checked_id(id, fn)
     local ev, err, code = checked_event(self, event, fn)
     if iderr then
-      results[i] = { err = iderr, code = "invalid" }
+      results[i] = contract.failed_item(i, iderr, "invalid")
     elseif not ev then
-      results[i] = { err = err, code = code }
+      results[i] = contract.failed_item(i, err, code)
       bad[id] = results[i]
     elseif bad[id] then
-      results[i] = { err = bad[id].err, code = bad[id].code, blocked = true }
+      results[i] = contract.failed_item(i, bad[id].message, bad[id].code)
+      results[i].blocked = true
     else
       event.id = ev.id
       items[#items + 1] = { id = id, event = ev, from_outside = true }
       where[#items] = i
     end
   end
-  for k, r in ipairs(self:deliver_many(items)) do results[where[k]] = r end
+  for k, r in ipairs(self:deliver_many(items)) do
+    if not r.ok then r.index = where[k] end
+    results[where[k]] = r
+  end
   return results
 end
 
@@ -291,23 +300,16 @@ end
 -- urgent): a pass takes the executions with the most urgent queued event
 -- first, the oldest first within a priority.
 function Engine:enqueue(id, event, opts)
-  if opts ~= nil and type(opts) ~= "table" then error("enqueue: opts must be a table, got " .. type(opts), 2) end
-  opts = opts or {}
-  ms.check_keys(opts, ENQUEUE_OPTS, "enqueue", "option")
-  if opts.priority ~= nil and type(opts.priority) ~= "number" then
-    error("enqueue: opts.priority must be a number, got " .. type(opts.priority), 2)
-  end
-  local _, iderr = checked_id(id, "enqueue")
-  local ev, err, code = checked_event(self, event, "enqueue")
+  local bad = ENQUEUE:check(id, event, opts)
+  local _, iderr = checked_id(id, "engine:enqueue")
+  local ev, err, code = checked_event(self, event, "engine:enqueue")
   if iderr then return nil, iderr, "invalid" end
   if not ev then return nil, err, code end
-  local priority = opts.priority or 0
-  if execution.math_type(priority) ~= "integer" or priority < 0 or priority > 4 then
-    return nil, "enqueue: opts.priority must be an integer from 0 to 4", "invalid"
-  end
+  if bad then return nil, bad, "invalid" end
+  local priority = opts and opts.priority or 0
   local text
   text, err = execution.event_to_json(ev, "event")
-  if not text then return nil, "enqueue: " .. tostring(err), "invalid" end
+  if not text then return nil, "engine:enqueue: " .. tostring(err), "invalid" end
   event.id = ev.id
   return self.store:_inbox_put(ev.id, id, priority, text)
 end
@@ -317,7 +319,9 @@ end
 -- false when it existed.
 function Engine:create(spec)
   local c = self.charts[spec.definition_id]
-  if not c then return nil, format("start: no chart '%s' is registered", tostring(spec.definition_id)), "invalid" end
+  if not c then
+    return nil, format("engine:start: no chart '%s' is registered", tostring(spec.definition_id)), "invalid"
+  end
   local exe = ms.execution(spec)
   local event = { id = "start:" .. exe.id, kind = "Start", data = {} }
   local now = self.now()
@@ -339,7 +343,7 @@ local function check_timeout_context(c, context)
     if type(t) == "table" and t.context ~= nil then
       local v = context[t.context]
       if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0 or v == math.huge) and not bad then
-        bad = format("start: opts.context.%s must be a number of seconds (the timeout of %s), got %s", t.context,
+        bad = format("engine:start: opts.context.%s must be a number of seconds (the timeout of %s), got %s", t.context,
           node.path, type(v) == "number" and tostring(v) or type(v))
       end
     end
@@ -354,48 +358,34 @@ end
 -- false, result.outcome "duplicate"); an id that holds another chart's
 -- execution is a conflict.
 function Engine:start(chart_id, opts)
-  if type(chart_id) ~= "string" then error("start: chart id must be a string, got " .. type(chart_id), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("start: opts must be a table, got " .. type(opts), 2) end
+  local bad = START:check(chart_id, opts)
   opts = opts or {}
-  ms.check_keys(opts, START_OPTS, "start", "option")
-  if opts.id ~= nil and type(opts.id) ~= "string" then
-    error("start: opts.id must be a string, got " .. type(opts.id), 2)
-  end
-  if opts.context ~= nil and type(opts.context) ~= "table" then
-    error("start: opts.context must be a table, got " .. type(opts.context), 2)
-  end
-  if opts.priority ~= nil and type(opts.priority) ~= "number" then
-    error("start: opts.priority must be a number, got " .. type(opts.priority), 2)
-  end
   -- values are checked before the chart's Start runs any hook
   local why = text_error(chart_id)
-  if why then return nil, "start: chart id " .. why, "invalid" end
+  if why then return nil, "engine:start: chart_id " .. why, "invalid" end
   if opts.id ~= nil then
     why = text_error(opts.id)
-    if why then return nil, "start: opts.id " .. why, "invalid" end
+    if why then return nil, "engine:start: opts.id " .. why, "invalid" end
   end
-  if opts.priority ~= nil and (execution.math_type(opts.priority) ~= "integer" or opts.priority < 0
-                               or opts.priority > 4) then
-    return nil, "start: opts.priority must be an integer from 0 to 4", "invalid"
-  end
+  if bad then return nil, bad, "invalid" end
   if opts.context ~= nil then
     if deeper_than(opts.context, MAX_EVENT_DEPTH) then
-      return nil, format("start: opts.context is nested deeper than %d levels", MAX_EVENT_DEPTH), "invalid"
+      return nil, format("engine:start: opts.context is nested deeper than %d levels", MAX_EVENT_DEPTH), "invalid"
     end
     local text, err = ms.json.encode(opts.context, "context")
-    if not text then return nil, "start: " .. tostring(err), "invalid" end
+    if not text then return nil, "engine:start: " .. tostring(err), "invalid" end
     if text:sub(1, 1) ~= "{" then
-      return nil, "start: opts.context must be a table with string keys", "invalid"
+      return nil, "engine:start: opts.context must be a table with string keys", "invalid"
     end
     local c = self.charts[chart_id]
-    local bad = c and check_timeout_context(c, opts.context)
-    if bad then return nil, bad, "invalid" end
+    local why_not = c and check_timeout_context(c, opts.context)
+    if why_not then return nil, why_not, "invalid" end
   end
   -- a chart that declares its inputs takes those and no other field
   local declared = self.charts[chart_id]
   if declared and declared.inputs then
     local fits, ierr = chart_mod.check_inputs(declared, opts.context)
-    if not fits then return nil, "start: " .. ierr, "invalid" end
+    if not fits then return nil, "engine:start: " .. ierr, "invalid" end
   end
   local id = opts.id or ms.uuid()
   -- no read first: the first commit is an insert, and an id that exists
@@ -432,10 +422,11 @@ end
 -- read while a full page made progress. Returns how many timers it handled.
 local SWEEP_PAGES = 1000 -- pages one sweep reads at most
 function Engine:sweep(now)
+  SWEEP:check(now)
   now = now or self.now()
   local n = 0
   for _ = 1, SWEEP_PAGES do
-    local due, read = self.store:due_timers(now, self.sweep_batch)
+    local due, read = self.store:due_timers(now, { limit = self.sweep_batch })
     if not due then
       self.log("due_timers: " .. tostring(read))
       return n
@@ -450,12 +441,12 @@ function Engine:sweep(now)
       local t = due[i]
       if r.ok or r.code == "not_found" or r.code == "invalid" then
         -- a timer nobody can apply must not fire forever
-        if not r.ok then self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.err))) end
+        if not r.ok then self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.message))) end
         -- a Timeout whose commit disarmed the timer needs no delete
         if not r.disarmed then done[#done + 1] = t end
         handled = handled + 1
       else
-        self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.err)))
+        self.log(format("timer %s %s: %s", t.execution_id, t.path, tostring(r.message)))
       end
     end
     if #done > 0 then
@@ -481,9 +472,8 @@ end
 
 -- Drains what a crash left in the spawns and the outbox (and due timers).
 function Engine:recover(max_passes)
-  if max_passes ~= nil and (type(max_passes) ~= "number" or max_passes < 1) then
-    error("recover: max_passes must be a number >= 1, got " .. tostring(max_passes), 2)
-  end
+  local bad = RECOVER:check(max_passes)
+  if bad then error(bad, 2) end
   local total = 0
   for _ = 1, max_passes or 100 do
     local n = self:step()
@@ -497,18 +487,9 @@ end
 -- The worker loop: relays as long as there is work, sleeps when there is
 -- none, and sweeps timers at least every sweep_interval even under load.
 function Engine:run(opts)
-  if opts ~= nil and type(opts) ~= "table" then error("run: opts must be a table, got " .. type(opts), 2) end
+  local bad = RUN:check(opts)
+  if bad then error(bad, 2) end
   opts = opts or {}
-  ms.check_keys(opts, RUN_OPTS, "run", "option")
-  if opts.stop ~= nil and type(opts.stop) ~= "function" then
-    error("run: opts.stop must be a function, got " .. type(opts.stop), 2)
-  end
-  for _, name in ipairs { "idle_sleep", "sweep_interval" } do
-    local v = opts[name]
-    if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0) then
-      error("run: opts." .. name .. " must be a number of seconds >= 0, got " .. tostring(v), 2)
-    end
-  end
   local stop, idle = opts.stop, opts.idle_sleep or 0.05
   local interval = opts.sweep_interval or 1
   local last_sweep = -math.huge
@@ -528,15 +509,14 @@ end
 -- Control
 
 local function control(self, id, kind, fn)
-  if type(id) ~= "string" then error(fn .. ": id must be a string, got " .. type(id), 3) end
-  return send_checked(self, id, { kind = kind, data = {} }, fn, "control")
+  return send_checked(self, id, { kind = kind, data = {} }, "engine:" .. fn, "control")
 end
 
 -- Cooperative when the chart has a Cancel transition in the active
 -- configuration, otherwise it terminates. Reaches the children too.
-function Engine:cancel(id) return control(self, id, "Cancel", "cancel") end
-function Engine:terminate(id) return control(self, id, "Terminate", "terminate") end
-function Engine:suspend(id) return control(self, id, "Suspend", "suspend") end
-function Engine:resume(id) return control(self, id, "Resume", "resume") end
+function Engine:cancel(id) CONTROL.cancel:check(id) return control(self, id, "Cancel", "cancel") end
+function Engine:terminate(id) CONTROL.terminate:check(id) return control(self, id, "Terminate", "terminate") end
+function Engine:suspend(id) CONTROL.suspend:check(id) return control(self, id, "Suspend", "suspend") end
+function Engine:resume(id) CONTROL.resume:check(id) return control(self, id, "Resume", "resume") end
 
 return M

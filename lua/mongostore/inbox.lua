@@ -64,11 +64,11 @@ function M.deliver(engine, claim)
       engine.attempts:set(key, a)
       if a >= engine.max_attempts then
         engine.attempts:set(key, nil)
-        dead_letter(engine, e, r.err)
+        dead_letter(engine, e, r.message)
         e.done = true
       end
     elseif r.code ~= "blocked" and r.code ~= "stale" then
-      engine.log(format("inbox %s: %s", e.id, tostring(r.err)))
+      engine.log(format("inbox %s: %s", e.id, tostring(r.message)))
     end
     if e.done then engine.attempts:set("inbox:" .. e.id, nil) end
   end

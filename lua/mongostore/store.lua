@@ -4,6 +4,7 @@
 -- one list of the Store's public methods, which mongostore.ngx forwards from.
 local core = require "mongostore.core"
 local execution = require "mongostore.execution"
+local contract = require "mongostore.contract"
 
 local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
 local math_type, sort, format, concat = execution.math_type, table.sort, string.format, table.concat
@@ -13,6 +14,11 @@ local digests_of, set_digests = execution.digests, execution.set_digests
 local M = {}
 
 local Store = core.Store
+local define, fail, failed_item = contract.define, contract.fail, contract.failed_item
+
+if not contract.kinds["mongostore.Execution"] then
+  contract.kind("mongostore.Execution", is_execution, "an Execution (mongostore.execution{...})")
+end
 
 -- Every Store method a caller may use, and how mongostore.ngx treats it:
 --   "plain"      forwarded to a worker thread: plain values in and out (an
@@ -48,24 +54,24 @@ local function check_keys(t, known, fn, what)
 end
 M.check_keys = check_keys
 
-local CONNECT_OPTS = { db = true, prefix = true, trace_max = true, wait = true, dedupe_window = true,
-                       seq_block = true }
+-- The core (csrc/connect.c) checks the same ranges again, before a client
+-- is made: its own callers (mongostore.ngx's threads) come in there.
+local CONNECT = define("mongostore.connect", {
+  { "uri", "string" },
+  { "opts", "table?", fields = { db = "string", prefix = "string", trace_max = { "integer", min = 0 },
+                                 wait = { "number", min = 0, max = 86400 },
+                                 dedupe_window = { "integer", min = 1, max = 1000000 },
+                                 seq_block = { "integer", min = 1, max = 1000000 } } },
+})
 
 -- connect(uri, { db = "harel", prefix = nil, trace_max = 200, wait = 30, dedupe_window = 1000,
 --                seq_block = 1000 })
 -- seq_block: the outbox and spawn seqs one counter round trip reserves for
 -- this store (1 reserves them per emitting commit, as harel does).
 function M.connect(uri, opts)
-  if type(uri) ~= "string" then error("connect: uri must be a string, got " .. type(uri), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("connect: opts must be a table, got " .. type(opts), 2) end
-  if opts then check_keys(opts, CONNECT_OPTS, "connect", "option") end
+  local bad = CONNECT:check(uri, opts)
+  if bad then return fail("invalid", bad) end
   return core.connect(uri, opts)
-end
-
-local function check_exe(exe, fn)
-  if not is_execution(exe) then
-    error(format("%s: expected an Execution (mongostore.execution{...}), got %s", fn, type(exe)), 3)
-  end
 end
 
 local function invalid(msg)
@@ -89,22 +95,22 @@ local function prepare_emits(emits, doing)
   return out
 end
 
-local COMMIT_OPTS = { emits = true, processed_event_id = true, processed_event_ids = true, timers = true,
-                      spawns = true, trace = true, fence = true, advance = true, next_fire_at = true }
+local COMMIT = define("store:commit", {
+  { "exe", "mongostore.Execution" },
+  { "opts", "table?", fields = {
+      emits = "table", processed_event_id = "string", processed_event_ids = "table", timers = "table",
+      spawns = "table", trace = "table", fence = "integer", advance = { "integer", min = 1, max = 256 },
+      next_fire_at = "number" } },
+})
+local SAVE = define("store:save", { { "exe", "mongostore.Execution" } })
+local COMMIT_MANY = define("store:commit_many", { { "items", "table" } })
 
--- How far a commit moves the version on (opts.advance: 1, or a group's
--- event count); a bad value is the core's to refuse.
-local function advance_of(opts)
-  local a = opts.advance
-  if a == nil then return 1 end
-  if math_type(a) ~= "integer" or a < 1 or a > 256 then return nil end
-  return a
-end
-
-local function check_fence(fence, fn)
-  if fence ~= nil and type(fence) ~= "number" then
-    error(fn .. ": opts.fence must be an integer, got " .. type(fence), 3)
-  end
+-- A failed commit's fourth value from the core (the version found, or a
+-- driver's detail) as the detail table.
+local function commit_detail(found)
+  if type(found) == "number" then return { found = found } end
+  if type(found) == "table" then return found end
+  return nil
 end
 
 -- store:commit(exe, { emits, processed_event_id, timers, spawns, trace, fence })
@@ -124,18 +130,13 @@ end
 -- (math.huge: none), from a caller that read every armed timer at this
 -- version (the sweep, through load_many's timers): the mark is set to it,
 -- where a commit otherwise only lowers it for the timers it schedules.
-function Store:commit(exe, opts)
-  check_exe(exe, "commit")
-  if opts ~= nil and type(opts) ~= "table" then error("commit: opts must be a table or nil, got " .. type(opts), 2) end
+local function commit(self, exe, opts)
   opts = opts or {}
-  check_keys(opts, COMMIT_OPTS, "commit", "option")
-  check_fence(opts.fence, "commit")
   local doing = "commit " .. exe.id
   local emits, err = prepare_emits(opts.emits, doing)
   if err then return invalid(err) end
   local old = exe.version
-  local adv = advance_of(opts)
-  if not adv then return invalid(doing .. ": advance must be an integer from 1 to 256") end
+  local adv = opts.advance or 1
   local data
   data, err = execution.to_json(exe, old + adv)
   if not data then return invalid(doing .. ": " .. err) end
@@ -165,7 +166,13 @@ function Store:commit(exe, opts)
     if msg ~= nil then set_digests(exe, msg) end
     return true
   end
-  return nil, msg, code, found
+  return fail(code, msg, commit_detail(found))
+end
+
+function Store:commit(exe, opts)
+  local bad = COMMIT:check(exe, opts)
+  if bad then return invalid(bad) end
+  return commit(self, exe, opts)
 end
 
 -- The arguments of one commit for the core (shared by commit and
@@ -175,8 +182,7 @@ local function commit_args(self, exe, opts)
   local emits, err = prepare_emits(opts.emits, doing)
   if err then return nil, err end
   local old = exe.version
-  local adv = advance_of(opts)
-  if not adv then return nil, doing .. ": advance must be an integer from 1 to 256" end
+  local adv = opts.advance or 1
   local data
   data, err = execution.to_json(exe, old + adv)
   if not data then return nil, doing .. ": " .. err end
@@ -192,7 +198,8 @@ local function commit_args(self, exe, opts)
   }
 end
 
--- store:commit_many({ { exe, opts }, ... }) -> { [i] = { ok = true } | { err = msg, code = code, found = n } }
+-- store:commit_many({ { exe, opts }, ... }) -> { [i] = { ok = true } | { index = i, message = msg, code = code,
+-- detail = { found = n } | nil } }
 -- Each item is a commit as store:commit takes it, of an execution loaded
 -- before (version >= 1); they travel in one bulk write, the seqs of all
 -- their emits and spawns reserved in one round trip per counter. Each is
@@ -200,27 +207,22 @@ end
 -- version is one higher, a failed one's is unchanged. A version-0 item
 -- (a new execution) is committed alone, as store:commit does.
 function Store:commit_many(items)
-  if type(items) ~= "table" then error("commit_many: items must be a list, got " .. type(items), 2) end
+  COMMIT_MANY:check(items)
   local results, batch, where = {}, {}, {}
   for i, item in ipairs(items) do
-    if type(item) ~= "table" then error(format("commit_many: items[%d] must be a table", i), 2) end
+    if type(item) ~= "table" then error(format("store:commit_many: items[%d] must be a table", i), 2) end
     local exe, opts = item[1], item[2]
-    if not is_execution(exe) then
-      error(format("commit_many: items[%d][1] must be an Execution, got %s", i, type(exe)), 2)
-    end
-    if opts ~= nil and type(opts) ~= "table" then
-      error(format("commit_many: items[%d][2] must be a table or nil, got %s", i, type(opts)), 2)
-    end
+    local bad = COMMIT:check_in(format("store:commit_many: items[%d]", i), exe, opts)
     opts = opts or {}
-    check_keys(opts, COMMIT_OPTS, "commit_many", "option")
-    check_fence(opts.fence, "commit_many")
-    if exe.version == 0 then
-      local ok, err, code, found = self:commit(exe, opts)
-      results[i] = ok and { ok = true } or { err = err, code = code, found = found }
+    if bad then
+      results[i] = failed_item(i, bad, "invalid")
+    elseif exe.version == 0 then
+      local ok, err, code, detail = commit(self, exe, opts)
+      results[i] = ok and { ok = true } or failed_item(i, err, code, detail)
     else
       local id, def, old, data, ops = commit_args(self, exe, opts)
       if not id then
-        results[i] = { err = def, code = "invalid" }
+        results[i] = failed_item(i, def, "invalid")
       else
         batch[#batch + 1] = { id = id, definition_id = def, version = old, data = data, opts = ops,
                               advance = ops.advance }
@@ -231,7 +233,7 @@ function Store:commit_many(items)
   if #batch > 0 then
     local got, err, code = self:_commit_many(batch)
     if not got then
-      for k = 1, #batch do results[where[k]] = { err = err, code = code } end
+      for k = 1, #batch do results[where[k]] = failed_item(where[k], err, code) end
     else
       for k, r in ipairs(got) do
         local i = where[k]
@@ -241,7 +243,7 @@ function Store:commit_many(items)
           if r.digests ~= nil then set_digests(exe, r.digests) end
           results[i] = { ok = true }
         else
-          results[i] = r
+          results[i] = failed_item(i, r.err, r.code, commit_detail(r.found))
         end
       end
     end
@@ -253,17 +255,15 @@ end
 -- One find for every id; an id with no execution has no entry. With
 -- timers, the second result is each execution's armed timers now,
 -- armed[id] = { [path] = fire_at } (the sweep's check, as load's timer_path).
-local LOAD_MANY_OPTS = { timers = true }
+local LOAD_MANY = define("store:load_many", {
+  { "ids", "table" },
+  { "opts", "table?", fields = { timers = "boolean" } },
+})
 function Store:load_many(ids, opts)
-  if type(ids) ~= "table" then error("load_many: ids must be a list of strings, got " .. type(ids), 2) end
+  LOAD_MANY:check(ids, opts)
   for i, id in ipairs(ids) do
-    if type(id) ~= "string" then error(format("load_many: ids[%d] must be a string, got %s", i, type(id)), 2) end
-  end
-  if opts ~= nil then
-    if type(opts) ~= "table" then error("load_many: opts must be a table, got " .. type(opts), 2) end
-    check_keys(opts, LOAD_MANY_OPTS, "load_many", "option")
-    if opts.timers ~= nil and type(opts.timers) ~= "boolean" then
-      error("load_many: opts.timers must be a boolean, got " .. type(opts.timers), 2)
+    if type(id) ~= "string" then
+      error(format("store:load_many: ids[%d] must be a string, got %s", i, type(id)), 2)
     end
   end
   local with_timers = opts ~= nil and opts.timers == true
@@ -283,20 +283,20 @@ end
 
 -- store:save(exe): a commit with nothing else.
 function Store:save(exe)
-  check_exe(exe, "save")
-  return self:commit(exe)
+  SAVE:check(exe)
+  return commit(self, exe, nil)
 end
 
-local function check_id(v, fn, name)
-  if type(v) ~= "string" then error(format("%s: %s must be a string, got %s", fn, name, type(v)), 3) end
-end
+local LOAD = define("store:load", { { "id", "string" }, { "timer_path", "string?" } })
+local LOAD_FOR_EVENT = define("store:load_for_event", {
+  { "id", "string" }, { "event_id", "string" }, { "timer_path", "string?" },
+})
 
 -- store:load(id[, timer_path]) -> Execution[, armed] | nil (absent) | nil, msg, code
 -- One find by _id. Given a timer path, the second result is the fire_at
 -- armed for it now (nil when none).
 function Store:load(id, timer_path)
-  check_id(id, "load", "id")
-  if timer_path ~= nil then check_id(timer_path, "load", "timer_path") end
+  LOAD:check(id, timer_path)
   local data, armed, dd = self:_load(id, timer_path)
   if data == nil then
     if type(armed) == "string" then return nil, armed, dd end -- nil, msg, code
@@ -311,9 +311,7 @@ end
 -- One round trip: the execution, whether event_id is already processed, and,
 -- given a timer path, the fire_at armed for it now (nil when none).
 function Store:load_for_event(id, event_id, timer_path)
-  check_id(id, "load_for_event", "id")
-  check_id(event_id, "load_for_event", "event_id")
-  if timer_path ~= nil then check_id(timer_path, "load_for_event", "timer_path") end
+  LOAD_FOR_EVENT:check(id, event_id, timer_path)
   local data, hit, armed, dd = self:_load_for_event(id, event_id, timer_path)
   if data == nil then
     if type(hit) == "string" then return nil, hit, armed end
@@ -412,54 +410,44 @@ function Store:_promote_foreign()
   end
 end
 
-local LIST_OPTS = { status = true, definition_id = true, roots_only = true, limit = true, cursor = true }
+local LIST = define("store:list_executions", {
+  { "q", "table?", fields = { status = "string|table", definition_id = "string", roots_only = "boolean",
+                              limit = { "integer", min = 1, max = 10000 }, cursor = "string" } },
+})
 
 -- store:list_executions{ status, definition_id, roots_only, limit, cursor }
 -- -> { items = { summary, ... }, next_cursor = string|nil }
 function Store:list_executions(q)
-  if q ~= nil and type(q) ~= "table" then error("list_executions: expected a table or nil, got " .. type(q), 2) end
+  local bad = LIST:check(q)
+  if bad then return invalid(bad) end
   q = q or {}
-  check_keys(q, LIST_OPTS, "list_executions", "filter")
   local statuses
   local status_list
   if q.status ~= nil then
-    if type(q.status) ~= "string" and type(q.status) ~= "table" then
-      error("list_executions: status must be a string or a list of strings, got " .. type(q.status), 2)
-    end
     statuses = {}
     status_list = type(q.status) == "table" and q.status or { q.status }
     local n = 0
     for _ in pairs(status_list) do n = n + 1 end
-    if n ~= #status_list then return invalid("list_executions: status must be a list (keys 1..n) of strings") end
+    if n ~= #status_list then
+      return invalid("store:list_executions: q.status must be a list (keys 1..n) of strings")
+    end
     for i, st in ipairs(status_list) do
       if type(st) ~= "string" then
-        error(format("list_executions: status[%d] must be a string, got %s", i, type(st)), 2)
+        error(format("store:list_executions: q.status[%d] must be a string, got %s", i, type(st)), 2)
       end
       if not STATUS_OK[st] then
-        return invalid(format("list_executions: status %q is not one of %s", st, concat(execution.STATUSES, ", ")))
+        return invalid(format("store:list_executions: q.status %q is not one of %s", st,
+                              concat(execution.STATUSES, ", ")))
       end
       statuses[st] = true
     end
-    if #status_list == 0 then return invalid("list_executions: status is an empty list") end
+    if #status_list == 0 then return invalid("store:list_executions: q.status is an empty list") end
   end
   if q.definition_id ~= nil then
-    if type(q.definition_id) ~= "string" then
-      error("list_executions: definition_id must be a string, got " .. type(q.definition_id), 2)
-    end
     local why = core.text_error(q.definition_id)
-    if why then return invalid("list_executions: definition_id " .. why) end
-  end
-  if q.roots_only ~= nil and type(q.roots_only) ~= "boolean" then
-    error("list_executions: roots_only must be a boolean, got " .. type(q.roots_only), 2)
+    if why then return invalid("store:list_executions: q.definition_id " .. why) end
   end
   local limit = q.limit == nil and 100 or q.limit
-  if type(limit) ~= "number" then error("list_executions: limit must be a number, got " .. type(limit), 2) end
-  if math_type(limit) ~= "integer" or limit < 1 or limit > 10000 then
-    return invalid("list_executions: limit must be an integer from 1 to 10000")
-  end
-  if q.cursor ~= nil and type(q.cursor) ~= "string" then
-    error("list_executions: cursor must be a string, got " .. type(q.cursor), 2)
-  end
   local binding = cursor_binding(q, status_list)
   local after
   if q.cursor ~= nil then
@@ -479,7 +467,7 @@ function Store:list_executions(q)
   -- which the roots_only filter takes and the check below decides.
   if statuses then
     local ok, perr, pcode = self:_promote_foreign()
-    if not ok then return nil, "list_executions: " .. tostring(perr), pcode end
+    if not ok then return nil, "store:list_executions: " .. tostring(perr), pcode end
   end
   -- the filters run on the server: a batch of `limit` is the page, unless
   -- documents without the promoted fields (harel's) had to be dropped here
@@ -492,7 +480,7 @@ function Store:list_executions(q)
       if row.data then
         local s, serr = execution.summary_from_json(row.data, row.version)
         if not s then
-          return nil, "list_executions: " .. row.id .. ": stored data is not readable: " .. serr, "server"
+          return nil, "store:list_executions: " .. row.id .. ": stored data is not readable: " .. serr, "server"
         end
         if (not statuses or statuses[s.status]) and (not q.roots_only or s.parent_id == nil) then
           items[#items + 1] = s
@@ -504,56 +492,46 @@ function Store:list_executions(q)
   end
 end
 
--- A wrong type raises; a number out of range is a bad value (nil, msg, code).
-local function check_claim(fn, limit, lease)
-  if type(limit) ~= "number" then error(fn .. ": limit must be a number, got " .. type(limit), 3) end
-  if lease ~= nil and type(lease) ~= "number" then error(fn .. ": lease must be a number, got " .. type(lease), 3) end
-  if math_type(limit) ~= "integer" or limit < 1 then return fn .. ": limit must be an integer >= 1" end
-  if lease ~= nil and not (lease > 0 and lease <= 86400) then
-    return fn .. ": lease must be seconds, > 0 and at most a day"
-  end
-end
-
-local function no_lease_without_limit(fn, limit, lease)
-  if limit == nil and lease ~= nil then error(fn .. ": a lease needs a limit (pending_x(limit, lease))", 3) end
-end
+-- A claim's options: a limit claims (a lease needs one); without, every
+-- pending entry is listed for inspection.
+local LIMIT = { "integer", min = 1 }
+local LEASE = { "number", gt = 0, max = 86400, needs = "limit" }
+local PENDING_OUTBOX = define("store:pending_outbox", {
+  { "opts", "table?", fields = { limit = LIMIT, lease = LEASE,
+                                 targeted = { "boolean", needs = "limit", excludes = "external" },
+                                 external = { "boolean", needs = "limit" } } },
+})
+local PENDING_SPAWNS = define("store:pending_spawns", {
+  { "opts", "table?", fields = { limit = LIMIT, lease = LEASE } },
+})
 
 -- store:pending_outbox() -> { { seq, target_id, event }, ... } oldest first:
 -- every pending entry, claimed by nobody (for inspection and tools).
--- store:pending_outbox(limit[, lease = 30]) claims up to limit entries for
--- this caller: each comes with a token, no other relay gets it until the
+-- store:pending_outbox{ limit = n[, lease = 30] } claims up to limit entries
+-- for this caller: each comes with a token, no other relay gets it until the
 -- lease runs out, and ack_outbox(seq, token) removes it only while the claim
--- is still this caller's. With opts.targeted, only entries addressed to an
+-- is still this caller's. With targeted, only entries addressed to an
 -- execution are claimed: external entries (no target_id) stay pending for a
 -- relay that has an on_external handler, and rows.external_left counts the
--- ones this claim saw and left. With opts.external, the opposite: only
--- external entries, and of them only those whose retry_at (retry_outbox,
--- after a failed try) has come (engine:claim_external). The C core adds
+-- ones this claim saw and left. With external, the opposite: only external
+-- entries, and of them only those whose retry_at (retry_outbox, after a
+-- failed try) has come (engine:claim_external). The C core adds
 -- renew_outbox(source_id, token, lease) and retry_outbox(source_id, token,
 -- seq, retry_at, tries[, release]) for such held claims.
-local CLAIM_OPTS = { targeted = true, external = true }
-function Store:pending_outbox(limit, lease, opts)
-  no_lease_without_limit("pending_outbox", limit, lease)
+function Store:pending_outbox(opts)
+  local bad = PENDING_OUTBOX:check(opts)
+  if bad then return invalid(bad) end
   local rows, err, code
-  if limit ~= nil then
-    local bad = check_claim("pending_outbox", limit, lease)
-    if bad then return invalid(bad) end
-    if opts ~= nil then
-      if type(opts) ~= "table" then error("pending_outbox: opts must be a table, got " .. type(opts), 2) end
-      check_keys(opts, CLAIM_OPTS, "pending_outbox", "option")
-      if opts.targeted and opts.external then
-        error("pending_outbox: opts.targeted and opts.external exclude each other", 2)
-      end
-    end
-    rows, err, code = self:_claim_outbox(limit, lease or 30, core.uuid(), opts ~= nil and opts.targeted == true,
-                                         opts ~= nil and opts.external == true)
+  if opts ~= nil and opts.limit ~= nil then
+    rows, err, code = self:_claim_outbox(opts.limit, opts.lease or 30, core.uuid(), opts.targeted == true,
+                                         opts.external == true)
   else
     rows, err, code = self:_pending_outbox()
   end
   if not rows then return nil, err, code end
   for _, r in ipairs(rows) do
     local ev, eerr = execution.event_from_json(r.event)
-    if not ev then return nil, format("pending_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
+    if not ev then return nil, format("store:pending_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
     r.event = ev
     if r.target_id == core.null then r.target_id = nil end
   end
@@ -563,31 +541,40 @@ end
 
 -- Given-up outbox entries (a dead letter with no on_dead_letter) are kept on
 -- their source document, in outbox_failed, for an operator to see and put
--- back: store:fail_outbox(entry, err, attempts) moves a claimed entry there
--- (only while the claim is still the caller's); store:failed_outbox([limit =
--- 1000]) lists them, each with source_id, seq, target_id, event, error,
--- failed_at and attempts; store:redeliver_failed(source_id, seq) moves one
--- back into the outbox (true, moved).
-function Store:fail_outbox(entry, err, attempts)
-  if type(entry) ~= "table" then error("fail_outbox: entry must be a table, got " .. type(entry), 2) end
-  if math_type(entry.seq) ~= "integer" then error("fail_outbox: entry.seq must be an integer", 2) end
-  if type(entry.token) ~= "string" then error("fail_outbox: entry.token must be the claim's token", 2) end
-  if type(entry.event) ~= "table" then error("fail_outbox: entry.event must be the entry's event", 2) end
+-- back: store:fail_outbox(entry, { error =, attempts = }) moves a claimed
+-- entry there (only while the claim is still the caller's);
+-- store:failed_outbox{ limit = 1000 } lists them, each with source_id, seq,
+-- target_id, event, error, failed_at and attempts;
+-- store:redeliver_failed(source_id, seq) moves one back into the outbox
+-- (true, moved).
+local FAIL_OUTBOX = define("store:fail_outbox", {
+  { "entry", "table" },
+  { "opts", "table?", fields = { error = "string", attempts = { "integer", min = 0 } } },
+})
+local FAILED_OUTBOX = define("store:failed_outbox", { { "opts", "table?", fields = { limit = LIMIT } } })
+local REDELIVER_FAILED = define("store:redeliver_failed", { { "source_id", "string" }, { "seq", "integer" } })
+
+function Store:fail_outbox(entry, opts)
+  local bad = FAIL_OUTBOX:check(entry, opts)
+  if bad then return invalid(bad) end
+  if math_type(entry.seq) ~= "integer" then error("store:fail_outbox: entry.seq must be an integer", 2) end
+  if type(entry.token) ~= "string" then error("store:fail_outbox: entry.token must be the claim's token", 2) end
+  if type(entry.event) ~= "table" then error("store:fail_outbox: entry.event must be the entry's event", 2) end
   local text, terr = execution.event_to_json(entry.event, "event")
-  if not text then return invalid("fail_outbox: " .. tostring(terr)) end
-  return self:_fail_outbox(entry.seq, entry.token, text, entry.target_id, tostring(err or "given up"),
-    core.now(), math_type(attempts) == "integer" and attempts or 0)
+  if not text then return invalid("store:fail_outbox: " .. tostring(terr)) end
+  opts = opts or {}
+  return self:_fail_outbox(entry.seq, entry.token, text, entry.target_id, opts.error or "given up",
+    core.now(), opts.attempts or 0)
 end
 
-function Store:failed_outbox(limit)
-  if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
-    return invalid("failed_outbox: limit must be an integer >= 1")
-  end
-  local rows, err, code = self:_failed_outbox(limit or 1000)
+function Store:failed_outbox(opts)
+  local bad = FAILED_OUTBOX:check(opts)
+  if bad then return invalid(bad) end
+  local rows, err, code = self:_failed_outbox(opts and opts.limit or 1000)
   if not rows then return nil, err, code end
   for _, r in ipairs(rows) do
     local ev, eerr = execution.event_from_json(r.event)
-    if not ev then return nil, format("failed_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
+    if not ev then return nil, format("store:failed_outbox: entry %s: %s", tostring(r.seq), eerr), "server" end
     r.event = ev
     if r.target_id == core.null then r.target_id = nil end
   end
@@ -596,8 +583,8 @@ function Store:failed_outbox(limit)
 end
 
 function Store:redeliver_failed(source_id, seq)
-  check_id(source_id, "redeliver_failed", "source_id")
-  if math_type(seq) ~= "integer" then error("redeliver_failed: seq must be an integer, got " .. type(seq), 2) end
+  local bad = REDELIVER_FAILED:check(source_id, seq)
+  if bad then return invalid(bad) end
   for _, r in ipairs(assert(self:_failed_outbox(1000000))) do
     if r.source_id == source_id and r.seq == seq then
       return self:_redeliver_failed(source_id, seq, r.target_id ~= core.null and r.target_id or nil, r.event)
@@ -606,15 +593,14 @@ function Store:redeliver_failed(source_id, seq)
   return true, false
 end
 
--- store:pending_spawns([limit[, lease]]) -> { { seq, parent_id, child_id, root_path, context }, ... }
+-- store:pending_spawns([{ limit =, lease = }]) -> { { seq, parent_id, child_id, root_path, context }, ... }
 -- claimed like pending_outbox when a limit is given.
-function Store:pending_spawns(limit, lease)
-  no_lease_without_limit("pending_spawns", limit, lease)
+function Store:pending_spawns(opts)
+  local bad = PENDING_SPAWNS:check(opts)
+  if bad then return invalid(bad) end
   local rows, err, code
-  if limit ~= nil then
-    local bad = check_claim("pending_spawns", limit, lease)
-    if bad then return invalid(bad) end
-    rows, err, code = self:_claim_spawns(limit, lease or 30, core.uuid())
+  if opts ~= nil and opts.limit ~= nil then
+    rows, err, code = self:_claim_spawns(opts.limit, opts.lease or 30, core.uuid())
   else
     rows, err, code = self:_pending_spawns()
   end
@@ -623,22 +609,21 @@ function Store:pending_spawns(limit, lease)
   return rows
 end
 
--- store:due_timers(now[, limit]) -> { { execution_id, path, fire_at }, ... } by fire_at, documents read
+-- store:due_timers(now[, { limit = n }]) -> { { execution_id, path, fire_at }, ... } by fire_at, documents read
 -- limit bounds the documents read (each may hold several due timers, or
 -- none: a document whose mark was left low by a fired or cancelled timer is
 -- read, its mark raised, and nothing of it listed).
-function Store:due_timers(now, limit)
-  if type(now) ~= "number" then error("due_timers: now must be a number (epoch seconds), got " .. type(now), 2) end
-  if limit ~= nil and type(limit) ~= "number" then
-    error("due_timers: limit must be a number, got " .. type(limit), 2)
-  end
-  if limit ~= nil and (math_type(limit) ~= "integer" or limit < 1) then
-    return invalid("due_timers: limit must be an integer >= 1")
-  end
+local DUE_TIMERS = define("store:due_timers", {
+  { "now", "number" },
+  { "opts", "table?", fields = { limit = LIMIT } },
+})
+function Store:due_timers(now, opts)
+  local bad = DUE_TIMERS:check(now, opts)
+  if bad then return invalid(bad) end
   -- a timer harel's store armed is under a next_fire_at only once promoted
   local ok, perr, pcode = self:_promote_foreign()
-  if not ok then return nil, "due_timers: " .. tostring(perr), pcode end
-  local rows, read, code = self:_due_timers(now, limit)
+  if not ok then return nil, "store:due_timers: " .. tostring(perr), pcode end
+  local rows, read, code = self:_due_timers(now, opts and opts.limit)
   if not rows then return nil, read, code end
   sort(rows, function(a, b)
     if a.fire_at ~= b.fire_at then return a.fire_at < b.fire_at end

@@ -250,7 +250,7 @@ function TestCommit:test_stale_write_conflicts_and_the_winner_stands()
   lu.assertEquals(a.version, 2)
 
   b.context = { who = "b" }
-  local ok, msg, code, found = self.store:commit(b, {
+  local ok, msg, code, detail = self.store:commit(b, {
     emits = { { target_id = "sink", event = { id = "loser-evt", kind = "B" } } },
     processed_event_id = "loser-p",
     timers = { { action = "schedule", path = "Loser.T", fire_at = 1.5 } },
@@ -259,7 +259,7 @@ function TestCommit:test_stale_write_conflicts_and_the_winner_stands()
   })
   lu.assertNil(ok)
   lu.assertEquals(code, "conflict")
-  lu.assertEquals(found, 2)
+  lu.assertEquals(detail.found, 2)
   lu.assertIsString(msg)
   lu.assertStrContains(msg, exe.id)
   lu.assertStrMatches(msg, ".*[Ee]xpected%D*1.*")
@@ -287,10 +287,10 @@ function TestCommit:test_stale_write_conflicts_and_the_winner_stands()
   lu.assertEquals(raw.keys(doc.timers), {})
 
   -- the same stale object keeps conflicting; a reload lets it win
-  local ok2, _, code2, found2 = self.store:save(b)
+  local ok2, _, code2, detail2 = self.store:save(b)
   lu.assertNil(ok2)
   lu.assertEquals(code2, "conflict")
-  lu.assertEquals(found2, 2)
+  lu.assertEquals(detail2.found, 2)
   lu.assertEquals(b.version, 1)
   local fresh = self.store:load(exe.id)
   fresh.context.who = "b after reload"
@@ -304,12 +304,12 @@ function TestCommit:test_new_execution_on_a_taken_id_conflicts_with_found_one()
   local first = ms.execution { definition_id = "order", id = id, context = { who = "first" } }
   local second = ms.execution { definition_id = "order", id = id, context = { who = "second" } }
   lu.assertTrue(self.store:save(first))
-  local ok, msg, code, found = self.store:commit(second, {
+  local ok, msg, code, detail = self.store:commit(second, {
     emits = { { target_id = "sink", event = { id = "second-evt", kind = "X" } } },
   })
   lu.assertNil(ok)
   lu.assertEquals(code, "conflict")
-  lu.assertEquals(found, 1)
+  lu.assertEquals(detail.found, 1)
   lu.assertStrContains(msg, id)
   lu.assertEquals(second.version, 0)
   lu.assertEquals(self.store:load(id).context.who, "first")
@@ -320,12 +320,12 @@ function TestCommit:test_commit_on_a_vanished_document_conflicts_with_found_nil(
   local exe = new_exe()
   lu.assertTrue(self.store:save(exe))
   lu.assertEquals(raw.delete(self.db, exe.id), 1)
-  local ok, _, code, found = self.store:commit(exe, {
+  local ok, _, code, detail = self.store:commit(exe, {
     emits = { { target_id = "sink", event = { kind = "X" } } },
   })
   lu.assertNil(ok)
   lu.assertEquals(code, "conflict")
-  lu.assertNil(found)
+  lu.assertNil(detail and detail.found)
   lu.assertEquals(exe.version, 1)
   lu.assertNil(raw.doc(self.db, exe.id), "a stale commit re-created a deleted execution")
   lu.assertEquals(#self.store:pending_outbox(), 0)
@@ -344,14 +344,14 @@ function TestCommit:test_racing_inserts_on_one_new_id()
     local exe = ms.execution { definition_id = "order", id = os.getenv("ID"), context = { who = me } }
     local t = tonumber(os.getenv("START"))
     while ms.now() < t do ms.sleep(0.005) end
-    local ok, msg, code, found = store:commit(exe, {
+    local ok, msg, code, detail = store:commit(exe, {
       emits = { { target_id = "sink", event = { id = "evt-" .. me, kind = "Hello" } } },
       processed_event_id = "p-" .. me,
     })
     if ok then
       print("WON " .. me .. " " .. exe.version)
     else
-      print("LOST " .. me .. " " .. tostring(code) .. " " .. tostring(found) .. " " .. exe.version .. " " .. tostring(msg))
+      print("LOST " .. me .. " " .. tostring(code) .. " " .. tostring(detail and detail.found) .. " " .. exe.version .. " " .. tostring(msg))
     end
     store:close()
   ]]
@@ -431,7 +431,7 @@ function TestCommit:test_commit_refuses_an_event_already_processed()
   lu.assertTrue(self.store:commit(exe, { processed_event_id = "evt-1" }))
   local again = assert(self.store:load(exe.id))
   again.context.n = 2
-  local ok, msg, code, found = self.store:commit(again, {
+  local ok, msg, code, detail = self.store:commit(again, {
     processed_event_id = "evt-1",
     emits = { { target_id = "t", event = { id = "out-1", kind = "K" } } },
     timers = { { action = "schedule", path = "Waiting", fire_at = 5 } },
@@ -440,7 +440,7 @@ function TestCommit:test_commit_refuses_an_event_already_processed()
   lu.assertEquals(code, "duplicate")
   lu.assertStrContains(msg, "evt-1")
   lu.assertStrContains(msg, "already processed")
-  lu.assertEquals(found, 2)
+  lu.assertEquals(detail.found, 2)
   lu.assertEquals(again.version, 2, "the version stays where it was")
   local doc = raw.doc(self.db, exe.id)
   lu.assertEquals(doc.version, 2)
@@ -465,12 +465,12 @@ function TestCommit:test_the_filter_refuses_a_mark_the_digests_do_not_know()
   lu.assertTrue(self.store:commit(exe, { processed_event_id = "evt-h" }))
   raw.unset(self.db, exe.id, "dedupe")
   local got = assert(self.store:load(exe.id))
-  local ok, msg, code, found = self.store:commit(got, { processed_event_id = "evt-h",
+  local ok, msg, code, detail = self.store:commit(got, { processed_event_id = "evt-h",
     emits = { { target_id = "t", event = { id = "out-h", kind = "K" } } } })
   lu.assertNil(ok)
   lu.assertEquals(code, "duplicate")
   lu.assertStrContains(msg, "evt-h")
-  lu.assertEquals(found, 1)
+  lu.assertEquals(detail.found, 1)
   lu.assertEquals(#raw.doc(self.db, exe.id).outbox, 0)
   lu.assertTrue(self.store:is_processed(exe.id, "evt-h"))
   local _, seen = self.store:load_for_event(exe.id, "evt-h")

@@ -29,7 +29,7 @@ local WORKER = [[
     local list = exe.context.log
     list[#list + 1] = me
     local evt = ms.uuid()
-    local ok, msg, ecode, found = store:commit(exe, {
+    local ok, msg, ecode, detail = store:commit(exe, {
       emits = { { target_id = "sink", event = { id = evt, kind = "Tick",
                                                 data = { proc = me, version = from + 1, n = exe.context.n } } } },
       processed_event_id = "in-" .. evt,
@@ -40,6 +40,7 @@ local WORKER = [[
       print("WON " .. exe.version .. " " .. evt)
     elseif ecode == "conflict" then
       if exe.version ~= from then print("ERROR loser version " .. exe.version .. " not rolled back to " .. from); os.exit(2) end
+      local found = detail and detail.found
       if type(found) ~= "number" or found <= from then print("ERROR conflict found " .. tostring(found) .. " from " .. from); os.exit(2) end
       conflicts = conflicts + 1
     else

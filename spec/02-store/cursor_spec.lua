@@ -92,7 +92,8 @@ function TestCursors:test_wrong_types_raise()
   lu.assertErrorMsgContains("cursor must be a string", self.store.list_executions, self.store, { cursor = 5 })
   lu.assertErrorMsgContains("roots_only must be a boolean", self.store.list_executions, self.store,
     { roots_only = "yes" })
-  lu.assertErrorMsgContains("limit must be a number", self.store.list_executions, self.store, { limit = "10" })
+  lu.assertErrorMsgContains("q.limit must be an integer, got string", self.store.list_executions, self.store,
+    { limit = "10" })
 end
 
 function TestCursors:test_filter_strings_follow_the_value_rules()

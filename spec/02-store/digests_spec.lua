@@ -73,7 +73,7 @@ function TestDigests:test_a_load_then_a_commit_is_one_find_and_one_update()
   lu.assertNil(ok)
   lu.assertEquals(code, "duplicate")
   lu.assertStrContains(msg, "evt-2")
-  lu.assertEquals(found, exe.version)
+  lu.assertEquals(found.found, exe.version)
   lu.assertEquals(#self:stored_digests("a-1"), 3 * 8)
 end
 
@@ -108,7 +108,7 @@ function TestDigests:test_a_rebuilt_execution_commits_without_a_find_and_refuses
     lu.assertEquals(cost, {}, ev .. " refused before anything is sent")
     lu.assertNil(ok)
     lu.assertEquals(code, "duplicate")
-    lu.assertEquals(found, again.version)
+    lu.assertEquals(found.found, again.version)
   end
   lu.assertTrue(self.store:commit(again, { processed_event_id = "evt-3" }))
   lu.assertTrue(self.store:is_processed("r-1", "evt-1"))

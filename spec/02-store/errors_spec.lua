@@ -84,9 +84,9 @@ function TestErrors:test_a_reset_connection_mid_call_is_network_and_writes_nothi
     is_processed = function() return store:is_processed("r-1", "seed-r-1") end,
     list_executions = function() return store:list_executions{ definition_id = "flat", limit = 5 } end,
     pending_outbox = function() return store:pending_outbox() end,
-    claim_outbox = function() return store:pending_outbox(10, 5) end,
+    claim_outbox = function() return store:pending_outbox{ limit = 10, lease = 5 } end,
     pending_spawns = function() return store:pending_spawns() end,
-    claim_spawns = function() return store:pending_spawns(10, 5) end,
+    claim_spawns = function() return store:pending_spawns{ limit = 10, lease = 5 } end,
     due_timers = function() return store:due_timers(ms.now()) end,
     read_trace = function() return store:read_trace("r-1") end,
     commit = function()

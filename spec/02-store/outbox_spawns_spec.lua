@@ -249,7 +249,7 @@ function TestOutbox:test_dedupe_window_keeps_the_last_ids()
     lu.assertEquals(code, "invalid")
     lu.assertStrContains(err, "dedupe_window must be an integer from 1 to 1000000")
   end
-  lu.assertErrorMsgContains("dedupe_window must be a number, got string", ms.connect, helper.uri(),
+  lu.assertErrorMsgContains("dedupe_window must be an integer, got string", ms.connect, helper.uri(),
     { db = self.db, dedupe_window = "10" })
   local widest = helper.connect{ db = self.db, dedupe_window = 1000000 }
   lu.assertEquals(widest:info().dedupe_window, 1000000)

@@ -72,7 +72,7 @@ function TestScale:test_due_timers_reads_only_due_documents_and_honours_limit()
   -- one index lookup, what is due: without a prefix the collections are not
   -- ones harel's store can write to, so there is nothing to promote first
   lu.assertEquals(after.find - before.find, 1, "one query")
-  lu.assertEquals(#self.store:due_timers(30, 5), 5)
+  lu.assertEquals(#self.store:due_timers(30, { limit = 5 }), 5)
 end
 
 function TestScale:test_listing_filters_on_the_server()
@@ -134,13 +134,13 @@ function TestScale:test_claimed_entries_go_to_one_relay_at_a_time()
     lu.assertTrue(self.store:commit(new_exe(id), { emits = emits }))
   end
   local other = helper.connect{ db = self.db }
-  local a = self.store:pending_outbox(2, 30)
-  local b = other:pending_outbox(2, 30)
+  local a = self.store:pending_outbox{ limit = 2, lease = 30 }
+  local b = other:pending_outbox{ limit = 2, lease = 30 }
   lu.assertEquals(#a, 3, "a whole source")
   lu.assertEquals(#b, 3, "the other source")
   lu.assertNotEquals(a[1].source_id, b[1].source_id)
   for i = 2, 3 do lu.assertTrue(a[i].seq > a[i - 1].seq) lu.assertEquals(a[i].source_id, a[1].source_id) end
-  lu.assertEquals(#other:pending_outbox(10, 30), 0, "all claimed")
+  lu.assertEquals(#other:pending_outbox{ limit = 10, lease = 30 }, 0, "all claimed")
   -- a token that is not the claim's removes nothing
   lu.assertTrue(other:ack_outbox(a[1].seq, b[1].token))
   lu.assertEquals(#self.store:pending_outbox(), 6)
@@ -148,7 +148,7 @@ function TestScale:test_claimed_entries_go_to_one_relay_at_a_time()
   lu.assertEquals(#self.store:pending_outbox(), 5)
   -- given back, the source's remaining entries are claimable again at once
   lu.assertTrue(self.store:release_outbox(a[1].source_id, a[1].token))
-  local again = other:pending_outbox(10, 30)
+  local again = other:pending_outbox{ limit = 10, lease = 30 }
   lu.assertEquals(#again, 2)
   lu.assertEquals(again[1].seq, a[2].seq)
   lu.assertEquals(again[1].event.id, a[2].event.id)
@@ -158,11 +158,11 @@ end
 function TestScale:test_an_expired_lease_lets_another_relay_take_the_entry()
   local exe = new_exe("c-2")
   lu.assertTrue(self.store:commit(exe, { spawns = { { child_id = "k", root_path = "R" } } }))
-  local first = self.store:pending_spawns(5, 0.2)
+  local first = self.store:pending_spawns{ limit = 5, lease = 0.2 }
   lu.assertEquals(#first, 1)
-  lu.assertEquals(#self.store:pending_spawns(5, 0.2), 0)
+  lu.assertEquals(#self.store:pending_spawns{ limit = 5, lease = 0.2 }, 0)
   ms.sleep(0.3)
-  local second = self.store:pending_spawns(5, 30)
+  local second = self.store:pending_spawns{ limit = 5, lease = 30 }
   lu.assertEquals(#second, 1)
   lu.assertNotEquals(second[1].token, first[1].token)
   lu.assertTrue(self.store:ack_spawn(first[1].seq, first[1].token))

@@ -88,7 +88,7 @@ function TestBatch:test_send_many_loads_once_and_writes_once()
   local results
   local d = commands(self.store, function() results = self.engine:send_many(list) end)
   for i, r in ipairs(results) do
-    lu.assertTrue(r.ok, tostring(r.err))
+    lu.assertTrue(r.ok, tostring(r.message))
     lu.assertEquals(r.how, "applied", ids[i])
   end
   -- one find of every target, one bulk write of every commit
@@ -110,7 +110,7 @@ function TestBatch:test_several_events_for_one_target_apply_in_order_each_its_ow
     { "t-1", { kind = "Add", id = "a2", data = { n = 2 } } },
     { "t-1", { kind = "Add", id = "a3", data = { n = 3 } } },
   }
-  for _, r in ipairs(self.engine:send_many(list)) do lu.assertEquals(r.how, "applied", tostring(r.err)) end
+  for _, r in ipairs(self.engine:send_many(list)) do lu.assertEquals(r.how, "applied", tostring(r.message)) end
   local exe = C.load(self.store, "t-1")
   lu.assertEquals(exe.context.seen, "1,2,3,")
   lu.assertEquals(exe.version, 4) -- Start and three commits, one per event
@@ -140,7 +140,7 @@ function TestBatch:test_a_commit_that_loses_falls_back_for_its_event_only()
   for i, id in ipairs(ids) do list[i] = { id, { kind = "Add", id = "add-" .. i, data = { n = i } } } end
   list[#list + 1] = { "t-4", { kind = "Add", id = "add-4b", data = { n = 40 } } }
   local results = self.engine:send_many(list)
-  for i, r in ipairs(results) do lu.assertEquals(r.how, "applied", i .. ": " .. tostring(r.err)) end
+  for i, r in ipairs(results) do lu.assertEquals(r.how, "applied", i .. ": " .. tostring(r.message)) end
   lu.assertTrue(done, "the interference never ran: the test proves nothing")
   local exe = C.load(self.store, "t-4")
   -- the interfering write kept, then both events once, in order
@@ -188,7 +188,7 @@ function TestBatch:test_send_many_with_duplicates_and_bad_items()
 end
 
 function TestBatch:test_send_many_raises_on_misuse()
-  lu.assertErrorMsgContains("send_many: list must be a list", function() self.engine:send_many("x") end)
+  lu.assertErrorMsgContains("engine:send_many: list must be a table", function() self.engine:send_many("x") end)
   lu.assertErrorMsgContains("list[1] must be a table", function() self.engine:send_many{ 1 } end)
   lu.assertErrorMsgContains("id must be a string", function() self.engine:send_many{ { 1, { kind = "Add" } } } end)
   lu.assertErrorMsgContains("event must be a table", function() self.engine:send_many{ { "t", 1 } } end)
@@ -239,7 +239,7 @@ function TestBatch:test_claims_of_many_sources_take_three_round_trips()
     lu.assertTrue(self.engine:send(src, { kind = "Fan", id = "fan-" .. i }))
   end
   local held
-  local d = commands(self.store, function() held = assert(self.store:pending_outbox(10, 30)) end)
+  local d = commands(self.store, function() held = assert(self.store:pending_outbox{ limit = 10, lease = 30 }) end)
   lu.assertEquals(#held, 10)
   lu.assertEquals(d.find, 2)
   lu.assertEquals(d.update, 1)
@@ -253,12 +253,12 @@ function TestBatch:test_claims_of_many_sources_take_three_round_trips()
   end
   -- another relay: only the 15 sources nobody holds
   self.other = assert(ms.connect(helper.uri(), { db = self.db, wait = 10 }))
-  local rest = assert(self.other:pending_outbox(100, 30))
+  local rest = assert(self.other:pending_outbox{ limit = 100, lease = 30 })
   lu.assertEquals(#rest, 15)
   for _, e in ipairs(rest) do lu.assertNil(sources[e.source_id], "claimed by both relays: " .. e.source_id) end
   -- an ack with the first relay's token still counts; the other's claims stand
   for _, e in ipairs(held) do lu.assertTrue(self.store:ack_outbox(e.seq, e.token)) end
-  lu.assertEquals(#assert(self.other:pending_outbox(100, 30)), 0, "the second relay's claims were lost")
+  lu.assertEquals(#assert(self.other:pending_outbox{ limit = 100, lease = 30 }), 0, "the second relay's claims were lost")
 end
 
 function TestBatch:test_the_one_at_a_time_pass_ends_the_same()

@@ -77,10 +77,12 @@ function TestCacheBounds:tearDown()
 end
 
 function TestCacheBounds:test_cache_size_is_checked_like_the_other_options()
-  for _, bad in ipairs { 0, -1, 1.5, "10" } do
-    lu.assertErrorMsgContains("engine.new: cache_size must be an integer >= 1", engine_mod.new,
+  for _, bad in ipairs { 0, -1, 1.5 } do
+    lu.assertErrorMsgContains("engine.new: opts.cache_size must be an integer >= 1", engine_mod.new,
       { store = self.store, cache_size = bad })
   end
+  lu.assertErrorMsgContains("engine.new: opts.cache_size must be an integer, got string", engine_mod.new,
+    { store = self.store, cache_size = "10" })
   lu.assertErrorMsgContains("engine.new: unknown option cache_sizes", engine_mod.new,
     { store = self.store, cache_sizes = 10 })
   local e = engine_mod.new{ store = self.store }

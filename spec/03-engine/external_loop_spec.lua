@@ -231,7 +231,7 @@ function TestExternalLoop:test_bad_arguments_raise_and_write_nothing()
   lu.assertNil(ok)
   lu.assertEquals(code, "invalid")
   lu.assertErrorMsgContains("exclude each other", function()
-    self.store:pending_outbox(1, 1, { targeted = true, external = true })
+    self.store:pending_outbox{ limit = 1, lease = 1, targeted = true, external = true }
   end)
   lu.assertEquals(externals_pending(self.store), 1)
 end

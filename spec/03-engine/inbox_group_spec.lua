@@ -243,7 +243,6 @@ function TestGroupCommit:test_bad_groups_are_refused_before_any_write()
     { opts = { processed_event_ids = { "a", "a" } }, says = "twice" },
     { opts = { processed_event_ids = {} }, says = "1 to 256" },
     { opts = { processed_event_ids = many }, says = "1 to 256" },
-    { opts = { processed_event_ids = "a" }, says = "list" },
     { opts = { processed_event_ids = { "a" }, processed_event_id = "b" }, says = "exclusive" },
     { opts = { processed_event_ids = { "a", "" } }, says = "processed_event_ids" },
     { opts = { processed_event_ids = { "a" }, trace = { { event = "A" }, 7 } }, says = "trace" },
@@ -253,6 +252,8 @@ function TestGroupCommit:test_bad_groups_are_refused_before_any_write()
     lu.assertEquals(code, "invalid", case.says)
     lu.assertStrContains(msg, case.says)
   end
+  lu.assertErrorMsgContains("opts.processed_event_ids must be a table", self.store.commit, self.store, exe,
+    { processed_event_ids = "a" })
   lu.assertEquals(raw.doc(self.db, "g"), before, "nothing written")
   lu.assertEquals(exe.version, before.version)
 end

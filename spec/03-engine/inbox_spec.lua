@@ -231,7 +231,7 @@ function TestInbox:test_bad_input_writes_nothing()
   lu.assertErrorMsgContains("id must be a string", e.enqueue, e, 1, add(1))
   lu.assertErrorMsgContains("event must be a table", e.enqueue, e, "t1", "Add")
   lu.assertErrorMsgContains("event.kind must be a string", e.enqueue, e, "t1", { kind = 1 })
-  lu.assertErrorMsgContains("opts.priority must be a number", e.enqueue, e, "t1", add(1), { priority = "4" })
+  lu.assertErrorMsgContains("opts.priority must be an integer", e.enqueue, e, "t1", add(1), { priority = "4" })
   lu.assertErrorMsgContains("unknown option", e.enqueue, e, "t1", add(1), { prio = 1 })
   lu.assertErrorMsgContains("opts must be a table", e.enqueue, e, "t1", add(1), 3)
   lu.assertEquals(queued(self.db), 0)
@@ -277,7 +277,7 @@ function TestInbox:test_a_stale_worker_can_neither_deliver_nor_ack()
     lu.assertTrue(cb.fences[id] > ca.fences[id], "the fence grew when the claim passed")
   end
   inbox.deliver(b, cb)
-  for _, en in ipairs(cb.entries) do lu.assertTrue(en.done, tostring(en.result.err)) end
+  for _, en in ipairs(cb.entries) do lu.assertTrue(en.done, tostring(en.result.message)) end
   -- A goes on as if its lease held: every commit is refused, and so is its ack
   ca.deadline = ms.now() + 30
   inbox.deliver(a, ca)

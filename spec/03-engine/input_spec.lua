@@ -91,13 +91,13 @@ function TestEngineInput:test_wrong_types_raise_naming_the_argument()
     { "send: event.data must be a table", function() e:send("f", { kind = "Begin", data = "x" }) end },
     { "send: event.created_time must be a number", function() e:send("f", { kind = "Begin", created_time = "now" }) end },
     { "cancel: id must be a string", function() e:cancel({}) end },
-    { "start: chart id must be a string", function() e:start(nil) end },
+    { "engine:start: chart_id must be a string", function() e:start(nil) end },
     { "start: opts.id must be a string", function() e:start("flat", { id = 3 }) end },
     { "start: opts.context must be a table", function() e:start("flat", { context = "x" }) end },
-    { "engine.new: max_event_bytes must be an integer >= 1",
+    { "engine.new: opts.max_event_bytes must be an integer >= 1",
       function() C.engine(self.store, { max_event_bytes = 0 }) end },
-    { "engine.new: lease must be a number of seconds > 0", function() C.engine(self.store, { lease = -1 }) end },
-    { "engine.new: charts must be a list of charts", function() require("mongostore.engine").new { store = self.store, charts = "x" } end },
+    { "engine.new: opts.lease must be a number > 0 and at most 86400", function() C.engine(self.store, { lease = -1 }) end },
+    { "engine.new: opts.charts must be a table", function() require("mongostore.engine").new { store = self.store, charts = "x" } end },
   }
   for _, case in ipairs(raises) do
     lu.assertErrorMsgContains(case[1], case[2])

@@ -141,7 +141,7 @@ function TestSeqBlocks:test_a_batch_with_a_stale_block_falls_back_and_keeps_the_
     local n = (i % 2 == 1) and 3 or 2
     list[i] = { ids[i], { kind = "Ping", id = ids[i] .. "-" .. n, data = { n = n } } }
   end
-  for i, r in ipairs(ea:send_many(list)) do lu.assertEquals(r.how, "applied", ids[i] .. ": " .. tostring(r.err)) end
+  for i, r in ipairs(ea:send_many(list)) do lu.assertEquals(r.how, "applied", ids[i] .. ": " .. tostring(r.message)) end
   for i = 1, 5 do
     local got = entries_of(self.a, ids[i])
     lu.assertEquals(#got, (i % 2 == 1) and 3 or 2, ids[i])

@@ -187,9 +187,9 @@ function TestStmRun:test_an_event_that_breaks_its_declaration_is_refused()
   }
   lu.assertNil(r[1].ok)
   lu.assertEquals(r[1].code, "invalid")
-  lu.assertStrContains(tostring(r[1].err), "items")
+  lu.assertStrContains(tostring(r[1].message), "items")
   lu.assertTrue(r[2].blocked)
-  lu.assertEquals(r[3].how, "applied", tostring(r[3].err))
+  lu.assertEquals(r[3].how, "applied", tostring(r[3].message))
   lu.assertEquals(self:load(id).version, before, "nothing was committed")
   lu.assertEquals(self:load("s8").active_path, "Paying")
 end

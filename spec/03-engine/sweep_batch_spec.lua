@@ -222,7 +222,7 @@ function TestSweepBatch:test_stale_timeouts_in_a_batch_are_not_applied()
     items[#items + 1] = { id = id, event = execution.timeout_event(id, "Waiting", stale[id]), timer_path = "Waiting" }
   end
   local res = e:deliver_many(items)
-  for i = 1, 3 do lu.assertTrue(res[i].ok, items[i].id .. ": " .. tostring(res[i].err)) end
+  for i = 1, 3 do lu.assertTrue(res[i].ok, items[i].id .. ": " .. tostring(res[i].message)) end
   lu.assertEquals(res[1].result.outcome, "ignored")
   lu.assertEquals(res[2].result.outcome, "ignored")
   lu.assertEquals(res[3].result.outcome, "transition")

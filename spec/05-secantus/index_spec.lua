@@ -108,18 +108,18 @@ local CALLS = {
       for _, r in ipairs(due) do lu.assertEquals(r.path, "Wait.t") end
     end },
   { "due_timers_limit", function(store, now)
-      local due = assert(store:due_timers(now, 2))
+      local due = assert(store:due_timers(now, { limit = 2 }))
       lu.assertEquals(#ids_of(due, "execution_id"), 2)
     end },
   { "pending_outbox", function(store)
-      local out = assert(store:pending_outbox(3, 0.5))
+      local out = assert(store:pending_outbox{ limit = 3, lease = 0.5 })
       -- whole documents are claimed: two of the five sources, all their entries
       lu.assertEquals(#out, 4)
       lu.assertEquals(#ids_of(out, "source_id"), 2)
       for _, src in ipairs(ids_of(out, "source_id")) do lu.assertStrMatches(src, "out%-%d") end
     end },
   { "pending_spawns", function(store)
-      local spn = assert(store:pending_spawns(3, 0.5))
+      local spn = assert(store:pending_spawns{ limit = 3, lease = 0.5 })
       lu.assertEquals(#spn, 3)
       for _, src in ipairs(ids_of(spn, "source_id")) do lu.assertStrMatches(src, "spn%-%d") end
     end },

@@ -47,8 +47,10 @@ local Engine = {}
 ---@field ok? true applied now, or handled before
 ---@field how? "applied"|"duplicate" with `ok`
 ---@field result? mongostore.DeliveryResult with `ok`: what the event did
----@field err? string why not
----@field code? string the code of `err`
+---@field index? integer not applied: the pair's index in `list`
+---@field message? string why not
+---@field code? string the code of `message`
+---@field detail? table what else the failure knows
 ---@field blocked? true not attempted: an earlier event for the same execution failed
 
 --- The options of `engine:enqueue`; an unknown key raises.

@@ -297,31 +297,30 @@ function msngx.delete_timers(timers) end
 ---
 --- Fails with `nil, message, code`.
 ---@param now number epoch seconds
----@param limit? integer bounds the documents read (each may hold several due timers)
+---@param opts? { limit: integer? } `limit` (>= 1) bounds the documents read (each may hold several due timers)
 ---@return mongostore.DueTimer[]? timers # by fire_at, then execution id, then path
 ---@return (integer|string)? read # the documents read (fewer than `limit`: there are no more); on failure, the message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.due_timers(now, limit) end
+function msngx.due_timers(now, opts) end
 
 --- Runs [`store:fail_outbox`](store.md#store-fail_outbox) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
 ---@param entry mongostore.OutboxEntry a claimed entry (with its `token`)
----@param err? string why it was given up
----@param attempts? integer the tries it had
+---@param opts? { error: string?, attempts: integer? } why it was given up (default "given up") and the tries it had (>= 0, default 0)
 ---@return true? ok # moved to `outbox_failed` (or no longer the caller's to move)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.fail_outbox(entry, err, attempts) end
+function msngx.fail_outbox(entry, opts) end
 
 --- Runs [`store:failed_outbox`](store.md#store-failed_outbox) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
----@param limit? integer entries at most
+---@param opts? { limit: integer? } entries at most (>= 1, default 1000)
 ---@return mongostore.FailedEntry[]? entries # oldest failure first
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.failed_outbox(limit) end
+function msngx.failed_outbox(opts) end
 
 --- Runs [`store:info`](store.md#store-info) in a worker thread.
 ---
@@ -374,23 +373,20 @@ function msngx.load_for_event(id, event_id, timer_path) end
 --- Runs [`store:pending_outbox`](store.md#store-pending_outbox) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
----@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
----@param lease? number seconds the claim holds (> 0, at most a day); needs a limit
----@param opts? { targeted: boolean?, external: boolean? } `targeted = true`: claim only entries with a target (a relay with no handler for external events); `entries.external_left` counts the external entries the claim saw and left pending. `external = true`: the opposite, only entries without a target whose `retry_at` has come (`engine:claim_external`); not both
+---@param opts? mongostore.ClaimOptions without a limit: list every entry, unclaimed
 ---@return mongostore.OutboxEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.pending_outbox(limit, lease, opts) end
+function msngx.pending_outbox(opts) end
 
 --- Runs [`store:pending_spawns`](store.md#store-pending_spawns) in a worker thread.
 ---
 --- Fails with `nil, message, code`.
----@param limit? integer claim at least this many entries (>= 1); nil lists every entry unclaimed
----@param lease? number seconds the claim holds; needs a limit
+---@param opts? { limit: integer?, lease: number? } a claim, as `pending_outbox`'s `limit` and `lease`; without a limit: list every entry, unclaimed
 ---@return mongostore.SpawnEntry[]? entries # oldest first (by seq)
 ---@return string? message
 ---@return ("invalid"|"network"|"timeout"|"unavailable"|"server"|"closed")? code
-function msngx.pending_spawns(limit, lease) end
+function msngx.pending_spawns(opts) end
 
 --- Runs [`store:read_trace`](store.md#store-read_trace) in a worker thread.
 ---

@@ -158,11 +158,11 @@ end
 -- the target's later events are not attempted (results[i].blocked), so an
 -- event never overtakes one sent before it. deadline (optional, ms.now()
 -- seconds): once it has passed, no further event is applied and each one left
--- gets { err =, code = "blocked", deferred = true }; at least one event is
+-- gets { index, message =, code = "blocked", deferred = true }; at least one event is
 -- always attempted. A relay pass sets it inside its lease, so that its acks
 -- reach the entries while the claim is still its own. Returns a result per
 -- item: { ok = true, how = "applied" | "duplicate", result = delivery result }
--- or { err = msg, code = code }.
+-- or { index = i, message = msg, code = code, detail = table|nil }.
 -- An item's fence (the inbox's) goes with each of its commits; a commit
 -- refused as "stale" stops its target's later events, with no retry.
 -- group (optional, default 1): up to that many events of one target in a
@@ -204,7 +204,7 @@ function Engine:deliver_many(items, deadline, group)
   local alone = {} -- target -> true: its events go through deliver from now on
   if not exes then
     if code ~= "server" then
-      for i in ipairs(items) do results[i] = { err = armed, code = code } end
+      for i in ipairs(items) do results[i] = { index = i, message = armed, code = code } end
       return results
     end
     -- the server refused the find, or one execution's stored data is not
@@ -220,7 +220,7 @@ function Engine:deliver_many(items, deadline, group)
     if ok then
       results[i] = { ok = true, how = derr, result = dcode }
     else
-      results[i] = { err = derr, code = dcode }
+      results[i] = { index = i, message = derr, code = dcode }
       failed[id] = results[i]
     end
   end
@@ -228,7 +228,7 @@ function Engine:deliver_many(items, deadline, group)
     local it = items[i]
     if failed[it.id] then
       local f = failed[it.id]
-      results[i] = { err = f.err, code = f.code, blocked = true }
+      results[i] = { index = i, message = f.message, code = f.code, blocked = true }
       return
     end
     settle(i, self:deliver(it.id, it.event, it.timer_path, it.from_outside, it.fence))
@@ -279,7 +279,7 @@ function Engine:deliver_many(items, deadline, group)
         if failed[id] then
           one(i)
         elseif out_of_time() then
-          results[i] = { err = "deferred to a later pass: the batch ran out of time", code = "blocked",
+          results[i] = { index = i, message = "deferred to a later pass: the batch ran out of time", code = "blocked",
                          deferred = true }
           failed[id] = results[i]
         elseif alone[id] or not c then
@@ -349,14 +349,14 @@ function Engine:deliver_many(items, deadline, group)
           if #members > 1 then
             -- nothing of the group landed: each of its events goes the one-event way
             if r.code == "stale" then
-              settle(members[1], nil, r.err, r.code)
+              settle(members[1], nil, r.message, r.code)
               for m = 2, #members do one(members[m]) end
             else
               for _, i in ipairs(members) do one(i) end
             end
           elseif r.code == "duplicate" then
             settle(members[1], true, "duplicate", delivery_result("duplicate", w.before))
-          elseif r.code == "stale" then settle(members[1], nil, r.err, r.code)
+          elseif r.code == "stale" then settle(members[1], nil, r.message, r.code)
           else one(members[1]) end
         end
       end

@@ -45,7 +45,8 @@ function Engine:claim_external(limit)
   if limit ~= nil and type(limit) ~= "number" then
     error("claim_external: limit must be a number, got " .. type(limit), 2)
   end
-  local entries, err, code = self.store:pending_outbox(limit or self.batch, self.lease, { external = true })
+  local entries, err, code = self.store:pending_outbox{ limit = limit or self.batch, lease = self.lease,
+                                                        external = true }
   if not entries then return nil, "claim_external: " .. tostring(err), code end
   local sizes = {}
   for _, e in ipairs(entries) do
@@ -156,7 +157,7 @@ function Engine:settle_external(entry, ok, err, opts)
       -- kept in its source's outbox_failed, for mongostore outbox --failed and --redeliver
       msg = msg .. "; kept as failed"
       if opts.log ~= false then self.log(msg) end
-      done, aerr, acode = store:fail_outbox(entry, why, tries)
+      done, aerr, acode = store:fail_outbox(entry, { error = tostring(why), attempts = tries })
     end
     if not done then return failed(self.on_dead_letter and "ack" or "keep as failed", aerr, acode) end
     if release then store:release_outbox(entry.source_id, entry.token) end

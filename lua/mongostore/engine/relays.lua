@@ -53,7 +53,7 @@ end
 -- Creates each pending child (idempotently: an existing child is left as it
 -- is) and acks its entry. Returns how many entries it handled.
 function Engine:relay_spawns()
-  local entries, err = self.store:pending_spawns(self.batch, self.lease)
+  local entries, err = self.store:pending_spawns{ limit = self.batch, lease = self.lease }
   if not entries then
     self.log("pending_spawns: " .. tostring(err))
     return 0
@@ -108,7 +108,7 @@ function Engine:dead_letter(entry, err)
   end
   self.log(format("outbox %d: %s to %s given up, kept as failed: %s", entry.seq, entry.event.kind,
                   entry.target_id and tostring(entry.target_id) or "on_external", err))
-  local ok, ferr = self.store:fail_outbox(entry, err, attempts)
+  local ok, ferr = self.store:fail_outbox(entry, { error = tostring(err or "given up"), attempts = attempts })
   -- not kept: it stays pending, and a later pass gives it up again
   if not ok then self.log(format("outbox %d: could not keep it as failed: %s", entry.seq, tostring(ferr))) end
 end
@@ -165,7 +165,7 @@ end
 -- relay that can hand them over, which its log says once.
 local function claim_outbox(self)
   local targeted = self.on_external == nil
-  local entries, err = self.store:pending_outbox(self.batch, self.lease, targeted and { targeted = true } or nil)
+  local entries, err = self.store:pending_outbox{ limit = self.batch, lease = self.lease, targeted = targeted or nil }
   if not entries then
     self.log("pending_outbox: " .. tostring(err))
     return nil
@@ -234,7 +234,7 @@ function Engine:relay_outbox_batch()
     local r = got[item_of[k]]
     if r.ok then return true end
     if r.blocked then return false, nil, "blocked" end
-    return false, r.err, r.code
+    return false, r.message, r.code
   end
   local n, blocked = 0, {}
   local acks, ack_of, open = {}, {}, {} -- source -> its ack; source -> an entry of it not done

@@ -1,0 +1,293 @@
+-- mongostore.contract - each public call's signature as data, checked in one
+-- place, and the one failure constructor.
+--
+-- A signature names the call as the docs show it (`store:pending_outbox`,
+-- `engine.new`, `mongostore.connect`): that name is the prefix of every
+-- message the call gives, and spec/01-unit/contract_spec.lua holds every
+-- signature against the call's entry in docs/api.lua (the parameter names,
+-- their types, an options table's keys and their types).
+--
+--   local SIG = contract.define("store:due_timers", {
+--     { "now", "number" },
+--     { "opts", "table?", fields = { limit = { "integer", min = 1 } } },
+--   })
+--   function Store:due_timers(now, opts)
+--     local bad = SIG:check(now, opts)
+--     if bad then return contract.fail("invalid", bad) end
+--
+-- The two kinds of wrong input are told apart as the house does: a wrong Lua
+-- type, an unknown option or a rule between options (`needs`, `excludes`) is
+-- the caller's program, and raises naming the argument; a value of the right
+-- type that the call cannot take (out of range, not an integer, not one of a
+-- set) may be a client's, and check returns the message for
+-- `nil, message, "invalid"`.
+--
+-- A type is a union of kinds, `|`-separated, with a trailing `?` for an
+-- optional one: string, number, integer (a number that must be integral: a
+-- fractional one is a bad value), boolean, table, function, any, or a kind
+-- registered with contract.kind (a predicate, as `mongostore.Execution`).
+-- Rules on a value: min, max (inclusive), gt, lt (exclusive), one_of (a set
+-- of allowed values), check (a function returning why not, or nil).
+local type, error, pairs, ipairs, tostring, select, setmetatable = type, error, pairs, ipairs, tostring, select,
+  setmetatable
+local format, sort, concat = string.format, table.sort, table.concat
+local math_type = math.type or function(v) -- Lua 5.1 / LuaJIT
+  if type(v) ~= "number" then return nil end
+  if v == v and v % 1 == 0 and v > -2 ^ 63 and v < 2 ^ 63 then return "integer" end
+  return "float"
+end
+
+local M = {}
+
+-- Every signature defined, by name, and their names in definition order.
+M.signatures = {}
+M.names = {}
+
+local PRIMITIVE = { string = true, number = true, integer = true, boolean = true, table = true,
+                    ["function"] = true, any = true, ["nil"] = true }
+
+-- Kinds beyond Lua's: name -> predicate(v) -> boolean, and how a message
+-- names each ("a chart (chart.define)").
+local kinds, kind_words = {}, {}
+M.kinds = kinds
+
+-- contract.kind(name, predicate[, words]): a named kind a type may use.
+function M.kind(name, predicate, words)
+  if type(name) ~= "string" or type(predicate) ~= "function" then
+    error("contract.kind: expected a name and a predicate", 2)
+  end
+  kinds[name], kind_words[name] = predicate, words
+end
+
+-- "integer|string?" -> { "integer", "string" }, true
+local function parse_type(text, where)
+  if type(text) ~= "string" then error(where .. ": a type must be a string", 3) end
+  local optional = text:sub(-1) == "?"
+  if optional then text = text:sub(1, -2) end
+  local list = {}
+  for k in text:gmatch("[^|]+") do
+    if not PRIMITIVE[k] and not kinds[k] then error(format("%s: unknown kind %s", where, k), 3) end
+    list[#list + 1] = k
+  end
+  if #list == 0 then error(where .. ": an empty type", 3) end
+  return list, optional
+end
+
+-- "a string", "an integer or a table": the kinds of a type, for a message.
+local function describe(list)
+  local parts = {}
+  for i, k in ipairs(list) do
+    if k == "any" then parts[i] = "a value"
+    elseif kind_words[k] then parts[i] = kind_words[k]
+    else parts[i] = (k:match("^[aeiouAEIOU]") and "an " or "a ") .. k end
+  end
+  return concat(parts, " or ")
+end
+
+local function matches(kind, v)
+  if kind == "any" then return v ~= nil end
+  if kind == "integer" then return type(v) == "number" end -- integral is a value rule
+  local pred = kinds[kind]
+  if pred then return pred(v) == true end
+  return type(v) == kind
+end
+
+local function what_of(v)
+  local t = type(v)
+  if t == "number" then return math_type(v) == "integer" and "integer" or "number" end
+  return t
+end
+
+-- One argument or option: { kinds, optional, rules..., label }.
+local function compile_value(spec, label, where, optional_default)
+  if type(spec) == "string" then spec = { spec } end
+  if type(spec) ~= "table" or type(spec[1]) ~= "string" then
+    error(format("%s: %s: expected a type or { type, rules... }", where, label), 3)
+  end
+  local list, optional = parse_type(spec[1], where .. ": " .. label)
+  local v = { kinds = list, optional = optional or optional_default, label = label, type_text = describe(list),
+              min = spec.min, max = spec.max, gt = spec.gt, lt = spec.lt, check = spec.check,
+              needs = spec.needs, excludes = spec.excludes }
+  if spec.required then v.optional = false end
+  if spec.one_of then
+    local set, shown = {}, {}
+    for i, x in ipairs(spec.one_of) do set[x], shown[i] = true, tostring(x) end
+    v.one_of, v.one_of_text = set, concat(shown, ", ")
+  end
+  -- integer without number in the union: a fractional number is refused
+  local has_int, has_num = false, false
+  for _, k in ipairs(list) do
+    if k == "integer" then has_int = true elseif k == "number" then has_num = true end
+  end
+  v.integral = has_int and not has_num
+  return v
+end
+
+local Signature = {}
+Signature.__index = Signature
+M.Signature = Signature
+
+-- contract.define(name, args) -> signature. args: a list of
+-- { name, type, rules..., fields = { key = type | { type, rules... } } }:
+-- fields make the argument an options table whose keys are those, each
+-- optional unless `required = true`, and an unknown key raises.
+function M.define(name, args)
+  if type(name) ~= "string" then error("contract.define: name must be a string", 2) end
+  if M.signatures[name] then error("contract.define: " .. name .. " is defined already", 2) end
+  if type(args) ~= "table" then error("contract.define: " .. name .. ": args must be a list", 2) end
+  local sig = setmetatable({ name = name, args = {} }, Signature)
+  for i, a in ipairs(args) do
+    if type(a) ~= "table" or type(a[1]) ~= "string" then
+      error(format("contract.define: %s: args[%d] must be { name, type, ... }", name, i), 2)
+    end
+    local arg = compile_value({ a[2], min = a.min, max = a.max, gt = a.gt, lt = a.lt, check = a.check,
+                                one_of = a.one_of }, a[1], name, false)
+    arg.name = a[1]
+    if a.fields then
+      arg.fields = {}
+      local keys = {}
+      for k in pairs(a.fields) do keys[#keys + 1] = k end
+      sort(keys)
+      for _, k in ipairs(keys) do
+        arg.fields[k] = compile_value(a.fields[k], a[1] .. "." .. k, name, true)
+        arg.fields[k].name = k
+      end
+      arg.field_names = keys
+    end
+    sig.args[i] = arg
+  end
+  M.signatures[name] = sig
+  M.names[#M.names + 1] = name
+  return sig
+end
+
+-- The value rules of one argument or option: nil, or why not.
+-- " from 1 to 256", " >= 1", " > 0 and at most 86400": a range, for a message.
+local function range_text(spec)
+  local low = spec.min ~= nil and tostring(spec.min)
+  local high = spec.max ~= nil and tostring(spec.max)
+  if low and high then return format(" from %s to %s", low, high) end
+  local parts = {}
+  if low then parts[#parts + 1] = ">= " .. low end
+  if spec.gt ~= nil then parts[#parts + 1] = "> " .. tostring(spec.gt) end
+  if spec.lt ~= nil then parts[#parts + 1] = "< " .. tostring(spec.lt) end
+  if high then parts[#parts + 1] = (#parts > 0 and "at most " or "<= ") .. high end
+  if #parts == 0 then return "" end
+  return " " .. concat(parts, " and ")
+end
+
+local function value_error(prefix, spec, v)
+  if type(v) == "number" then
+    local out = v ~= v or (spec.integral and math_type(v) ~= "integer")
+      or (spec.min ~= nil and v < spec.min) or (spec.max ~= nil and v > spec.max)
+      or (spec.gt ~= nil and v <= spec.gt) or (spec.lt ~= nil and v >= spec.lt)
+    if out then
+      return format("%s: %s must be %s%s, got %s", prefix, spec.label, spec.integral and "an integer" or "a number",
+                    range_text(spec), tostring(v))
+    end
+  end
+  if spec.one_of and not spec.one_of[v] then
+    return format("%s: %s must be one of %s, got %s", prefix, spec.label, spec.one_of_text, tostring(v))
+  end
+  if spec.check then
+    local why = spec.check(v)
+    if why then return format("%s: %s %s", prefix, spec.label, why) end
+  end
+  return nil
+end
+
+-- Raises for a wrong type (level: the caller of the public call); returns
+-- why a value is refused, or nil.
+local function check_value(prefix, spec, v, level)
+  if v == nil then
+    if spec.optional then return nil end
+    error(format("%s: %s must be %s, got nil", prefix, spec.label, spec.type_text), level)
+  end
+  local ok = false
+  for _, k in ipairs(spec.kinds) do
+    if matches(k, v) then ok = true break end
+  end
+  if not ok then
+    error(format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v)), level)
+  end
+  return value_error(prefix, spec, v)
+end
+M.check_value = check_value
+
+local function check_fields(prefix, arg, t, level)
+  local fields = arg.fields
+  for k in pairs(t) do
+    if fields[k] == nil then
+      error(format("%s: unknown option %s", prefix, tostring(k)), level)
+    end
+  end
+  local first_bad
+  for _, k in ipairs(arg.field_names) do
+    local f, v = fields[k], t[k]
+    if v == nil and not f.optional then check_value(prefix, f, v, level + 1) end
+    if v ~= nil then
+      if f.needs and t[f.needs] == nil then
+        error(format("%s: %s needs %s.%s", prefix, f.label, arg.name, f.needs), level)
+      end
+      if f.excludes and t[f.excludes] ~= nil then
+        error(format("%s: %s and %s.%s exclude each other", prefix, f.label, arg.name, f.excludes), level)
+      end
+      local bad = check_value(prefix, f, v, level + 1)
+      first_bad = first_bad or bad
+    end
+  end
+  return first_bad
+end
+
+-- The checks of one call, under prefix; errors are raised at level + 1 of
+-- run's frame (the caller of the public call that asked).
+local function run(self, prefix, level, ...)
+  local args, n = self.args, select("#", ...)
+  if n > #args then
+    local extra = select(#args + 1, ...)
+    if extra ~= nil or n > #args + 1 then
+      error(format("%s: takes %d argument%s, got %d", prefix, #args, #args == 1 and "" or "s", n), level)
+    end
+  end
+  local first_bad
+  for i, arg in ipairs(args) do
+    local v = (select(i, ...))
+    local bad = check_value(prefix, arg, v, level + 1)
+    if arg.fields and v ~= nil then bad = check_fields(prefix, arg, v, level + 1) or bad end
+    first_bad = first_bad or bad
+  end
+  return first_bad
+end
+
+-- sig:check(...) with the call's arguments (not the receiver): raises on a
+-- wrong type or option, and returns the first refused value's message (or
+-- nil). Arguments past the signature's raise: an old positional form meets
+-- a clear error, not a silent drop.
+function Signature:check(...)
+  return (run(self, self.name, 4, ...))
+end
+
+-- sig:check_in(prefix, ...): the same checks for a part of another call (an
+-- item of a batch), its messages under that call's prefix ("store:commit_many:
+-- items[3]").
+function Signature:check_in(prefix, ...)
+  return (run(self, prefix, 4, ...))
+end
+
+-- contract.fail(code, message[, detail]) -> nil, message, code, detail: the
+-- one failure shape of every layer. message is a string; detail, a table or
+-- nil, carries the structured facts (validation errors, the version found,
+-- the server's code and labels).
+function M.fail(code, message, detail)
+  if type(code) ~= "string" then error("contract.fail: code must be a string", 2) end
+  if type(message) ~= "string" then message = tostring(message) end
+  if detail ~= nil and type(detail) ~= "table" then error("contract.fail: detail must be a table or nil", 2) end
+  return nil, message, code, detail
+end
+
+-- The item of a batch result that failed: { index, message, code, detail }.
+function M.failed_item(index, message, code, detail)
+  return { index = index, message = tostring(message), code = code, detail = detail }
+end
+
+return M
