@@ -263,12 +263,12 @@ local Collection = {}
 ---@field inserted table<integer, any> the `_id` of each document inserted, by its index in `docs`
 ---@field errors mongostore.WriteError[] the documents the server refused (an empty array when none)
 
---- One write of a batch that the server refused (`insert_many`, `bulk_write`).
+--- One write of a batch that the server refused (`insert_many`, `bulk_write`), in the shape every batch result shares.
 ---@class mongostore.WriteError
 ---@field index integer the write's index in the list given (1-based)
----@field code mongostore.ErrorCode `duplicate` for a duplicate key, otherwise `server`
----@field server_code integer the server's code
 ---@field message string what the server said, after what was being done
+---@field code mongostore.ErrorCode `duplicate` for a duplicate key, otherwise `server`
+---@field detail mongostore.ErrorDetail `server_code`: the server's code
 
 --- The options of `find_one`; an unknown key raises.
 ---@class mongostore.FindOneOptions

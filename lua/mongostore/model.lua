@@ -32,7 +32,7 @@ local index_args = P_registry.index_args
 
 local M = {}
 M.Q, M.ops = query.Q, query.ops
-M.is_error, M.options = P_shared.is_error, P_shared.options
+M.options = P_shared.options
 M.registry = P_registry.registry
 
 -- ------------------------------------------------------------ bulk paths

@@ -11,7 +11,6 @@ local array = core.array
 local copy = track.copy
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local TOKEN = P_shared.TOKEN
 local adopt = P_shared.adopt
 local bound = P_shared.bound
@@ -72,7 +71,7 @@ end
 
 function Model:insert(t, opts)
   check_class(self, "insert")
-  check_opts("insert", opts, OPTS)
+  check_opts("Model:insert", opts)
   local doc = self:new(t)
   return insert_doc(self, doc, opts, "insert")
 end
@@ -98,7 +97,7 @@ end
 
 function Model:get(id, opts)
   check_class(self, "get")
-  check_opts("get", opts, OPTS)
+  check_opts("Model:get", opts)
   local coll = bound(self, "get")
   local raw = session_of(opts)
   local bad
@@ -114,6 +113,7 @@ end
 
 function Model:count(q, opts)
   check_class(self, "count")
+  check_opts("Model:count", opts)
   local qq = new_query(self, q)
   if opts and opts.unscoped then qq.unscoped_ = true end
   return qq:count(opts and { session = opts.session })
@@ -121,6 +121,7 @@ end
 
 function Model:distinct(field, q, opts)
   check_class(self, "distinct")
+  check_opts("Model:distinct", opts)
   local qq = new_query(self, q)
   if opts and opts.unscoped then qq.unscoped_ = true end
   return qq:distinct(field, opts and { session = opts.session })
@@ -128,6 +129,7 @@ end
 
 function Model:lean(q, opts)
   check_class(self, "lean")
+  check_opts("Model:lean", opts)
   local qq = new_query(self, q)
   if opts and opts.unscoped then qq.unscoped_ = true end
   return qq:lean(opts and { session = opts.session })
@@ -136,7 +138,7 @@ end
 --- Model:aggregate(pipeline, opts) -> the raw results; the soft-delete scope is the first stage.
 function Model:aggregate(pipeline, opts)
   check_class(self, "aggregate")
-  check_opts("aggregate", opts, OPTS)
+  check_opts("Model:aggregate", opts)
   if type(pipeline) ~= "table" then error("aggregate: pipeline must be a list of stages, got " .. type(pipeline), 2) end
   local coll = bound(self, "aggregate")
   local js = find_js(pipeline)
@@ -159,6 +161,7 @@ function Model:update(id, ...)
   check_class(self, "update")
   local coll = bound(self, "update")
   local list, opts = split_args(...)
+  check_opts("Model:update", opts)
   local raw = session_of(opts)
   local bad
   id, bad = id_of(self, id, "update")
@@ -179,7 +182,7 @@ end
 --- Model:delete(id, { hard =, session = }) -> true, or nil, err, "not_found": soft deletes (or removes) by id.
 function Model:delete(id, opts)
   check_class(self, "delete")
-  check_opts("delete", opts, OPTS)
+  check_opts("Model:delete", opts)
   local coll = bound(self, "delete")
   local bad
   id, bad = id_of(self, id, "delete")
@@ -201,7 +204,7 @@ end
 --- Model:restore(id, { session = }) -> the document, tracked, or nil, err, "not_found" (none soft-deleted with it).
 function Model:restore(id, opts)
   check_class(self, "restore")
-  check_opts("restore", opts, OPTS)
+  check_opts("Model:restore", opts)
   local coll = bound(self, "restore")
   local soft = self._soft
   if not soft then error(format("restore: %s has no deleted_at field (no soft delete)", self.name), 2) end
@@ -221,7 +224,7 @@ end
 --- Model:exists(id, { unscoped =, session = }) -> true or false (or nil, err, code).
 function Model:exists(id, opts)
   check_class(self, "exists")
-  check_opts("exists", opts, OPTS)
+  check_opts("Model:exists", opts)
   local coll = bound(self, "exists")
   local bad
   id, bad = id_of(self, id, "exists")
@@ -237,6 +240,7 @@ function Model:upsert(q, ...)
   check_class(self, "upsert")
   local coll = bound(self, "upsert")
   local list, opts = split_args(...)
+  check_opts("Model:upsert", opts)
   local raw = session_of(opts)
   local filter, bad = model_filter(self, q)
   if not filter then return fail("invalid", bad) end

@@ -18,7 +18,6 @@ local check_doc = schema.check
 local mark = schema.mark
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local TOKEN = P_shared.TOKEN
 local bound = P_shared.bound
 local check_opts = P_shared.check_opts
@@ -155,7 +154,8 @@ local function stale_or_missing(C, doc, fn, raw, unscoped)
   if found then
     local rev = C._roles.revision
     return fail("stale", format("%s %s: document %s is at revision %s, this copy at %s: reload it", fn,
-      C.collection, tostring(id), tostring(rev and found[rev]), tostring(rev and rawget(doc, rev))))
+      C.collection, tostring(id), tostring(rev and found[rev]), tostring(rev and rawget(doc, rev))),
+      { found = rev and found[rev] or nil })
   end
   return fail("not_found", format("%s %s: no document %s", fn, C.collection, tostring(id)))
 end
@@ -223,7 +223,7 @@ end
 
 function Instance:save(opts)
   local C = doc_class(self, "save")
-  check_opts("save", opts, OPTS)
+  check_opts("doc:save", opts)
   local snap = snaps[self]
   if snap == nil then return insert_doc(C, self, opts, "save") end
   local coll = bound(C, "save")
@@ -248,7 +248,7 @@ end
 
 function Instance:insert(opts)
   local C = doc_class(self, "insert")
-  check_opts("insert", opts, OPTS)
+  check_opts("doc:insert", opts)
   if snaps[self] then error(format("insert: this %s is stored already (save it)", C.name), 2) end
   return insert_doc(C, self, opts, "insert")
 end
@@ -268,7 +268,7 @@ end
 
 function Instance:delete(opts)
   local C = doc_class(self, "delete")
-  check_opts("delete", opts, OPTS)
+  check_opts("doc:delete", opts)
   local coll = bound(C, "delete")
   local snap = snaps[self]
   if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
@@ -310,7 +310,7 @@ end
 
 function Instance:reload(opts)
   local C = doc_class(self, "reload")
-  check_opts("reload", opts, OPTS)
+  check_opts("doc:reload", opts)
   local coll = bound(C, "reload")
   local id = rawget(self, "_id")
   if id == nil then error("reload: the document has no id", 2) end

@@ -6,7 +6,6 @@ local type, error, pairs, ipairs, setmetatable, getmetatable, tostring =
 local format = string.format
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local Session = P_shared.Session
 local adopt = P_shared.adopt
 local bound = P_shared.bound
@@ -78,8 +77,8 @@ function Query:session(s)
   return self
 end
 
-local function q_raw(self, opts)
-  check_opts("query", opts, OPTS)
+local function q_raw(self, opts, fn)
+  check_opts(fn, opts, nil, 4)
   local s = (opts and opts.session) or self.session_
   if getmetatable(s) == Session then s = s.raw end
   return s, journals[s or false]
@@ -115,7 +114,7 @@ end
 
 function Query:all(opts)
   local C = self.C
-  local docs, err, code, detail = find_all(self, bound(C, "all"), (q_raw(self, opts)))
+  local docs, err, code, detail = find_all(self, bound(C, "all"), (q_raw(self, opts, "q:all")))
   if not docs then return nil, err, code, detail end
   for i = 1, #docs do adopt(C, docs[i]) end
   return docs
@@ -123,13 +122,13 @@ end
 
 --- q:lean(): the documents as read, untracked (plain tables).
 function Query:lean(opts)
-  return find_all(self, bound(self.C, "lean"), (q_raw(self, opts)))
+  return find_all(self, bound(self.C, "lean"), (q_raw(self, opts, "q:lean")))
 end
 
 function Query:first(opts)
   local C = self.C
   local coll = bound(C, "first")
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:first")
   local o = find_opts(self, raw)
   o.limit = nil
   local f, bad = q_filter(self)
@@ -145,7 +144,7 @@ end
 --- q:one(): the one document that matches: not_found when none does, invalid when more than one.
 function Query:one(opts)
   local C = self.C
-  local docs, err, code, detail = find_all(self, bound(C, "one"), q_raw(self, opts), 2)
+  local docs, err, code, detail = find_all(self, bound(C, "one"), q_raw(self, opts, "q:one"), 2)
   if not docs then return nil, err, code, detail end
   if #docs == 0 then return fail("not_found", format("one %s: no document matches", C.collection)) end
   if #docs > 1 then return fail("invalid", format("one %s: more than one document matches", C.collection)) end
@@ -154,7 +153,7 @@ end
 
 function Query:count(opts)
   local coll = bound(self.C, "count")
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:count")
   local o = { session = raw, skip = self.opts.skip, limit = self.opts.limit }
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
@@ -166,7 +165,7 @@ end
 function Query:distinct(field, opts)
   if type(field) ~= "string" then error("distinct: field must be a string, got " .. type(field), 2) end
   local coll = bound(self.C, "distinct")
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:distinct")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
   local vals, msg, code, detail = coll:distinct(rename(field), f, dopts(raw))
@@ -178,7 +177,7 @@ end
 function Query:each(opts)
   local C = self.C
   local coll = bound(C, "each")
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:each")
   local f, bad = q_filter(self)
   if not f then error(bad, 2) end
   local cur, msg, code = coll:find(f, find_opts(self, raw))
@@ -196,7 +195,7 @@ function Query:update(...)
   local C = self.C
   local coll = bound(C, "update")
   local list, opts = split_args(...)
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:update")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
   local u, errs
@@ -212,7 +211,7 @@ end
 function Query:delete(opts)
   local C = self.C
   local coll = bound(C, "delete")
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:delete")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
   if C._soft and not (opts and opts.hard) then
