@@ -161,12 +161,13 @@ api.codes = {
     .. "run it again from `s:start_transaction()`." },
   { "stale",
     "(models) The document moved on since this copy was read: its revision in the database is not the "
-    .. "copy's. Nothing was written and the copy is as it was. (inbox) A commit made under an inbox claim "
+    .. "copy's (`detail.found` is the stored one). Nothing was written and the copy is as it was. (inbox) A "
+    .. "commit made under an inbox claim "
     .. "(`fence`) after the claim passed to another worker, whose commit under a higher fence landed first.",
     "`doc:reload()` and apply the change again, or use an atomic update (`Model:update`). An inbox worker "
     .. "drops what it held of that execution: the worker holding the claim now delivers it." },
   { "validation",
-    "(models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. "
+    "(models) A value does not fit its field's declaration; `detail.errors` lists `{ field, message }`. "
     .. "Nothing was sent.",
     "Fix the value; a programming mistake (an unknown or immutable field) raises instead." },
   { "transaction",
