@@ -187,3 +187,21 @@ function TestModelOptions:test_get_with_the_union_raises()
   lu.assertErrorMsgContains("Model:count: opts must be a table or nil, got string", A.count, A, nil, "x")
   lu.assertEquals(ok(A:get(self.doc.id)).views, 0, "nothing written")
 end
+
+-- A wrong argument raises naming the call the way the option checks do.
+function TestModelOptions:test_argument_raises_name_the_call()
+  local A = self.Article
+  lu.assertErrorMsgContains("Model:insert_many: list must be a table, got string", A.insert_many, A, "x")
+  lu.assertErrorMsgContains("Model:bulk_save: docs must be a table, got number", A.bulk_save, A, 5)
+  lu.assertErrorMsgContains("Model:bulk_write: item 1 is not a model op", A.bulk_write, A, { {} })
+  lu.assertErrorMsgContains("Model:hydrate: raw must be a table", A.hydrate, A, "x")
+  lu.assertErrorMsgContains("Model:new: fields must be a table or nil", A.new, A, 5)
+  lu.assertErrorMsgContains("q:limit: n must be a number", function() return A:find():limit("ten") end)
+  lu.assertErrorMsgContains("q:distinct: field must be a string", function() return A:find():distinct(5) end)
+  lu.assertErrorMsgContains("doc:insert: this Article is stored already", self.doc.insert, self.doc)
+  lu.assertErrorMsgContains("model.registry: models must be a list", model.registry, self.db, 5)
+  lu.assertErrorMsgContains("model.define: collection must be a non-empty string", model.define, {})
+  lu.assertErrorMsgContains("registry:transaction: fn must be a function", self.registry.transaction,
+                            self.registry, 5)
+  lu.assertEquals(ok(A:count()), 1, "nothing written")
+end

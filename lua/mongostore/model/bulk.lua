@@ -53,8 +53,8 @@ local Model, check_class = class.Model, class.check_class
 function Model:insert_many(list, opts)
   check_class(self, "insert_many")
   check_opts("Model:insert_many", opts)
-  if type(list) ~= "table" then error("insert_many: list must be a table, got " .. type(list), 2) end
-  local coll = bound(self, "insert_many")
+  if type(list) ~= "table" then error("Model:insert_many: list must be a table, got " .. type(list), 2) end
+  local coll = bound(self, "Model:insert_many")
   local ordered = not (opts and opts.ordered == false)
   local validate = wants_validation(self, opts)
   local raw, journal = session_of(opts)
@@ -62,7 +62,7 @@ function Model:insert_many(list, opts)
   local at = (r.created_at or r.updated_at) and now()
   local send, where, saved, errors = {}, {}, {}, {}
   for i = 1, #list do
-    local doc = insert_item(self, list[i], "insert_many", i)
+    local doc = insert_item(self, list[i], "Model:insert_many", i)
     local vals, errs = prepare_insert(self, doc, validate, journal, at)
     if not vals then
       local _, message, code, detail = validation_error(self, "insert_many", errs)
@@ -106,7 +106,7 @@ local function plan_saves(C, docs, validate, journal, at)
   local ops, plan, failed = {}, {}, {}
   for i = 1, #docs do
     local doc = docs[i]
-    if class_of(doc) ~= C then error(format("bulk_save: item %d is not a %s", i, C.name), 3) end
+    if class_of(doc) ~= C then error(format("Model:bulk_save: item %d is not a %s", i, C.name), 3) end
     local snap = snaps[doc]
     if gone[doc] then
       failed[#failed + 1] = { index = i, doc = doc, message = "the document was deleted", code = "not_found" }
@@ -121,7 +121,7 @@ local function plan_saves(C, docs, validate, journal, at)
       end
     else
       mark(C._schema, doc)
-      local set, unset, n = delta(C, doc, snap, "bulk_save")
+      local set, unset, n = delta(C, doc, snap, "Model:bulk_save")
       if n > 0 then
         local errs = validate and check_doc(C._schema, doc, C._check_skip)
         if errs then
@@ -215,8 +215,8 @@ end
 function Model:bulk_save(docs, opts)
   check_class(self, "bulk_save")
   check_opts("Model:bulk_save", opts)
-  if type(docs) ~= "table" then error("bulk_save: docs must be a table, got " .. type(docs), 2) end
-  local coll = bound(self, "bulk_save")
+  if type(docs) ~= "table" then error("Model:bulk_save: docs must be a table, got " .. type(docs), 2) end
+  local coll = bound(self, "Model:bulk_save")
   local validate = wants_validation(self, opts)
   local raw, journal = session_of(opts)
   local at = now()
@@ -273,8 +273,8 @@ end
 function Model:bulk_write(list, opts)
   check_class(self, "bulk_write")
   check_opts("Model:bulk_write", opts)
-  if type(list) ~= "table" then error("bulk_write: list must be a table, got " .. type(list), 2) end
-  local coll = bound(self, "bulk_write")
+  if type(list) ~= "table" then error("Model:bulk_write: list must be a table, got " .. type(list), 2) end
+  local coll = bound(self, "Model:bulk_write")
   local validate = wants_validation(self, opts)
   local unscoped = opts and opts.unscoped
   local raw, journal = session_of(opts)
@@ -283,11 +283,11 @@ function Model:bulk_write(list, opts)
   local invalid_item -- an item a client's value made invalid: nothing is sent
   for i, b in ipairs(list) do
     if getmetatable(b) ~= Bulk then
-      error(format("bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
+      error(format("Model:bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
     end
     local kind = b.kind
     if kind == "insert_one" then
-      local doc = insert_item(self, b.doc, "bulk_write", i)
+      local doc = insert_item(self, b.doc, "Model:bulk_write", i)
       local vals, errs = prepare_insert(self, doc, validate, journal, at)
       if not vals then errors[#errors + 1] = { index = i, errs = errs } else
         out[i] = { insert_one = doc }

@@ -123,8 +123,8 @@ end
 
 -- Inserts a new document (or one with no snapshot), all put back if the
 -- server refuses it.
-local function insert_doc(C, doc, opts, fn)
-  local coll = bound(C, fn)
+local function insert_doc(C, doc, opts, fn, who)
+  local coll = bound(C, who)
   if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
   local raw, journal = session_of(opts)
   local r = C._roles
@@ -215,7 +215,7 @@ end
 local function doc_class(doc, fn)
   local C = class_of(doc)
   if C == nil then
-    error(format("%s: call it with a colon, doc:%s(...), not with a dot (the document came as %s)", fn, fn,
+    error(format("doc:%s: call it with a colon, doc:%s(...), not with a dot (the document came as %s)", fn, fn,
       type(doc)), 3)
   end
   return C
@@ -225,11 +225,11 @@ function Instance:save(opts)
   local C = doc_class(self, "save")
   check_opts("doc:save", opts)
   local snap = snaps[self]
-  if snap == nil then return insert_doc(C, self, opts, "save") end
-  local coll = bound(C, "save")
+  if snap == nil then return insert_doc(C, self, opts, "save", "doc:save") end
+  local coll = bound(C, "doc:save")
   if gone[self] then return fail("not_found", format("save %s: the document was deleted", C.collection)) end
   mark(C._schema, self)
-  local set, unset, n = delta(C, self, snap, "save")
+  local set, unset, n = delta(C, self, snap, "doc:save")
   if n == 0 then return self end
   if wants_validation(C, opts) then
     local errs = check_doc(C._schema, self, C._check_skip)
@@ -249,8 +249,8 @@ end
 function Instance:insert(opts)
   local C = doc_class(self, "insert")
   check_opts("doc:insert", opts)
-  if snaps[self] then error(format("insert: this %s is stored already (save it)", C.name), 2) end
-  return insert_doc(C, self, opts, "insert")
+  if snaps[self] then error(format("doc:insert: this %s is stored already (save it)", C.name), 2) end
+  return insert_doc(C, self, opts, "insert", "doc:insert")
 end
 
 --- a:changes() -> { ["$set"] = {...}, ["$unset"] = {...} }, what save would send ({} when nothing).
@@ -269,9 +269,9 @@ end
 function Instance:delete(opts)
   local C = doc_class(self, "delete")
   check_opts("doc:delete", opts)
-  local coll = bound(C, "delete")
+  local coll = bound(C, "doc:delete")
   local snap = snaps[self]
-  if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
+  if snap == nil then error(format("doc:delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
   if gone[self] then
     return fail("not_found", format("delete %s: document %s is deleted already (for good)", C.collection,
       tostring(rawget(self, "_id"))))
@@ -311,9 +311,9 @@ end
 function Instance:reload(opts)
   local C = doc_class(self, "reload")
   check_opts("doc:reload", opts)
-  local coll = bound(C, "reload")
+  local coll = bound(C, "doc:reload")
   local id = rawget(self, "_id")
-  if id == nil then error("reload: the document has no id", 2) end
+  if id == nil then error("doc:reload: the document has no id", 2) end
   local soft = C._soft
   local unscoped = (opts and opts.unscoped) or (soft and rawget(self, soft) ~= nil and rawget(self, soft) ~= null)
   local raw = session_of(opts)

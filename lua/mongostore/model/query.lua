@@ -37,7 +37,7 @@ local function new_query(C, q)
 end
 
 function Query:sort(spec)
-  if type(spec) ~= "table" then error("sort: spec must be a table, got " .. type(spec), 2) end
+  if type(spec) ~= "table" then error("q:sort: spec must be a table, got " .. type(spec), 2) end
   local s = {}
   for i, pair in ipairs(spec) do
     if type(pair) == "table" then s[i] = { rename(pair[1]), pair[2] } else s = spec; break end
@@ -51,13 +51,13 @@ function Query:sort(spec)
 end
 
 function Query:limit(n)
-  if type(n) ~= "number" then error("limit: n must be a number, got " .. type(n), 2) end
+  if type(n) ~= "number" then error("q:limit: n must be a number, got " .. type(n), 2) end
   self.opts.limit = n
   return self
 end
 
 function Query:skip(n)
-  if type(n) ~= "number" then error("skip: n must be a number, got " .. type(n), 2) end
+  if type(n) ~= "number" then error("q:skip: n must be a number, got " .. type(n), 2) end
   self.opts.skip = n
   return self
 end
@@ -65,7 +65,7 @@ end
 --- q:unscoped("soft_delete") (or q:unscoped()): the soft-deleted documents too.
 function Query:unscoped(name)
   if name ~= nil and name ~= "soft_delete" then
-    error("unscoped: the only scope is \"soft_delete\", got " .. tostring(name), 2)
+    error("q:unscoped: the only scope is \"soft_delete\", got " .. tostring(name), 2)
   end
   self.unscoped_ = true
   return self
@@ -114,7 +114,7 @@ end
 
 function Query:all(opts)
   local C = self.C
-  local docs, err, code, detail = find_all(self, bound(C, "all"), (q_raw(self, opts, "q:all")))
+  local docs, err, code, detail = find_all(self, bound(C, "q:all"), (q_raw(self, opts, "q:all")))
   if not docs then return nil, err, code, detail end
   for i = 1, #docs do adopt(C, docs[i]) end
   return docs
@@ -122,12 +122,12 @@ end
 
 --- q:lean(): the documents as read, untracked (plain tables).
 function Query:lean(opts)
-  return find_all(self, bound(self.C, "lean"), (q_raw(self, opts, "q:lean")))
+  return find_all(self, bound(self.C, "q:lean"), (q_raw(self, opts, "q:lean")))
 end
 
 function Query:first(opts)
   local C = self.C
-  local coll = bound(C, "first")
+  local coll = bound(C, "q:first")
   local raw = q_raw(self, opts, "q:first")
   local o = find_opts(self, raw)
   o.limit = nil
@@ -144,7 +144,7 @@ end
 --- q:one(): the one document that matches: not_found when none does, invalid when more than one.
 function Query:one(opts)
   local C = self.C
-  local docs, err, code, detail = find_all(self, bound(C, "one"), q_raw(self, opts, "q:one"), 2)
+  local docs, err, code, detail = find_all(self, bound(C, "q:one"), q_raw(self, opts, "q:one"), 2)
   if not docs then return nil, err, code, detail end
   if #docs == 0 then return fail("not_found", format("one %s: no document matches", C.collection)) end
   if #docs > 1 then return fail("invalid", format("one %s: more than one document matches", C.collection)) end
@@ -152,7 +152,7 @@ function Query:one(opts)
 end
 
 function Query:count(opts)
-  local coll = bound(self.C, "count")
+  local coll = bound(self.C, "q:count")
   local raw = q_raw(self, opts, "q:count")
   local o = { session = raw, skip = self.opts.skip, limit = self.opts.limit }
   local f, bad = q_filter(self)
@@ -163,8 +163,8 @@ function Query:count(opts)
 end
 
 function Query:distinct(field, opts)
-  if type(field) ~= "string" then error("distinct: field must be a string, got " .. type(field), 2) end
-  local coll = bound(self.C, "distinct")
+  if type(field) ~= "string" then error("q:distinct: field must be a string, got " .. type(field), 2) end
+  local coll = bound(self.C, "q:distinct")
   local raw = q_raw(self, opts, "q:distinct")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
@@ -176,7 +176,7 @@ end
 --- for doc in q:each() do ... end: tracked documents one at a time; a failure raises.
 function Query:each(opts)
   local C = self.C
-  local coll = bound(C, "each")
+  local coll = bound(C, "q:each")
   local raw = q_raw(self, opts, "q:each")
   local f, bad = q_filter(self)
   if not f then error(bad, 2) end
@@ -193,7 +193,7 @@ end
 --- q:update(op, ...) -> n (documents modified), { matched =, modified = }; every match, none loaded.
 function Query:update(...)
   local C = self.C
-  local coll = bound(C, "update")
+  local coll = bound(C, "q:update")
   local list, opts = split_args(...)
   local raw = q_raw(self, opts, "q:update")
   local f, bad = q_filter(self)
@@ -210,7 +210,7 @@ end
 --- q:delete{ hard = } -> n: soft deletes (or removes) every match.
 function Query:delete(opts)
   local C = self.C
-  local coll = bound(C, "delete")
+  local coll = bound(C, "q:delete")
   local raw = q_raw(self, opts, "q:delete")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end

@@ -49,14 +49,14 @@ end
 --- model.registry(db, { Model... }) -> a registry, the declared indexes created; or nil, err.
 local function registry(db, models, opts)
   if type(db) ~= "userdata" and type(db) ~= "table" then
-    error("registry: db must be a Database, got " .. type(db), 2)
+    error("model.registry: db must be a Database, got " .. type(db), 2)
   end
-  if type(models) ~= "table" then error("registry: models must be a list of models, got " .. type(models), 2) end
+  if type(models) ~= "table" then error("model.registry: models must be a list of models, got " .. type(models), 2) end
   check_opts("model.registry", opts, { indexes = true })
   local reg = setmetatable({ db = db, models = {}, depth = 0 }, Registry)
   for i, C in ipairs(models) do
     if type(C) ~= "table" or getmetatable(C) ~= C._meta then
-      error(format("registry: models[%d] is not a model", i), 2)
+      error(format("model.registry: models[%d] is not a model", i), 2)
     end
     local coll, msg, code, detail = db:collection(C.collection)
     if not coll then return driver_fail(msg, code, detail) end
@@ -68,7 +68,7 @@ local function registry(db, models, opts)
         local ok
         ok, msg, code, detail = coll:create_index(keys, o)
         if not ok then
-          return driver_fail(format("registry: index on %s: %s", C.collection, tostring(msg)), code, detail)
+          return driver_fail(format("model.registry: index on %s: %s", C.collection, tostring(msg)), code, detail)
         end
       end
     end
@@ -94,7 +94,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 --- registry:transaction(fn, opts) -> true, fn's values; or nil, err. fn(tx) runs again on transient
 -- errors, after every document it wrote is put back as it was in memory; on abort too.
 function Registry:transaction(fn, opts)
-  if type(fn) ~= "function" then error("transaction: fn must be a function, got " .. type(fn), 2) end
+  if type(fn) ~= "function" then error("registry:transaction: fn must be a function, got " .. type(fn), 2) end
   check_opts("registry:transaction", opts, TX_OPTS)
   local independent = opts and opts.independent
   if self.depth > 0 and not independent then
