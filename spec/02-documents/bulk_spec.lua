@@ -108,6 +108,8 @@ function TestBulk:test_bulk_write_ordered_error_index()
   lu.assertEquals(#r.errors, 1)
   lu.assertEquals(r.errors[1].index, 3)
   lu.assertEquals(r.errors[1].code, "duplicate")
+  lu.assertEquals(r.errors[1].detail, { server_code = 11000 })
+  lu.assertIsString(r.errors[1].message)
   lu.assertEquals(r.inserted, 1)
   lu.assertEquals(raw_ids(self.name), { 1, 3 })
 end

@@ -33,11 +33,9 @@ local function fail(code, message, detail)
   return nil, message, code, detail
 end
 
-local function driver_fail(msg, code, detail, extra)
-  if extra then
-    if type(detail) ~= "table" then detail = {} end
-    for k, v in pairs(extra) do detail[k] = v end
-  end
+-- A failure of the document API handed on: its message (a string), its code
+-- and its detail table as they came.
+local function driver_fail(msg, code, detail)
   return nil, tostring(msg), code or "server", detail
 end
 
