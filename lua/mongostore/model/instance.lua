@@ -155,7 +155,7 @@ local function stale_or_missing(C, doc, fn, raw, unscoped)
     local rev = C._roles.revision
     return fail("stale", format("%s %s: document %s is at revision %s, this copy at %s: reload it", fn,
       C.collection, tostring(id), tostring(rev and found[rev]), tostring(rev and rawget(doc, rev))),
-      { found = rev and found[rev] or nil })
+      rev and { found = found[rev] } or nil)
   end
   return fail("not_found", format("%s %s: no document %s", fn, C.collection, tostring(id)))
 end

@@ -90,7 +90,6 @@ end
 
 local function pack(...) return { n = select("#", ...), ... } end
 
-
 --- registry:transaction(fn, opts) -> true, fn's values; or nil, err. fn(tx) runs again on transient
 -- errors, after every document it wrote is put back as it was in memory; on abort too.
 function Registry:transaction(fn, opts)
