@@ -9,9 +9,9 @@
 
 #include <mongoc/mongoc.h>
 
-/* The writeErrors of a bulk reply as { { index = i (1-based, + base),
- * code =, server_code =, message = } }, and the 1-based indexes that failed
- * into failed[] (when given). */
+/* The writeErrors of a bulk reply as { { index = i (1-based), message =,
+ * code =, detail = { server_code = } } } (the per-item shape every batch
+ * result shares), and the indexes that failed into failed[] (when given). */
 static void push_write_errors(lua_State *L, const ms_call_t *k, const bson_t *reply, char *failed, size_t nops) {
   bson_iter_t it, arr, doc;
   lua_Integer i = 0;
@@ -37,12 +37,14 @@ static void push_write_errors(lua_State *L, const ms_call_t *k, const bson_t *re
     lua_createtable(L, 0, 4);
     lua_pushinteger(L, (lua_Integer)(index + 1));
     lua_setfield(L, -2, "index");
-    lua_pushstring(L, e.code);
-    lua_setfield(L, -2, "code");
-    lua_pushinteger(L, (lua_Integer)code);
-    lua_setfield(L, -2, "server_code");
     lua_pushstring(L, e.msg);
     lua_setfield(L, -2, "message");
+    lua_pushstring(L, e.code);
+    lua_setfield(L, -2, "code");
+    lua_createtable(L, 0, 1);
+    lua_pushinteger(L, (lua_Integer)code);
+    lua_setfield(L, -2, "server_code");
+    lua_setfield(L, -2, "detail");
     lua_rawseti(L, -2, ++i);
   }
 }
@@ -95,7 +97,7 @@ static int push_insert_result(lua_State *L, const ms_call_t *k, const bson_t *re
 }
 
 /* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
- * errors = { { index =, code =, message = } } }: every document is encoded
+ * errors = { { index =, message =, code =, detail = } } }: every document is encoded
  * (and refused whole, nothing written) before any is sent. */
 static int l_insert_many(lua_State *L) {
   bson_t opts = BSON_INITIALIZER, reply, scratch = BSON_INITIALIZER, ids = BSON_INITIALIZER,
@@ -401,7 +403,7 @@ static int push_upserted(lua_State *L, const bson_t *reply, ms_err_t *e) {
 
 /* c:bulk_write(ops, { ordered = true, session }) -> { inserted, matched,
  * modified, deleted, upserted (counts), upserted_ids = { [i] = id }, errors =
- * { { index =, code =, message = } } }; every op is checked before any is
+ * { { index =, message =, code =, detail = } } }; every op is checked before any is
  * sent. */
 static int l_bulk_write(lua_State *L) {
   bson_t opts = BSON_INITIALIZER, reply;

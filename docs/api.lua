@@ -161,12 +161,13 @@ api.codes = {
     .. "run it again from `s:start_transaction()`." },
   { "stale",
     "(models) The document moved on since this copy was read: its revision in the database is not the "
-    .. "copy's. Nothing was written and the copy is as it was. (inbox) A commit made under an inbox claim "
+    .. "copy's (`detail.found` is the stored one). Nothing was written and the copy is as it was. (inbox) A "
+    .. "commit made under an inbox claim "
     .. "(`fence`) after the claim passed to another worker, whose commit under a higher fence landed first.",
     "`doc:reload()` and apply the change again, or use an atomic update (`Model:update`). An inbox worker "
     .. "drops what it held of that execution: the worker holding the claim now delivers it." },
   { "validation",
-    "(models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. "
+    "(models) A value does not fit its field's declaration; `detail.errors` lists `{ field, message }`. "
     .. "Nothing was sent.",
     "Fix the value; a programming mistake (an unknown or immutable field) raises instead." },
   { "transaction",
@@ -1078,7 +1079,8 @@ duplicate key, say) is one of `result.errors`, not a failure of the call; an
 ordered insert stops at its first error, an unordered one goes on.]],
           example = [[
 local r = assert(articles:insert_many({ { _id = 1 }, { _id = 1 }, { _id = 2 } }, { ordered = false }))
--- r.inserted = { [1] = 1, [3] = 2 }, r.errors = { { index = 2, code = "duplicate", ... } }]] },
+-- r.inserted = { [1] = 1, [3] = 2 },
+-- r.errors = { { index = 2, message = "...", code = "duplicate", detail = { server_code = 11000 } } }]] },
         { class = "mongostore.SessionOptions",
           desc = "The options of the calls that take only a session; an unknown key raises.",
           fields = { SESSION_OPT } },
@@ -1099,12 +1101,13 @@ local r = assert(articles:insert_many({ { _id = 1 }, { _id = 1 }, { _id = 2 } },
             { "errors", "mongostore.WriteError[]", "the documents the server refused (an empty array when none)" },
           } },
         { class = "mongostore.WriteError",
-          desc = "One write of a batch that the server refused (`insert_many`, `bulk_write`).",
+          desc = "One write of a batch that the server refused (`insert_many`, `bulk_write`), in the shape every "
+            .. "batch result shares.",
           fields = {
             { "index", "integer", "the write's index in the list given (1-based)" },
-            { "code", "mongostore.ErrorCode", "`duplicate` for a duplicate key, otherwise `server`" },
-            { "server_code", "integer", "the server's code" },
             { "message", "string", "what the server said, after what was being done" },
+            { "code", "mongostore.ErrorCode", "`duplicate` for a duplicate key, otherwise `server`" },
+            { "detail", "mongostore.ErrorDetail", "`server_code`: the server's code" },
           } },
       },
     },
@@ -1625,9 +1628,9 @@ local user = users:find_one({ name = body.name, password_hash = hash(body.passwo
 -- values
 
 -- The models (mongostore.model): what a call returns when it fails, and the
--- options most calls take.
-local MODEL_FAILS = "Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror))"
-local MOPTS = { "opts", "mongostore.ModelOptions?", "session, validate, unscoped" }
+-- options param of a call: the names of the options it takes, and no other.
+local MODEL_FAILS = "Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail))"
+local function MOPTS(names) return { "opts", "mongostore.ModelOptions?", names } end
 
 api.pages[#api.pages + 1] = {
   file = "models",
@@ -1655,14 +1658,21 @@ leaves the document as it was; `reload` brings it up to date. With a
 write path (get, find, count, distinct, aggregate, the updates, bulk_write)
 unless the call is `unscoped`; `delete{ hard = true }` removes it.
 
-Failures a caller handles come back as `nil, err, code[, detail]`: `err` is
-a [`ModelError`](#type-modelerror) (`tostring` gives its message), `code` is
-`err.code` (`stale`, `not_found`, `duplicate`, `validation`, `transaction`,
-or the document API's codes), `detail` the server's labels when it gave them,
-so `return nil, err, code, detail` from a transaction's fn retries a transient
-failure. Mistakes in the code raise: an unknown field, a change to the id or
-to an immutable field, a wrong argument type, an unknown option. Plain
-filter tables are accepted wherever a `Q` condition is.]],
+Failures a caller handles come back as `nil, message, code, detail`, as in
+every layer: `message` a string saying what was being done and what went
+wrong, `code` one of `stale`, `not_found`, `duplicate`, `validation`,
+`invalid`, `transaction` or the document API's codes, and `detail` a
+[`ModelFailureDetail`](#type-modelfailuredetail) or nil holding every
+structured fact (the values a validation refused, the documents a bulk save
+did not write, the revision a stale copy found). A failure of the server
+keeps the document API's detail table (its `server_code` and `labels`), the
+model's facts added to it, so `return nil, message, code, detail` from a
+transaction's fn retries a transient failure. Every batch result lists what
+failed in one shape: `{ index =, message =, code =, detail = }`. Mistakes in
+the code raise: an unknown field, a change to the id or to an immutable
+field, a wrong argument type, an option the call does not take (each call's
+reference lists its own). Plain filter tables are accepted wherever a `Q`
+condition is.]],
   sections = {
     {
       title = "Declaring models",
@@ -1755,38 +1765,55 @@ mongo-java-server ignores partial filters.]],
           params = { { "name", "string", "a model's name" } },
           returns = { { "Model", "mongostore.Model?", "the model of that name, if the registry has it" } } },
         { class = "mongostore.ModelOptions",
-          desc = "The options of the model's calls (each takes the ones that apply to it); an unknown key raises.",
+          desc = "The options of the model's calls. Each call takes only the ones its reference lists (`Model:get`: "
+            .. "session, unscoped); any other key raises naming the call and the key (`Model:get: unknown option "
+            .. "ordered`).",
           fields = {
             { "session", "mongostore.Session|mongostore.ModelSession?", "run the call in this session (and its "
               .. "transaction): the `tx` of `registry:transaction`, or a `registry:session()`" },
             { "validate", "boolean?", "false: skip the checks of this write", default = "the model's" },
             { "unscoped", "boolean?", "see soft-deleted documents too", default = "false" },
-            { "hard", "boolean?", "`delete`: remove the document rather than mark it", default = "false" },
+            { "hard", "boolean?", "the deletes (`Model:delete`, `doc:delete`, `q:delete`): remove the document "
+              .. "rather than mark it", default = "false" },
             { "ordered", "boolean?", "`insert_many`, `bulk_write`: stop at the first failure", default = "true" },
           } },
         { fn = "options", module = "mongostore.model",
           params = { { "t", "mongostore.ModelOptions", "the options" } },
           returns = { { "opts", "mongostore.ModelOptions", "marked, so it can go among an update's pieces" } },
-          raises = "a `t` that is not a table, an unknown option",
+          raises = "a `t` that is not a table, a key other than session, validate, unscoped",
           desc = "The calls whose arguments are a list of update pieces (`Model:update`, `Model:upsert`, "
-            .. "`q:update`) take their options this way.",
+            .. "`q:update`) take their options this way; each checks them against its own (`q:update` takes "
+            .. "session, validate).",
           example = [[
 Article:update(id, ops.inc { views = 1 }, model.options { session = tx })]] },
-        { class = "mongostore.ModelError",
-          desc = "What a failed call returns as `err`: `tostring(err)` is its message; `model.is_error(err)`.",
+        { class = "mongostore.ModelFailureDetail", parent = "mongostore.ErrorDetail",
+          desc = "The fourth value of a failed model call, when there is something to say: the document API's "
+            .. "detail of a server failure (`server_code`, `labels`) with the model's own facts added.",
           fields = {
-            { "code", "string", "`stale`, `not_found`, `duplicate`, `validation`, `transaction`, or a code of the "
-              .. "document API ([errors](errors.md))" },
-            { "message", "string", "what was being done, and what went wrong" },
-            { "errors", "{ field: string, message: string, index: integer? }[]?", "`validation`: each value "
-              .. "refused, by its field path (and its op's index in a `bulk_write`)" },
-            { "failed", "mongostore.BulkSaveFailure[]?", "`bulk_save`: the documents not written" },
-            { "written", "integer?", "`bulk_save`: how many were" },
-            { "detail", "mongostore.ErrorDetail?", "the server's code and error labels, when it gave them" },
+            { "errors", "mongostore.ValueError[]?", "`validation`: each value refused, by its field path (and its "
+              .. "op's index in a `bulk_write`)" },
+            { "failed", "mongostore.ModelItemFailure[]?", "`bulk_save`: the documents not written (each with "
+              .. "its `doc`); `bulk_write` refused as `validation`: each op refused" },
+            { "written", "integer?", "`bulk_save`: how many documents were written" },
+            { "found", "integer?", "`stale`: the revision the stored document is at" },
           } },
-        { fn = "is_error", module = "mongostore.model",
-          params = { { "x", "any", "any value" } },
-          returns = { { "yes", "boolean", "whether `x` is a model error" } } },
+        { class = "mongostore.ValueError",
+          desc = "One value a validation refused.",
+          fields = {
+            { "field", "string", "its path (`tags[2]`, `author.name`)" },
+            { "message", "string", "what is wrong with it" },
+            { "index", "integer?", "`bulk_write`: the index of its op" },
+          } },
+        { class = "mongostore.ModelItemFailure",
+          desc = "One item of a model's batch call that failed, in the shape every batch result shares.",
+          fields = {
+            { "index", "integer", "its index in the list given (1-based)" },
+            { "message", "string", "what was being done, and what went wrong" },
+            { "code", "string", "`validation`, `duplicate`, `stale`, `not_found`, `server`, ..." },
+            { "detail", "mongostore.ModelFailureDetail?", "`validation`: its `errors`; a server's refusal: its "
+              .. "`server_code`; `stale`: the revision `found`" },
+            { "doc", "mongostore.Document?", "`bulk_save`: the document, unchanged" },
+          } },
         { fn = "is_document", module = "mongostore.model",
           params = { { "x", "any", "any value" } },
           returns = { { "yes", "boolean", "whether `x` is a document of a model (tracked or new)" } } },
@@ -1810,7 +1837,7 @@ A model, from `model.define`. Its class methods are called with `:`
             .. "new, nothing sent" } },
           raises = "a `t` that is not a table, or a stored document" },
         { method = "insert", of = "mongostore.Model",
-          params = { { "t", "table", "the fields" }, MOPTS },
+          params = { { "t", "table", "the fields" }, MOPTS "session, validate" },
           returns = { { "doc", "mongostore.Document", "stored: an ObjectId `_id` when it had none, `created_at`, "
             .. "`updated_at`, the revision at 0" } },
           desc = "Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s "
@@ -1822,7 +1849,8 @@ A model, from `model.define`. Its class methods are called with `:`
           example = [[
 local a = assert(Article:insert { title = "Draft" })]] },
         { method = "get", of = "mongostore.Model",
-          params = { { "id", "any", "the `_id`, cast to the declared `_id` type (see below)" }, MOPTS },
+          params = { { "id", "any", "the `_id`, cast to the declared `_id` type (see below)" },
+                     MOPTS "session, unscoped" },
           returns = { { "doc", "mongostore.Document?", "tracked; nil when there is none (or it is soft-deleted)" } },
           desc = MODEL_FAILS .. ": `invalid`, the document API's codes. " .. [[
 Every call that takes an id (`get`, `update`, `delete`, `restore`, `exists`)
@@ -1833,19 +1861,19 @@ all (`{"$gt": ""}` from a client), is `invalid` with a message naming its
 type, and nothing is sent; so is a missing id (nil or null).]] },
         { method = "delete", of = "mongostore.Model",
           params = { { "id", "any", "the `_id`, cast as `get` casts it" },
-                     { "opts", "mongostore.ModelOptions?", "hard, session" } },
+                     MOPTS "session, hard" },
           returns = { { "ok", "true", "soft-deleted (or removed with `hard`)" } },
           desc = MODEL_FAILS .. ": `not_found` (none, or soft-deleted already), `invalid`, the document API's "
             .. "codes. One round trip; nothing is loaded." },
         { method = "restore", of = "mongostore.Model",
           params = { { "id", "any", "the `_id`, cast as `get` casts it" },
-                     { "opts", "mongostore.ModelOptions?", "session" } },
+                     MOPTS "session" },
           returns = { { "doc", "mongostore.Document", "the document restored, tracked" } },
           raises = "a model without a `deleted_at` field",
           desc = MODEL_FAILS .. ": `not_found` (no soft-deleted document with that id), `invalid`, the document "
             .. "API's codes. Clears `deleted_at`, bumps the revision and sets `updated_at`, in one round trip." },
         { method = "exists", of = "mongostore.Model",
-          params = { { "id", "any", "the `_id`, cast as `get` casts it" }, MOPTS },
+          params = { { "id", "any", "the `_id`, cast as `get` casts it" }, MOPTS "session, unscoped" },
           returns = { { "yes", "boolean", "whether a document has it (soft-deleted ones only when unscoped)" } },
           desc = MODEL_FAILS .. ": `invalid`, the document API's codes." },
         { method = "find", of = "mongostore.Model",
@@ -1863,16 +1891,16 @@ from `model.trusted`.]],
           example = [[
 local top = assert(Article:find(Q.views:gte(10)):sort { { "views", -1 } }:limit(10):all())]] },
         { method = "count", of = "mongostore.Model",
-          params = { { "q", "mongostore.Cond|table?", "the query" }, MOPTS },
+          params = { { "q", "mongostore.Cond|table?", "the query" }, MOPTS "session, unscoped" },
           returns = { { "n", "integer", "how many documents match (soft-deleted ones not, unless unscoped)" } },
           desc = MODEL_FAILS .. "." },
         { method = "distinct", of = "mongostore.Model",
           params = { { "field", "string", "the field (a dotted path)" }, { "q", "mongostore.Cond|table?", "the query" },
-                     MOPTS },
+                     MOPTS "session, unscoped" },
           returns = { { "values", "any[]", "the distinct values among the matching documents" } },
           desc = MODEL_FAILS .. "." },
         { method = "lean", of = "mongostore.Model",
-          params = { { "q", "mongostore.Cond|table?", "the query" }, MOPTS },
+          params = { { "q", "mongostore.Cond|table?", "the query" }, MOPTS "session, unscoped" },
           returns = { { "docs", "table[]", "the documents as read, untracked: plain tables, no snapshot" } },
           desc = "An untracked read: saving one of them (through `Model:new`) tries an insert and fails "
             .. "`duplicate`, saying why; `Model:hydrate` adopts one. " .. MODEL_FAILS .. "." },
@@ -1881,7 +1909,7 @@ local top = assert(Article:find(Q.views:gte(10)):sort { { "views", -1 } }:limit(
           returns = { { "doc", "mongostore.Document", "the same table, tracked as it is now" } },
           raises = "a `raw` that is not a table or has no `_id`" },
         { method = "aggregate", of = "mongostore.Model",
-          params = { { "pipeline", "table[]", "the stages" }, MOPTS },
+          params = { { "pipeline", "table[]", "the stages" }, MOPTS "session, unscoped" },
           returns = { { "docs", "table[]", "the results, as read" } },
           desc = "The soft-delete scope is the first stage (`$match`), unless unscoped. " .. MODEL_FAILS .. "." },
         { class = "mongostore.Document",
@@ -1891,7 +1919,7 @@ A model's document: a table of its fields with the model's metatable. `id` is
 field names. A copy (`track.copy`, a table built by hand) has no snapshot:
 saving it tries an insert.]] },
         { method = "save", of = "mongostore.Document",
-          params = { { "opts", "mongostore.ModelOptions?", "session, validate" } },
+          params = { MOPTS "session, validate" },
           returns = { { "doc", "mongostore.Document", "itself, in sync: the revision bumped, `updated_at` set, the "
             .. "snapshot taken" } },
           raises = "a change to the id or to an immutable field (`created_at`)",
@@ -1907,7 +1935,7 @@ a failure nothing in memory changes.]],
 a.title = "Final"; a.tags[#a.tags + 1] = "news"
 assert(a:save())]] },
         { method = "insert", of = "mongostore.Document",
-          params = { { "opts", "mongostore.ModelOptions?", "session, validate" } },
+          params = { MOPTS "session, validate" },
           returns = { { "doc", "mongostore.Document", "itself, stored" } },
           raises = "a document stored already",
           desc = "As `Model:insert`, for a document made with `Model:new`. " .. MODEL_FAILS .. "." },
@@ -1915,7 +1943,7 @@ assert(a:save())]] },
           returns = { { "update", "table", "what `save` would send: `{ [\"$set\"] = ..., [\"$unset\"] = ... }`, "
             .. "`{}` when nothing changed (the revision and `updated_at` are added at the save)" } } },
         { method = "delete", of = "mongostore.Document",
-          params = { { "opts", "mongostore.ModelOptions?", "hard, session" } },
+          params = { MOPTS "session, hard" },
           returns = { { "ok", "true", "deleted (soft: `deleted_at` set, the revision bumped)" } },
           raises = "a document that is not stored",
           desc = "`true` only when this call deleted it. A document deleted already (soft-deleted as last read or "
@@ -1924,7 +1952,7 @@ assert(a:save())]] },
             .. "soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. "
             .. MODEL_FAILS .. ": `stale`, `not_found`, the document API's codes." },
         { method = "reload", of = "mongostore.Document",
-          params = { { "opts", "mongostore.ModelOptions?", "session, unscoped" } },
+          params = { MOPTS "session, unscoped" },
           returns = { { "doc", "mongostore.Document", "itself, as stored now: pending changes dropped" } },
           desc = MODEL_FAILS .. ": `not_found`, the document API's codes." },
         { method = "to_table", of = "mongostore.Document", params = {},
@@ -1953,7 +1981,7 @@ decoder made the tables (`mongostore.json`, `mongostore.ejson`, lua-cjson):
 - `$where`, `$function` and `$accumulator` are refused everywhere, even in
   code.
 
-Every refusal is `nil, err, "invalid"`, whose message names the field and the
+Every refusal is `nil, message, "invalid"`, whose message names the field and the
 type it got, never the value; answer it with a 400. Operators are written in
 code with `Q` and `ops`, or with a table marked `model.trusted`. Never mark a
 table that came from a client.
@@ -1965,7 +1993,7 @@ if type(body) ~= "table" then return ngx.exit(400) end
 local user, err, code = User:update(ngx.var.user_id, { name = body.name, note = body.note })
 if code == "invalid" or code == "validation" then
   ngx.status = 400
-  return ngx.say(mongostore.json.encode({ error = err.message }))
+  return ngx.say(mongostore.json.encode({ error = err }))
 elseif not user then
   return ngx.exit(code == "not_found" and 404 or 503)
 end
@@ -1992,7 +2020,7 @@ local n = assert(Article:find(model.trusted { views = { ["$mod"] = { 2, 0 } } })
       entries = {
         { class = "mongostore.Query",
           desc = "The documents a query matches, from `Model:find(q)`: chain `sort`, `limit`, `skip`, `unscoped`, "
-            .. "`session`, then read or write. Failures as `" .. "nil, err, code" .. "`." },
+            .. "`session`, then read or write. Failures as `" .. "nil, message, code, detail" .. "`." },
         { method = "sort", of = "mongostore.Query",
           params = { { "spec", "table", "a list of pairs `{ { \"views\", -1 } }`, or a table of one key" } },
           returns = { { "q", "mongostore.Query", "itself" } } },
@@ -2006,27 +2034,27 @@ local n = assert(Article:find(model.trusted { views = { ["$mod"] = { 2, 0 } } })
         { method = "session", of = "mongostore.Query",
           params = { { "s", "mongostore.Session|mongostore.ModelSession", "the session" } },
           returns = { { "q", "mongostore.Query", "itself, its calls in the session" } } },
-        { method = "all", of = "mongostore.Query", params = { MOPTS },
+        { method = "all", of = "mongostore.Query", params = { MOPTS "session" },
           returns = { { "docs", "mongostore.Document[]", "every match, tracked" } } },
-        { method = "first", of = "mongostore.Query", params = { MOPTS },
+        { method = "first", of = "mongostore.Query", params = { MOPTS "session" },
           returns = { { "doc", "mongostore.Document?", "the first match; nil when none" } } },
-        { method = "one", of = "mongostore.Query", params = { MOPTS },
+        { method = "one", of = "mongostore.Query", params = { MOPTS "session" },
           returns = { { "doc", "mongostore.Document", "the one match" } },
           desc = MODEL_FAILS .. ": `not_found` when none matches, `invalid` when more than one does." },
-        { method = "lean", of = "mongostore.Query", params = { MOPTS },
+        { method = "lean", of = "mongostore.Query", params = { MOPTS "session" },
           returns = { { "docs", "table[]", "every match as read, untracked" } } },
-        { method = "count", of = "mongostore.Query", params = { MOPTS },
+        { method = "count", of = "mongostore.Query", params = { MOPTS "session" },
           returns = { { "n", "integer", "how many match (within skip and limit)" } } },
         { method = "distinct", of = "mongostore.Query",
-          params = { { "field", "string", "the field" }, MOPTS },
+          params = { { "field", "string", "the field" }, MOPTS "session" },
           returns = { { "values", "any[]", "its distinct values among the matches" } } },
-        { method = "each", of = "mongostore.Query", params = { MOPTS },
+        { method = "each", of = "mongostore.Query", params = { MOPTS "session" },
           returns = { { "iter", "fun(): mongostore.Document", "for a generic `for`, tracked documents one at a "
             .. "time" } },
           desc = "A failure raises inside the loop, as `cursor:each`." },
         { method = "update", of = "mongostore.Query",
           params = { { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces (an Op, or a "
-            .. "table of fields to set), and `model.options`" } },
+            .. "table of fields to set), and `model.options` (session, validate)" } },
           returns = {
             { "n", "integer", "documents modified" },
             { "result", "{ matched: integer, modified: integer }", "the counts" },
@@ -2037,7 +2065,7 @@ local n = assert(Article:find(model.trusted { views = { ["$mod"] = { 2, 0 } } })
           example = [[
 local n = assert(Article:find(Q.views:gte(1)):update(ops.inc { views = 10 }))]] },
         { method = "delete", of = "mongostore.Query",
-          params = { { "opts", "mongostore.ModelOptions?", "hard, session" } },
+          params = { MOPTS "session, hard" },
           returns = { { "n", "integer", "documents deleted (soft, or removed with `hard`)" } } },
       },
     },
@@ -2047,7 +2075,8 @@ local n = assert(Article:find(Q.views:gte(1)):update(ops.inc { views = 10 }))]] 
         { method = "update", of = "mongostore.Model",
           params = {
             { "id", "any", "the document's id" },
-            { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces, and `model.options`" },
+            { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces, and `model.options` "
+              .. "(session, validate, unscoped)" },
           },
           returns = { { "doc", "mongostore.Document", "the document after the update, tracked (one round trip: "
             .. "`findAndModify`)" } },
@@ -2066,7 +2095,8 @@ local a2 = assert(Article:update(a.id, ops.inc { views = 1 }, ops.push { tags = 
         { method = "upsert", of = "mongostore.Model",
           params = {
             { "q", "mongostore.Cond|table", "which document; its equalities are copied into an inserted one" },
-            { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces, and `model.options`" },
+            { "...", "mongostore.Op|table|mongostore.ModelOptions", "the update's pieces, and `model.options` "
+              .. "(session, validate, unscoped)" },
           },
           returns = { { "doc", "mongostore.Document", "the document after the update: inserted when none matched "
             .. "(revision 1, `created_at`, the defaults of the fields neither the update nor the filter gives)" } },
@@ -2164,13 +2194,14 @@ local a2 = assert(Article:update(a.id, ops.inc { views = 1 }, ops.push { tags = 
       title = "Bulk writes",
       entries = {
         { method = "insert_many", of = "mongostore.Model",
-          params = { { "list", "table[]", "documents (or tables of fields)" }, MOPTS },
+          params = { { "list", "table[]", "documents (or tables of fields)" }, MOPTS "session, validate, ordered" },
           returns = { { "result", "mongostore.ModelInsertManyResult", "the documents inserted and the failures" } },
           raises = "an item that is not a table, or a stored document",
           desc = [[
 Every document is checked first and an invalid one is never sent: it is one
-of `result.errors` (code `validation`, with its `errors`) beside the server's
-refusals, each by its index in `list`. Unordered (`ordered = false`) it
+of `result.errors` (code `validation`, the values refused in `detail.errors`)
+beside the server's refusals (`detail.server_code`), each by its index in
+`list`. Unordered (`ordered = false`) it
 attempts every valid document; ordered it stops at the first failure. The
 valid ones go in one `insert_many`. ]] .. MODEL_FAILS .. [[ (a failure of the
 whole call).]] },
@@ -2178,11 +2209,11 @@ whole call).]] },
           desc = "What `Model:insert_many` returns.",
           fields = {
             { "inserted", "mongostore.Document[]", "the documents stored, in order, tracked" },
-            { "errors", "{ index: integer, code: string, message: string, errors: table[]? }[]",
-              "the documents not stored, by index" },
+            { "errors", "mongostore.ModelItemFailure[]", "the documents not stored, by index (an empty array "
+              .. "when none)" },
           } },
         { method = "bulk_save", of = "mongostore.Model",
-          params = { { "docs", "mongostore.Document[]", "documents of this model" }, MOPTS },
+          params = { { "docs", "mongostore.Document[]", "documents of this model" }, MOPTS "session, validate" },
           returns = { { "n", "integer", "documents written (unchanged ones send nothing)" } },
           raises = "an item that is not a document of this model",
           desc = [[
@@ -2195,25 +2226,20 @@ millisecond): a copy another writer moved on is `stale` every time. Tracked
 reads drop `_bulk` and saves never send it; `lean` shows it, and a model may
 not declare a field of that name. The writes are independent: the written
 documents are in sync in memory (revision, snapshot), the others as they
-were, listed in `err.failed`. ]] .. MODEL_FAILS .. ": the first failure's code, `err.failed`, `err.written`." },
-        { class = "mongostore.BulkSaveFailure",
-          desc = "A document `bulk_save` did not write.",
-          fields = {
-            { "index", "integer", "its index in `docs`" },
-            { "doc", "mongostore.Document", "the document, unchanged" },
-            { "code", "string", "`stale`, `not_found`, `duplicate`, `validation`, ..." },
-            { "message", "string", "why" },
-            { "errors", "table[]?", "`validation`: the values refused" },
-          } },
+were, listed in `detail.failed` (each a
+[`ModelItemFailure`](#type-modelitemfailure) with its `doc`). ]] .. MODEL_FAILS
+  .. ": the first failure's code, `detail.failed`, `detail.written`." },
         { method = "bulk_write", of = "mongostore.Model",
-          params = { { "list", "mongostore.ModelBulkOp[]", "ops from `model.update_one` and the others" }, MOPTS },
+          params = { { "list", "mongostore.ModelBulkOp[]", "ops from `model.update_one` and the others" },
+                     MOPTS "session, validate, unscoped, ordered" },
           returns = { { "result", "mongostore.BulkWriteResult", "the document API's result" } },
           raises = "an item that is not a model op, an unknown or immutable field, an insert of a stored document",
           desc = "Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of "
             .. "a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the "
             .. "documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as "
-            .. "it was). " .. MODEL_FAILS .. ": `validation` (any op: nothing sent), the "
-            .. "document API's codes." },
+            .. "it was). The server's refusals are `result.errors` ([`WriteError`](documents.md#type-writeerror)). "
+            .. MODEL_FAILS .. ": `validation` (any op: nothing sent; `detail.errors` each value by its op's "
+            .. "index, `detail.failed` each op), `invalid`, the document API's codes." },
         { class = "mongostore.ModelBulkOp", desc = "One op of `Model:bulk_write`." },
         { fn = "insert_one", module = "mongostore.model", params = { { "doc", "table", "the document" } },
           returns = { { "op", "mongostore.ModelBulkOp", "an insert" } } },
@@ -2257,13 +2283,14 @@ on a transient error (a write conflict), so `fn` must be safe to run twice.
 Before each new run and when the transaction aborts, every document written
 inside is put back in memory (its revision, timestamps, snapshot, new and
 deleted flags; the changes you made stay pending), so a retried save sends its
-delta again. A model error raised with `assert` that is transient is retried
-too. Transactions do not nest (MongoDB has no savepoints): called inside a
-running one it fails `transaction` unless `opts.independent`, which commits on
-its own (an audit record that must survive the outer abort). ]] .. MODEL_FAILS .. [[
+delta again. A failure raised with `assert` is retried too when an operation
+of the transaction failed transiently (the session knows). Transactions do not
+nest (MongoDB has no savepoints): called inside a running one it fails
+`transaction` unless `opts.independent`, which commits on its own (an audit
+record that must survive the outer abort). ]] .. MODEL_FAILS .. [[
 : `transaction`, or what `fn` returned, or `db:transaction`'s codes.]],
           example = [[
-local ok, err = registry:transaction(function(tx)
+local ok, err, code = registry:transaction(function(tx)
   landing.tags[#landing.tags + 1] = "promoted"
   assert(landing:save { session = tx })
   return true

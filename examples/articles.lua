@@ -55,9 +55,10 @@ print(("upsert: views %d, created_at set %s, rev %d"):format(created.views, tost
 -- Optimistic locking: the copy loaded at rev 1 is stale (the database is at 3).
 local stale = article
 stale.title = "Overwrite?"
-local ok, err = stale:save()
-if not ok and err.code == "stale" then assert(stale:reload()) end
-print(("stale: %s, reloaded title %q at rev %d"):format(err.code, stale.title, stale.rev))
+local ok, _, code, detail = stale:save()
+if not ok and code == "stale" then assert(stale:reload()) end
+print(("stale: %s (stored at rev %d), reloaded title %q at rev %d"):format(code, detail.found, stale.title,
+  stale.rev))
 
 -- Soft delete: hidden, counted when unscoped, restored, then removed for good.
 assert(stale:delete())
@@ -79,8 +80,9 @@ print(("bulk_save: %d saved in %d round trip"):format(assert(Article:bulk_save(d
 assert(Article:bulk_write { model.update_one(Q.title:eq("bulk 0"), ops.inc { views = 1 }) })
 print(("bulk_write: bulk 0 has %d views"):format(assert(Article:find(Q.title:eq("bulk 0")):one()).views))
 local mixed = assert(Article:insert_many({ { title = "ok" }, { title = 42 }, { title = "ok" } }, { ordered = false }))
-print(("insert_many unordered: %d inserted, errors at %d (%s) and %d (%s)"):format(#mixed.inserted,
-  mixed.errors[1].index, mixed.errors[1].code, mixed.errors[2].index, mixed.errors[2].code))
+print(("insert_many unordered: %d inserted, errors at %d (%s: %s) and %d (%s, server code %d)"):format(
+  #mixed.inserted, mixed.errors[1].index, mixed.errors[1].code, mixed.errors[1].detail.errors[1].field,
+  mixed.errors[2].index, mixed.errors[2].code, mixed.errors[2].detail.server_code))
 
 -- Transactions: fn raises, so the transaction aborts; the database and the
 -- document in memory are put back.
@@ -100,15 +102,15 @@ end
 
 -- Validation: every write is checked before anything is sent.
 local landing = assert(Article:find(Q.title:eq("Landing")):one())
-local _, verr = Article:update(landing.id, { title = 123 })
-print(("validation: update -> %s (%s)"):format(verr.code, verr.errors[1].field))
+local _, _, vcode, vdetail = Article:update(landing.id, { title = 123 })
+print(("validation: update -> %s (%s)"):format(vcode, vdetail.errors[1].field))
 local draft = Article:new { title = "Draft" }
 draft.views = "many"
-_, verr = draft:insert()
-print(("validation: insert -> %s (%s), still new %s, stored %d"):format(verr.code, verr.errors[1].field,
+_, _, vcode, vdetail = draft:insert()
+print(("validation: insert -> %s (%s), still new %s, stored %d"):format(vcode, vdetail.errors[1].field,
   tostring(draft.is_new), assert(Article:count(Q.title:eq("Draft")))))
-local _, nerr = Article:update(("0"):rep(24), { title = "nobody" })
-print(("update of no document: %s"):format(nerr.code))
+local _, nerr, ncode = Article:update(("0"):rep(24), { title = "nobody" })
+print(("update of no document: %s (%s)"):format(ncode, nerr))
 
 assert(db:command({ { "dropDatabase", 1 } }))
 db:close()

@@ -26,8 +26,8 @@
 ---| "closed" # The store was closed with `store:close()`; or the database (`db:close()`), the cursor or the session the call went through was closed.
 ---| "not_found" # (engine, msngx) The execution an event was sent to does not exist.
 ---| "transient" # (document API) The server labelled the error TransientTransactionError: an operation inside a transaction, or its commit, failed in a way that running the whole transaction again may cure (a write conflict with another transaction, an election). The transaction is over.
----| "stale" # (models) The document moved on since this copy was read: its revision in the database is not the copy's. Nothing was written and the copy is as it was. (inbox) A commit made under an inbox claim (`fence`) after the claim passed to another worker, whose commit under a higher fence landed first.
----| "validation" # (models) A value does not fit its field's declaration; `err.errors` lists `{ field, message }`. Nothing was sent.
+---| "stale" # (models) The document moved on since this copy was read: its revision in the database is not the copy's (`detail.found` is the stored one). Nothing was written and the copy is as it was. (inbox) A commit made under an inbox claim (`fence`) after the claim passed to another worker, whose commit under a higher fence landed first.
+---| "validation" # (models) A value does not fit its field's declaration; `detail.errors` lists `{ field, message }`. Nothing was sent.
 ---| "transaction" # (models) `registry:transaction` was called inside a running one on the same registry: MongoDB has no nested transactions.
 ---| "clock_regression" # (records) The clock went back further than the store's grace allows since the latest store timestamp this process saw (or read at open). Nothing was written.
 ---| "finished" # (engine, msngx) A control call (`cancel`, `terminate`, `suspend`, `resume`) reached an execution that has ended (`DONE`, `CANCELLED` or `FAILED`, named in the message). Nothing was written.
@@ -271,12 +271,12 @@ local Collection = {}
 ---@field inserted table<integer, any> the `_id` of each document inserted, by its index in `docs`
 ---@field errors mongostore.WriteError[] the documents the server refused (an empty array when none)
 
---- One write of a batch that the server refused (`insert_many`, `bulk_write`).
+--- One write of a batch that the server refused (`insert_many`, `bulk_write`), in the shape every batch result shares.
 ---@class mongostore.WriteError
 ---@field index integer the write's index in the list given (1-based)
----@field code mongostore.ErrorCode `duplicate` for a duplicate key, otherwise `server`
----@field server_code integer the server's code
 ---@field message string what the server said, after what was being done
+---@field code mongostore.ErrorCode `duplicate` for a duplicate key, otherwise `server`
+---@field detail mongostore.ErrorDetail `server_code`: the server's code
 
 --- The options of `find_one`; an unknown key raises.
 ---@class mongostore.FindOneOptions

@@ -32,7 +32,7 @@ local index_args = P_registry.index_args
 
 local M = {}
 M.Q, M.ops = query.Q, query.ops
-M.is_error, M.options = P_shared.is_error, P_shared.options
+M.options = P_shared.options
 M.registry = P_registry.registry
 
 -- ------------------------------------------------------------ bulk paths
@@ -60,29 +60,29 @@ local DEFINE_KEYS = { collection = true, fields = true, indexes = true, validate
 --- model.define{ collection =, fields =, indexes =, validate_writes = true, name =, methods = } -> the model
 -- define's checks of spec and its methods: -> the methods a document has.
 local function define_methods(spec, S, name)
-  if type(spec) ~= "table" then error("define: spec must be a table, got " .. type(spec), 3) end
+  if type(spec) ~= "table" then error("model.define: spec must be a table, got " .. type(spec), 3) end
   for k in pairs(spec) do
-    if not DEFINE_KEYS[k] then error("define: unknown key " .. tostring(k), 3) end
+    if not DEFINE_KEYS[k] then error("model.define: unknown key " .. tostring(k), 3) end
   end
   local methods = {}
   for k, v in pairs(Instance) do methods[k] = v end
   if spec.methods ~= nil then
-    if type(spec.methods) ~= "table" then error("define: methods must be a table of functions", 3) end
+    if type(spec.methods) ~= "table" then error("model.define: methods must be a table of functions", 3) end
     for k, v in pairs(spec.methods) do
-      if type(v) ~= "function" then error("define: methods." .. tostring(k) .. " must be a function", 3) end
+      if type(v) ~= "function" then error("model.define: methods." .. tostring(k) .. " must be a function", 3) end
       methods[k] = v
     end
   end
   for fname in pairs(S.by_name) do
     if methods[fname] or RESERVED[fname] then
-      error(format("define: the field %s of %s has the name of a method or of one the model keeps "
+      error(format("model.define: the field %s of %s has the name of a method or of one the model keeps "
         .. "(id, is_new, class, %s)", fname, name, TOKEN), 3)
     end
   end
   -- indexes checked now, so a typo fails at define rather than at registry
   for i, ix in ipairs(spec.indexes or {}) do
     if type(ix) ~= "table" or type(ix.keys) ~= "table" then
-      error(format("define: indexes[%d] must be { keys = { { field, 1 } }, unique = ... }", i), 3)
+      error(format("model.define: indexes[%d] must be { keys = { { field, 1 } }, unique = ... }", i), 3)
     end
   end
   return methods
@@ -138,12 +138,12 @@ local function document_meta(C, methods, name)
 end
 
 function M.define(spec)
-  if type(spec) ~= "table" then error("define: spec must be a table, got " .. type(spec), 2) end
+  if type(spec) ~= "table" then error("model.define: spec must be a table, got " .. type(spec), 2) end
   if type(spec.collection) ~= "string" or spec.collection == "" then
     for k in pairs(spec) do
-      if not DEFINE_KEYS[k] then error("define: unknown key " .. tostring(k), 2) end
+      if not DEFINE_KEYS[k] then error("model.define: unknown key " .. tostring(k), 2) end
     end
-    error("define: collection must be a non-empty string", 2)
+    error("model.define: collection must be a non-empty string", 2)
   end
   local name = spec.name or spec.collection
   local fields = {}

@@ -66,9 +66,18 @@ function TestModelBulk:test_insert_many_unordered_reports_every_failure()
   lu.assertEquals(#res.inserted, 2)
   lu.assertEquals({ res.inserted[1].title, res.inserted[2].title }, { "ok 1", "ok 3" })
   lu.assertEquals(#res.errors, 3)
-  lu.assertEquals({ res.errors[1].index, res.errors[1].code, res.errors[1].errors[1].field }, { 2, "validation", "views" })
-  lu.assertEquals({ res.errors[2].index, res.errors[2].code }, { 3, "duplicate" })
-  lu.assertEquals({ res.errors[3].index, res.errors[3].code, res.errors[3].errors[1].field }, { 4, "validation", "nope" })
+  lu.assertEquals({ res.errors[1].index, res.errors[1].code, res.errors[1].detail.errors[1].field },
+                  { 2, "validation", "views" })
+  lu.assertEquals({ res.errors[2].index, res.errors[2].code, res.errors[2].detail.server_code }, { 3, "duplicate", 11000 })
+  lu.assertEquals({ res.errors[3].index, res.errors[3].code, res.errors[3].detail.errors[1].field },
+                  { 4, "validation", "nope" })
+  -- one per-item shape: index, a string message, code, detail
+  for _, e in ipairs(res.errors) do
+    lu.assertIsString(e.message)
+    lu.assertIsTable(e.detail)
+    lu.assertNil(e.errors)
+    lu.assertNil(e.server_code)
+  end
   lu.assertEquals(ok(self.db:collection("articles"):count({ title = "bad" })), 0)
   lu.assertEquals(ok(A:count()), 3)
   -- the refused ones are still new, with nothing the model set left on them
@@ -99,15 +108,20 @@ function TestModelBulk:test_bulk_save_lists_stale_and_duplicate_documents()
   local unchanged = ok(A:get(docs[1].id))                     -- unchanged: nothing sent for it
   docs[6] = unchanged
   local before = ok(self.db:stats())
-  local n, err, code = A:bulk_save(docs)
+  local n, err, code, detail = A:bulk_save(docs)
   local after = ok(self.db:stats())
   lu.assertNil(n)
   lu.assertEquals(code, "stale")
-  lu.assertEquals(err.written, 3)
-  lu.assertEquals(#err.failed, 2)
-  lu.assertEquals({ err.failed[1].index, err.failed[1].code }, { 2, "stale" })
-  lu.assertEquals({ err.failed[2].index, err.failed[2].code }, { 3, "duplicate" })
-  lu.assertIs(err.failed[1].doc, docs[2])
+  lu.assertIsString(err)
+  lu.assertStrContains(err, "2 of 6 not written")
+  lu.assertEquals(detail.written, 3)
+  lu.assertEquals(#detail.failed, 2)
+  lu.assertEquals({ detail.failed[1].index, detail.failed[1].code }, { 2, "stale" })
+  lu.assertEquals(detail.failed[1].detail, { found = 1 }, "the revision found")
+  lu.assertEquals({ detail.failed[2].index, detail.failed[2].code, detail.failed[2].detail.server_code },
+                  { 3, "duplicate", 11000 })
+  lu.assertIs(detail.failed[1].doc, docs[2])
+  lu.assertIsString(detail.failed[2].message)
   lu.assertEquals(after.update - before.update, 1, "the deltas in one round trip")
   lu.assertEquals(after.find - before.find, 1, "and one read to tell which matched nothing")
   -- the written ones are in sync, the others as they were
@@ -131,9 +145,10 @@ function TestModelBulk:test_bulk_save_validates_before_sending()
   local a = ok(A:insert { title = "v" })
   a.views = "lots"
   local before = ok(self.db:stats())
-  local n, err = A:bulk_save { a }
+  local n, _, code, detail = A:bulk_save { a }
   lu.assertNil(n)
-  lu.assertEquals({ err.failed[1].code, err.failed[1].errors[1].field }, { "validation", "views" })
+  lu.assertEquals(code, "validation")
+  lu.assertEquals({ detail.failed[1].code, detail.failed[1].detail.errors[1].field }, { "validation", "views" })
   lu.assertEquals(ok(self.db:stats()).total - before.total, 0, "nothing sent")
   lu.assertEquals(ok(A:bulk_save({ a }, { validate = false })), 1, "validate = false sends it")
 end
@@ -160,10 +175,13 @@ function TestModelBulk:test_bulk_write_constructors()
   lu.assertEquals(ok(A:find(Q.title:eq("w4")):one()).tags, { "all" })
   -- a bad value in any op fails the whole call, nothing sent
   local before = ok(self.db:stats())
-  local v, err = A:bulk_write { model.update_one(Q.title:eq("w1"), ops.inc { views = 1 }),
+  local v, err, code, detail = A:bulk_write { model.update_one(Q.title:eq("w1"), ops.inc { views = 1 }),
                                 model.update_one(Q.title:eq("w1"), { views = "x" }) }
   lu.assertNil(v)
-  lu.assertEquals({ err.code, err.errors[1].index, err.errors[1].field }, { "validation", 2, "views" })
+  lu.assertIsString(err)
+  lu.assertEquals({ code, detail.errors[1].index, detail.errors[1].field }, { "validation", 2, "views" })
+  lu.assertEquals({ #detail.failed, detail.failed[1].index, detail.failed[1].code,
+                    detail.failed[1].detail.errors[1].field }, { 1, 2, "validation", "views" })
   lu.assertEquals(ok(self.db:stats()).total - before.total, 0)
   lu.assertErrorMsgContains("not a model", A.bulk_write, A, { { update_one = {} } })
 end

@@ -36,8 +36,8 @@ function TestModelBulkStale:test_a_single_bump_by_another_writer_is_always_stale
     local k = round % 3 + 1
     ok(A:update(docs[k].id, ops.inc { views = 100 }))
     for i = 1, 3 do docs[i].views = docs[i].views + 1 end
-    local n, err, code = A:bulk_save(docs)
-    if n ~= nil or code ~= "stale" or #err.failed ~= 1 or err.failed[1].index ~= k or err.written ~= 2 then
+    local n, _, code, detail = A:bulk_save(docs)
+    if n ~= nil or code ~= "stale" or #detail.failed ~= 1 or detail.failed[1].index ~= k or detail.written ~= 2 then
       misreports = misreports + 1
       if #wrong < 5 then wrong[#wrong + 1] = ("round %d: n=%s code=%s"):format(round, tostring(n), tostring(code)) end
     else
@@ -70,10 +70,10 @@ function TestModelBulkStale:test_two_copies_of_one_document_in_one_call()
   local a = ok(A:insert { title = "twice" })
   local b = ok(A:get(a.id))
   a.views, b.views = 1, 2
-  local n, err, code = A:bulk_save { a, b }
+  local n, _, code, detail = A:bulk_save { a, b }
   lu.assertNil(n)
-  lu.assertEquals({ code, err.written, #err.failed, err.failed[1].index }, { "stale", 1, 1, 2 })
-  lu.assertIs(err.failed[1].doc, b)
+  lu.assertEquals({ code, detail.written, #detail.failed, detail.failed[1].index }, { "stale", 1, 1, 2 })
+  lu.assertIs(detail.failed[1].doc, b)
   lu.assertEquals({ a.rev, b.rev }, { 1, 0 })
   lu.assertEquals(b:changes(), { ["$set"] = { views = 2 } })
   lu.assertEquals(ok(A:get(a.id)).views, 1)

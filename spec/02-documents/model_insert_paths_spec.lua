@@ -45,9 +45,9 @@ function TestModelInsertPaths:test_string_ids_refuse_a_document_without_id_on_ev
   local before = ok(self.db:stats())
   -- insert
   local d = S:new { title = "a" }
-  local v, err, code = S:insert(d)
-  lu.assertEquals({ v, code, err.code }, { nil, "validation", "validation" })
-  assert_id_refused(err.errors, "insert")
+  local v, err, code, detail = S:insert(d)
+  lu.assertEquals({ v, code, type(err) }, { nil, "validation", "string" })
+  assert_id_refused(detail.errors, "insert")
   assert_untouched(d, "insert")
   -- insert_many, ordered and not
   for _, ordered in ipairs { true, false } do
@@ -55,23 +55,24 @@ function TestModelInsertPaths:test_string_ids_refuse_a_document_without_id_on_ev
     local res = ok(S:insert_many(list, { ordered = ordered }))
     lu.assertEquals(#res.inserted, 0)
     lu.assertEquals({ res.errors[1].index, res.errors[1].code }, { 1, "validation" })
-    assert_id_refused(res.errors[1].errors, "insert_many")
+    assert_id_refused(res.errors[1].detail.errors, "insert_many")
     lu.assertEquals(#res.errors, ordered and 1 or 2)
     assert_untouched(list[1], "insert_many")
   end
   -- bulk_save of a new document
   local n
   local e = S:new { title = "d" }
-  n, err, code = S:bulk_save { e }
-  lu.assertEquals({ n, code, err.failed[1].code, err.failed[1].index }, { nil, "validation", "validation", 1 })
-  assert_id_refused(err.failed[1].errors, "bulk_save")
+  n, err, code, detail = S:bulk_save { e }
+  lu.assertEquals({ n, code, detail.failed[1].code, detail.failed[1].index }, { nil, "validation", "validation", 1 })
+  lu.assertIsString(err)
+  assert_id_refused(detail.failed[1].detail.errors, "bulk_save")
   assert_untouched(e, "bulk_save")
   -- bulk_write's insert_one
   local f = S:new { title = "e" }
-  v, err, code = S:bulk_write { model.insert_one(f) }
-  lu.assertEquals({ v, code }, { nil, "validation" })
-  lu.assertEquals(err.errors[1].index, 1)
-  assert_id_refused(err.errors, "bulk_write")
+  v, err, code, detail = S:bulk_write { model.insert_one(f) }
+  lu.assertEquals({ v, code, type(err) }, { nil, "validation", "string" })
+  lu.assertEquals(detail.errors[1].index, 1)
+  assert_id_refused(detail.errors, "bulk_write")
   assert_untouched(f, "bulk_write")
   -- nothing reached the server
   lu.assertEquals(ok(self.db:stats()).total - before.total, 0)
@@ -144,8 +145,8 @@ function TestModelInsertPaths:test_bulk_write_tracks_what_it_inserted()
   lu.assertErrorMsgContains("item 1 is stored already", S.bulk_write, S, { model.insert_one(stored) })
   -- a failure of any op sends nothing and leaves the inserts as they were
   local x = S:new { id = "x" }
-  local v, err = S:bulk_write { model.insert_one(x), model.update_one({ title = "a" }, { title = 5 }) }
-  lu.assertEquals({ v, err.code, err.errors[1].index }, { nil, "validation", 2 })
+  local v, _, code, detail = S:bulk_write { model.insert_one(x), model.update_one({ title = "a" }, { title = 5 }) }
+  lu.assertEquals({ v, code, detail.errors[1].index }, { nil, "validation", 2 })
   lu.assertTrue(x.is_new)
   lu.assertNil(x.rev)
   lu.assertNil(x.created_at)

@@ -21,8 +21,9 @@ function TestModelLuaJIT:test_articles_example_under_luajit()
   lu.assertTrue(ok, out)
   lu.assertStrContains(out, "saved: rev 1, changes left 0, an unchanged save sent 0 commands")
   lu.assertStrContains(out, "update: views 1, tags {news,featured}, rev 2")
-  lu.assertStrContains(out, "stale: stale, reloaded title \"Final v2\" at rev 3")
+  lu.assertStrContains(out, "stale: stale (stored at rev 3), reloaded title \"Final v2\" at rev 3")
   lu.assertStrContains(out, "bulk_save: 3 saved in 1 round trip")
-  lu.assertStrContains(out, "insert_many unordered: 1 inserted, errors at 2 (validation) and 3 (duplicate)")
+  lu.assertStrContains(out, "insert_many unordered: 1 inserted, errors at 2 (validation: title) and 3 (duplicate, "
+    .. "server code 11000)")
   lu.assertStrContains(out, "validation: insert -> validation (views), still new true, stored 0")
 end

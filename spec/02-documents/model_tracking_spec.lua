@@ -161,21 +161,23 @@ function TestModelTracking:test_untracked_copies_fail_duplicate_and_say_why()
     local c = make()
     c.title = "copy"
     lu.assertTrue(c.is_new)
-    local v, err, code = c:save()
+    local v, err, code, detail = c:save()
     lu.assertNil(v)
     lu.assertEquals(code, "duplicate")
-    lu.assertEquals(err.code, "duplicate")
-    lu.assertStrContains(tostring(err), "no snapshot")
-    lu.assertStrContains(err.message, "hydrate")
+    lu.assertIsString(err)
+    lu.assertStrContains(err, "no snapshot")
+    lu.assertStrContains(err, "hydrate")
+    lu.assertEquals(detail.server_code, 11000, "the driver's detail kept")
   end
   lu.assertEquals(ok(self.Article:get(a.id)).title, "Orig")
   -- the same in a bulk save
   local c = track.copy(a)
   c.title = "bulk copy"
-  local n, err = self.Article:bulk_save { c }
+  local n, _, code, detail = self.Article:bulk_save { c }
   lu.assertNil(n)
-  lu.assertEquals(err.failed[1].code, "duplicate")
-  lu.assertStrContains(err.failed[1].message, "no snapshot")
+  lu.assertEquals(code, "duplicate")
+  lu.assertEquals(detail.failed[1].code, "duplicate")
+  lu.assertStrContains(detail.failed[1].message, "no snapshot")
 end
 
 function TestModelTracking:test_hydrate_and_lean()
@@ -222,10 +224,11 @@ function TestModelTracking:test_declared_id_type()
   local s = ok(Slug:insert { id = "hello", n = 1 })
   lu.assertEquals(s.id, "hello")
   lu.assertEquals(ok(Slug:get("hello")).n, 1)
-  local v, err = Slug:insert { n = 2 }
+  local v, _, code = Slug:insert { n = 2 }
   lu.assertNil(v)
-  lu.assertEquals(err.code, "validation")
-  v, err = Slug:insert { id = 5, n = 2 }
+  lu.assertEquals(code, "validation")
+  local detail
+  v, _, code, detail = Slug:insert { id = 5, n = 2 }
   lu.assertNil(v)
-  lu.assertEquals(err.errors[1].field, "_id")
+  lu.assertEquals({ code, detail.errors[1].field }, { "validation", "_id" })
 end

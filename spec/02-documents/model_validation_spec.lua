@@ -39,14 +39,16 @@ end
 function TestModelValidation:test_seed_validation()
   local A = self.Article
   local landing = ok(A:insert { title = "Landing", slug = "landing" })
-  local v, err, code = A:update(landing.id, { title = 123 })
-  lu.assertEquals({ v, code, err.code }, { nil, "validation", "validation" })
+  local v, err, code, detail = A:update(landing.id, { title = 123 })
+  lu.assertEquals({ v, code, type(err) }, { nil, "validation", "string" })
+  lu.assertEquals(detail.errors[1].field, "title")
   local draft = A:new { title = "Draft", slug = "draft" }
   draft.views = "many"
-  v, err = draft:insert()
+  v, err, code, detail = draft:insert()
   lu.assertNil(v)
-  lu.assertEquals(err.code, "validation")
-  lu.assertEquals(err.errors[1].field, "views")
+  lu.assertEquals(code, "validation")
+  lu.assertStrContains(err, "insert articles: views")
+  lu.assertEquals(detail.errors[1].field, "views")
   lu.assertTrue(draft.is_new)
   lu.assertEquals(ok(A:count(Q.title:eq("Draft"))), 0)
 end
@@ -72,11 +74,11 @@ function TestModelValidation:test_every_kind_of_check()
   }
   local before = ok(self.db:stats())
   for i, c in ipairs(cases) do
-    local v, err = A:insert(c[1])
+    local v, err, code, detail = A:insert(c[1])
     lu.assertNil(v, "case " .. i)
-    lu.assertEquals(err.code, "validation", "case " .. i)
-    lu.assertEquals(err.errors[1].field, c[2], "case " .. i .. ": " .. tostring(err))
-    lu.assertStrContains(err.errors[1].message, c[2])
+    lu.assertEquals(code, "validation", "case " .. i)
+    lu.assertEquals(detail.errors[1].field, c[2], "case " .. i .. ": " .. tostring(err))
+    lu.assertStrContains(detail.errors[1].message, c[2])
   end
   lu.assertEquals(ok(self.db:stats()).total - before.total, 0, "nothing was sent")
   ok(A:insert { slug = "all-good", at = ms.date(), score = 1.5, flag = true, ref = ms.objectid(), status = "live",
@@ -89,8 +91,8 @@ function TestModelValidation:test_save_validates_and_validate_false_skips()
   local A = self.Article
   local a = ok(A:insert { slug = "a" })
   a.views = "many"
-  local v, err = a:save()
-  lu.assertEquals({ v, err.code, err.errors[1].field }, { nil, "validation", "views" })
+  local v, _, code, detail = a:save()
+  lu.assertEquals({ v, code, detail.errors[1].field }, { nil, "validation", "views" })
   lu.assertEquals(a.rev, 0)
   ok(a:save { validate = false })
   lu.assertEquals(a.rev, 1)
@@ -125,10 +127,10 @@ function TestModelValidation:test_fast_path_verdicts()
   local A = self.Article
   local function fields_of(t, opts)
     local doc = A:new(t)
-    local v, err = doc:insert(opts)
+    local v, _, _, detail = doc:insert(opts)
     if v then return {} end
     local out = {}
-    for i, e in ipairs(err.errors) do out[i] = e.field end
+    for i, e in ipairs(detail.errors) do out[i] = e.field end
     return out
   end
   lu.assertEquals(fields_of { slug = "a", views = 3.0 }, {})          -- an integral float is an integer

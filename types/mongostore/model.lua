@@ -46,22 +46,34 @@
 ---@class mongostore.Registry
 local Registry = {}
 
---- The options of the model's calls (each takes the ones that apply to it); an unknown key raises.
+--- The options of the model's calls. Each call takes only the ones its reference lists (`Model:get`: session, unscoped); any other key raises naming the call and the key (`Model:get: unknown option ordered`).
 ---@class mongostore.ModelOptions
 ---@field session? mongostore.Session|mongostore.ModelSession run the call in this session (and its transaction): the `tx` of `registry:transaction`, or a `registry:session()`
 ---@field validate? boolean false: skip the checks of this write
 ---@field unscoped? boolean see soft-deleted documents too
----@field hard? boolean `delete`: remove the document rather than mark it
+---@field hard? boolean the deletes (`Model:delete`, `doc:delete`, `q:delete`): remove the document rather than mark it
 ---@field ordered? boolean `insert_many`, `bulk_write`: stop at the first failure
 
---- What a failed call returns as `err`: `tostring(err)` is its message; `model.is_error(err)`.
----@class mongostore.ModelError
----@field code string `stale`, `not_found`, `duplicate`, `validation`, `transaction`, or a code of the document API ([errors](errors.md))
+--- The fourth value of a failed model call, when there is something to say: the document API's detail of a server failure (`server_code`, `labels`) with the model's own facts added.
+---@class mongostore.ModelFailureDetail : mongostore.ErrorDetail
+---@field errors? mongostore.ValueError[] `validation`: each value refused, by its field path (and its op's index in a `bulk_write`)
+---@field failed? mongostore.ModelItemFailure[] `bulk_save`: the documents not written (each with its `doc`); `bulk_write` refused as `validation`: each op refused
+---@field written? integer `bulk_save`: how many documents were written
+---@field found? integer `stale`: the revision the stored document is at
+
+--- One value a validation refused.
+---@class mongostore.ValueError
+---@field field string its path (`tags[2]`, `author.name`)
+---@field message string what is wrong with it
+---@field index? integer `bulk_write`: the index of its op
+
+--- One item of a model's batch call that failed, in the shape every batch result shares.
+---@class mongostore.ModelItemFailure
+---@field index integer its index in the list given (1-based)
 ---@field message string what was being done, and what went wrong
----@field errors? { field: string, message: string, index: integer? }[] `validation`: each value refused, by its field path (and its op's index in a `bulk_write`)
----@field failed? mongostore.BulkSaveFailure[] `bulk_save`: the documents not written
----@field written? integer `bulk_save`: how many were
----@field detail? mongostore.ErrorDetail the server's code and error labels, when it gave them
+---@field code string `validation`, `duplicate`, `stale`, `not_found`, `server`, ...
+---@field detail? mongostore.ModelFailureDetail `validation`: its `errors`; a server's refusal: its `server_code`; `stale`: the revision `found`
+---@field doc? mongostore.Document `bulk_save`: the document, unchanged
 
 --- A model, from `model.define`. Its class methods are called with `:`
 --- (`Article:get(id)`); `Article(fields)` is `Article:new(fields)`.
@@ -75,7 +87,7 @@ local Model = {}
 ---@class mongostore.Document
 local Document = {}
 
---- The documents a query matches, from `Model:find(q)`: chain `sort`, `limit`, `skip`, `unscoped`, `session`, then read or write. Failures as `nil, err, code`.
+--- The documents a query matches, from `Model:find(q)`: chain `sort`, `limit`, `skip`, `unscoped`, `session`, then read or write. Failures as `nil, message, code, detail`.
 ---@class mongostore.Query
 local Query = {}
 
@@ -98,15 +110,7 @@ local Field = {}
 --- What `Model:insert_many` returns.
 ---@class mongostore.ModelInsertManyResult
 ---@field inserted mongostore.Document[] the documents stored, in order, tracked
----@field errors { index: integer, code: string, message: string, errors: table[]? }[] the documents not stored, by index
-
---- A document `bulk_save` did not write.
----@class mongostore.BulkSaveFailure
----@field index integer its index in `docs`
----@field doc mongostore.Document the document, unchanged
----@field code string `stale`, `not_found`, `duplicate`, `validation`, ...
----@field message string why
----@field errors? table[] `validation`: the values refused
+---@field errors mongostore.ModelItemFailure[] the documents not stored, by index (an empty array when none)
 
 --- One op of `Model:bulk_write`.
 ---@class mongostore.ModelBulkOp
@@ -140,7 +144,7 @@ model.ops = {}
 ---@return mongostore.Model Model # the model: its class methods, and `Model(fields)` for a new document
 function model.define(spec) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)), code one of the document API's (a refused index).
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)), code one of the document API's (a refused index).
 ---
 --- Raises on a `db` or `models` of the wrong type, an unknown option.
 ---@param db mongostore.Database the database the models' collections are in
@@ -153,16 +157,12 @@ function model.registry(db, models, opts) end
 ---@return mongostore.Model? Model # the model of that name, if the registry has it
 function Registry:model(name) end
 
---- The calls whose arguments are a list of update pieces (`Model:update`, `Model:upsert`, `q:update`) take their options this way.
+--- The calls whose arguments are a list of update pieces (`Model:update`, `Model:upsert`, `q:update`) take their options this way; each checks them against its own (`q:update` takes session, validate).
 ---
---- Raises on a `t` that is not a table, an unknown option.
+--- Raises on a `t` that is not a table, a key other than session, validate, unscoped.
 ---@param t mongostore.ModelOptions the options
 ---@return mongostore.ModelOptions opts # marked, so it can go among an update's pieces
 function model.options(t) end
-
----@param x any any value
----@return boolean yes # whether `x` is a model error
-function model.is_error(x) end
 
 ---@param x any any value
 ---@return boolean yes # whether `x` is a document of a model (tracked or new)
@@ -178,30 +178,30 @@ function model.snapshot(doc) end
 ---@return mongostore.Document doc # the table itself, with the model's metatable and its defaults: new, nothing sent
 function Model:new(t) end
 
---- Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s `insert_one`) prepares a document the same way: the defaults, the check, an `id` required when the model's ids are not ObjectIds (`validation`, field `id`: the server would make one up), the transaction's journal, then the model's fields. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (nothing sent), `duplicate`, the document API's codes; on a failure the document is as it was, still new.
+--- Every insert path (this, a save of a new document, `insert_many`, `bulk_save`, `bulk_write`'s `insert_one`) prepares a document the same way: the defaults, the check, an `id` required when the model's ids are not ObjectIds (`validation`, field `id`: the server would make one up), the transaction's journal, then the model's fields. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `validation` (nothing sent), `duplicate`, the document API's codes; on a failure the document is as it was, still new.
 ---@param t table the fields
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, validate
 ---@return mongostore.Document doc # stored: an ObjectId `_id` when it had none, `created_at`, `updated_at`, the revision at 0
 function Model:insert(t, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `invalid`, the document API's codes. Every call that takes an id (`get`, `update`, `delete`, `restore`, `exists`)
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `invalid`, the document API's codes. Every call that takes an id (`get`, `update`, `delete`, `restore`, `exists`)
 --- casts it to the declared type of `_id` where the conversion is exact: 24 hex
 --- digits to an ObjectId (the default `_id`), an exact decimal string to an
 --- integer, an ISO time with its zone to a date. Anything else, a table above
 --- all (`{"$gt": ""}` from a client), is `invalid` with a message naming its
 --- type, and nothing is sent; so is a missing id (nil or null).
 ---@param id any the `_id`, cast to the declared `_id` type (see below)
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, unscoped
 ---@return mongostore.Document? doc # tracked; nil when there is none (or it is soft-deleted)
 function Model:get(id, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (none, or soft-deleted already), `invalid`, the document API's codes. One round trip; nothing is loaded.
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `not_found` (none, or soft-deleted already), `invalid`, the document API's codes. One round trip; nothing is loaded.
 ---@param id any the `_id`, cast as `get` casts it
----@param opts? mongostore.ModelOptions hard, session
+---@param opts? mongostore.ModelOptions session, hard
 ---@return true ok # soft-deleted (or removed with `hard`)
 function Model:delete(id, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (no soft-deleted document with that id), `invalid`, the document API's codes. Clears `deleted_at`, bumps the revision and sets `updated_at`, in one round trip.
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `not_found` (no soft-deleted document with that id), `invalid`, the document API's codes. Clears `deleted_at`, bumps the revision and sets `updated_at`, in one round trip.
 ---
 --- Raises on a model without a `deleted_at` field.
 ---@param id any the `_id`, cast as `get` casts it
@@ -209,9 +209,9 @@ function Model:delete(id, opts) end
 ---@return mongostore.Document doc # the document restored, tracked
 function Model:restore(id, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `invalid`, the document API's codes.
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `invalid`, the document API's codes.
 ---@param id any the `_id`, cast as `get` casts it
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, unscoped
 ---@return boolean yes # whether a document has it (soft-deleted ones only when unscoped)
 function Model:exists(id, opts) end
 
@@ -227,22 +227,22 @@ function Model:exists(id, opts) end
 ---@return mongostore.Query q # nothing is sent until a reading call
 function Model:find(q) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)).
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)).
 ---@param q? mongostore.Cond|table the query
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, unscoped
 ---@return integer n # how many documents match (soft-deleted ones not, unless unscoped)
 function Model:count(q, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)).
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)).
 ---@param field string the field (a dotted path)
 ---@param q? mongostore.Cond|table the query
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, unscoped
 ---@return any[] values # the distinct values among the matching documents
 function Model:distinct(field, q, opts) end
 
---- An untracked read: saving one of them (through `Model:new`) tries an insert and fails `duplicate`, saying why; `Model:hydrate` adopts one. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)).
+--- An untracked read: saving one of them (through `Model:new`) tries an insert and fails `duplicate`, saying why; `Model:hydrate` adopts one. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)).
 ---@param q? mongostore.Cond|table the query
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, unscoped
 ---@return table[] docs # the documents as read, untracked: plain tables, no snapshot
 function Model:lean(q, opts) end
 
@@ -251,15 +251,15 @@ function Model:lean(q, opts) end
 ---@return mongostore.Document doc # the same table, tracked as it is now
 function Model:hydrate(raw) end
 
---- The soft-delete scope is the first stage (`$match`), unless unscoped. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)).
+--- The soft-delete scope is the first stage (`$match`), unless unscoped. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)).
 ---@param pipeline table[] the stages
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, unscoped
 ---@return table[] docs # the results, as read
 function Model:aggregate(pipeline, opts) end
 
 --- A new document (or one with no snapshot) is inserted. A tracked one sends the
 --- difference from its snapshot in one `update` guarded by its revision (and the
---- soft-delete scope), and nothing when nothing changed. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `stale` (the document is at another revision: reload it), `not_found` (it
+--- soft-delete scope), and nothing when nothing changed. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `stale` (the document is at another revision: reload it), `not_found` (it
 --- is gone, or soft-deleted by someone else), `validation`, `duplicate` (for a
 --- document with no snapshot the message says so), the document API's codes. On
 --- a failure nothing in memory changes.
@@ -269,7 +269,7 @@ function Model:aggregate(pipeline, opts) end
 ---@return mongostore.Document doc # itself, in sync: the revision bumped, `updated_at` set, the snapshot taken
 function Document:save(opts) end
 
---- As `Model:insert`, for a document made with `Model:new`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)).
+--- As `Model:insert`, for a document made with `Model:new`. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)).
 ---
 --- Raises on a document stored already.
 ---@param opts? mongostore.ModelOptions session, validate
@@ -279,14 +279,14 @@ function Document:insert(opts) end
 ---@return table update # what `save` would send: `{ ["$set"] = ..., ["$unset"] = ... }`, `{}` when nothing changed (the revision and `updated_at` are added at the save)
 function Document:changes() end
 
---- `true` only when this call deleted it. A document deleted already (soft-deleted as last read or written, or removed for good) is not written again: the call fails `not_found` ("deleted already") and `deleted_at` and the revision stay as they were; `{ hard = true }` still removes a soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `stale`, `not_found`, the document API's codes.
+--- `true` only when this call deleted it. A document deleted already (soft-deleted as last read or written, or removed for good) is not written again: the call fails `not_found` ("deleted already") and `deleted_at` and the revision stay as they were; `{ hard = true }` still removes a soft-deleted one. A copy another writer deleted or moved on fails `not_found` or `stale`. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `stale`, `not_found`, the document API's codes.
 ---
 --- Raises on a document that is not stored.
----@param opts? mongostore.ModelOptions hard, session
+---@param opts? mongostore.ModelOptions session, hard
 ---@return true ok # deleted (soft: `deleted_at` set, the revision bumped)
 function Document:delete(opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found`, the document API's codes.
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `not_found`, the document API's codes.
 ---@param opts? mongostore.ModelOptions session, unscoped
 ---@return mongostore.Document doc # itself, as stored now: pending changes dropped
 function Document:reload(opts) end
@@ -327,48 +327,48 @@ function Query:unscoped(name) end
 ---@return mongostore.Query q # itself, its calls in the session
 function Query:session(s) end
 
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session
 ---@return mongostore.Document[] docs # every match, tracked
 function Query:all(opts) end
 
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session
 ---@return mongostore.Document? doc # the first match; nil when none
 function Query:first(opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` when none matches, `invalid` when more than one does.
----@param opts? mongostore.ModelOptions session, validate, unscoped
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `not_found` when none matches, `invalid` when more than one does.
+---@param opts? mongostore.ModelOptions session
 ---@return mongostore.Document doc # the one match
 function Query:one(opts) end
 
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session
 ---@return table[] docs # every match as read, untracked
 function Query:lean(opts) end
 
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session
 ---@return integer n # how many match (within skip and limit)
 function Query:count(opts) end
 
 ---@param field string the field
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session
 ---@return any[] values # its distinct values among the matches
 function Query:distinct(field, opts) end
 
 --- A failure raises inside the loop, as `cursor:each`.
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session
 ---@return fun(): mongostore.Document iter # for a generic `for`, tracked documents one at a time
 function Query:each(opts) end
 
---- Every match, none loaded; the revision bumped and `updated_at` set on each. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `invalid` (as `Model:update`; an unscoped query may also clear `deleted_at`: a restore), `validation` (nothing sent), the document API's codes.
----@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces (an Op, or a table of fields to set), and `model.options`
+--- Every match, none loaded; the revision bumped and `updated_at` set on each. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `invalid` (as `Model:update`; an unscoped query may also clear `deleted_at`: a restore), `validation` (nothing sent), the document API's codes.
+---@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces (an Op, or a table of fields to set), and `model.options` (session, validate)
 ---@return integer n # documents modified
 ---@return { matched: integer, modified: integer } result # the counts
 function Query:update(...) end
 
----@param opts? mongostore.ModelOptions hard, session
+---@param opts? mongostore.ModelOptions session, hard
 ---@return integer n # documents deleted (soft, or removed with `hard`)
 function Query:delete(opts) end
 
---- Every supplied value is checked against its field first. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `not_found` (no such document, or soft-deleted), `invalid`, `validation` (nothing sent), `duplicate`, the document API's codes. A plain table sets declared fields only (`$set`): a key or a value holding an
+--- Every supplied value is checked against its field first. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `not_found` (no such document, or soft-deleted), `invalid`, `validation` (nothing sent), `duplicate`, the document API's codes. A plain table sets declared fields only (`$set`): a key or a value holding an
 --- operator is `invalid`. Operators come from `ops` or `model.trusted`. Whatever
 --- the route, every path of every operator (`$rename`'s destinations too) must
 --- be a declared field, and the id, immutable fields and the fields the model
@@ -376,13 +376,13 @@ function Query:delete(opts) end
 --- written: `invalid`, nothing sent. Also `invalid`: one path given twice, or
 --- with its parent.
 ---@param id any the document's id
----@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces, and `model.options`
+---@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces, and `model.options` (session, validate, unscoped)
 ---@return mongostore.Document doc # the document after the update, tracked (one round trip: `findAndModify`)
 function Model:update(id, ...) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): as `Model:update`; `q` is taken as `Model:find` takes it.
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): as `Model:update`; `q` is taken as `Model:find` takes it.
 ---@param q mongostore.Cond|table which document; its equalities are copied into an inserted one
----@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces, and `model.options`
+---@param ... mongostore.Op|table|mongostore.ModelOptions the update's pieces, and `model.options` (session, validate, unscoped)
 ---@return mongostore.Document doc # the document after the update: inserted when none matched (revision 1, `created_at`, the defaults of the fields neither the update nor the filter gives)
 function Model:upsert(q, ...) end
 
@@ -513,15 +513,16 @@ function model.ops.rename(fields) end
 function model.ops.each(list, opts) end
 
 --- Every document is checked first and an invalid one is never sent: it is one
---- of `result.errors` (code `validation`, with its `errors`) beside the server's
---- refusals, each by its index in `list`. Unordered (`ordered = false`) it
+--- of `result.errors` (code `validation`, the values refused in `detail.errors`)
+--- beside the server's refusals (`detail.server_code`), each by its index in
+--- `list`. Unordered (`ordered = false`) it
 --- attempts every valid document; ordered it stops at the first failure. The
---- valid ones go in one `insert_many`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)) (a failure of the
+--- valid ones go in one `insert_many`. Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)) (a failure of the
 --- whole call).
 ---
 --- Raises on an item that is not a table, or a stored document.
 ---@param list table[] documents (or tables of fields)
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, validate, ordered
 ---@return mongostore.ModelInsertManyResult result # the documents inserted and the failures
 function Model:insert_many(list, opts) end
 
@@ -534,19 +535,20 @@ function Model:insert_many(list, opts) end
 --- reads drop `_bulk` and saves never send it; `lean` shows it, and a model may
 --- not declare a field of that name. The writes are independent: the written
 --- documents are in sync in memory (revision, snapshot), the others as they
---- were, listed in `err.failed`. Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): the first failure's code, `err.failed`, `err.written`.
+--- were, listed in `detail.failed` (each a
+--- [`ModelItemFailure`](#type-modelitemfailure) with its `doc`). Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): the first failure's code, `detail.failed`, `detail.written`.
 ---
 --- Raises on an item that is not a document of this model.
 ---@param docs mongostore.Document[] documents of this model
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, validate
 ---@return integer n # documents written (unchanged ones send nothing)
 function Model:bulk_save(docs, opts) end
 
---- Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as it was). Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `validation` (any op: nothing sent), the document API's codes.
+--- Each op gets the scope, the revision bump and `updated_at` (an upsert `created_at`); a delete of a soft-deleting model marks; an insert is prepared as `Model:insert` prepares it, and the documents it inserted are tracked (a refused one, or one an ordered bulk never sent, is left as it was). The server's refusals are `result.errors` ([`WriteError`](documents.md#type-writeerror)). Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `validation` (any op: nothing sent; `detail.errors` each value by its op's index, `detail.failed` each op), `invalid`, the document API's codes.
 ---
 --- Raises on an item that is not a model op, an unknown or immutable field, an insert of a stored document.
 ---@param list mongostore.ModelBulkOp[] ops from `model.update_one` and the others
----@param opts? mongostore.ModelOptions session, validate, unscoped
+---@param opts? mongostore.ModelOptions session, validate, unscoped, ordered
 ---@return mongostore.BulkWriteResult result # the document API's result
 function Model:bulk_write(list, opts) end
 
@@ -584,10 +586,11 @@ function model.delete_many(q, opts) end
 --- Before each new run and when the transaction aborts, every document written
 --- inside is put back in memory (its revision, timestamps, snapshot, new and
 --- deleted flags; the changes you made stay pending), so a retried save sends its
---- delta again. A model error raised with `assert` that is transient is retried
---- too. Transactions do not nest (MongoDB has no savepoints): called inside a
---- running one it fails `transaction` unless `opts.independent`, which commits on
---- its own (an audit record that must survive the outer abort). Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `transaction`, or what `fn` returned, or `db:transaction`'s codes.
+--- delta again. A failure raised with `assert` is retried too when an operation
+--- of the transaction failed transiently (the session knows). Transactions do not
+--- nest (MongoDB has no savepoints): called inside a running one it fails
+--- `transaction` unless `opts.independent`, which commits on its own (an audit
+--- record that must survive the outer abort). Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `transaction`, or what `fn` returned, or `db:transaction`'s codes.
 ---
 --- Raises on what `fn` raised (the transaction aborted, memory put back first).
 ---@param fn fun(tx: mongostore.Session): any the work; pass `{ session = tx }` to every call inside
@@ -596,7 +599,7 @@ function model.delete_many(q, opts) end
 ---@return any values # then what `fn` returned
 function Registry:transaction(fn, opts) end
 
---- Fails with `nil, err, code[, detail]` ([`ModelError`](#type-modelerror)): `unavailable` on a server without sessions.
+--- Fails with `nil, message, code, detail` ([`ModelFailureDetail`](#type-modelfailuredetail)): `unavailable` on a server without sessions.
 ---@return mongostore.ModelSession ms # for transactions run by hand: no retry
 function Registry:session() end
 

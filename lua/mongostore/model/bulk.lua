@@ -18,7 +18,6 @@ local check_doc, mark = schema.check, schema.mark
 local M = {}
 
 local shared = require "mongostore.model.shared"
-local OPTS = shared.OPTS
 local TOKEN = shared.TOKEN
 local bound = shared.bound
 local build_update = shared.build_update
@@ -50,12 +49,12 @@ local class = require "mongostore.model.class"
 local Model, check_class = class.Model, class.check_class
 
 --- Model:insert_many(list, { ordered = true }) -> { inserted = { doc... },
---   errors = { { index =, code =, message =, errors = }... } }
+--   errors = { { index =, message =, code =, detail = }... } }
 function Model:insert_many(list, opts)
   check_class(self, "insert_many")
-  check_opts("insert_many", opts, OPTS)
-  if type(list) ~= "table" then error("insert_many: list must be a table, got " .. type(list), 2) end
-  local coll = bound(self, "insert_many")
+  check_opts("Model:insert_many", opts)
+  if type(list) ~= "table" then error("Model:insert_many: list must be a table, got " .. type(list), 2) end
+  local coll = bound(self, "Model:insert_many")
   local ordered = not (opts and opts.ordered == false)
   local validate = wants_validation(self, opts)
   local raw, journal = session_of(opts)
@@ -63,11 +62,11 @@ function Model:insert_many(list, opts)
   local at = (r.created_at or r.updated_at) and now()
   local send, where, saved, errors = {}, {}, {}, {}
   for i = 1, #list do
-    local doc = insert_item(self, list[i], "insert_many", i)
+    local doc = insert_item(self, list[i], "Model:insert_many", i)
     local vals, errs = prepare_insert(self, doc, validate, journal, at)
     if not vals then
-      local _, e = validation_error(self, "insert_many", errs)
-      errors[#errors + 1] = { index = i, code = "validation", message = e.message, errors = errs }
+      local _, message, code, detail = validation_error(self, "insert_many", errs)
+      errors[#errors + 1] = { index = i, message = message, code = code, detail = detail }
       if ordered then break end
     else
       send[#send + 1] = doc
@@ -83,8 +82,7 @@ function Model:insert_many(list, opts)
       return driver_fail(msg, code, detail)
     end
     for _, e in ipairs(res.errors) do
-      errors[#errors + 1] = { index = where[e.index], code = e.code, message = e.message,
-                              server_code = e.server_code }
+      errors[#errors + 1] = { index = where[e.index], message = e.message, code = e.code, detail = e.detail }
     end
     for j = 1, #send do
       local doc = send[j]
@@ -108,27 +106,27 @@ local function plan_saves(C, docs, validate, journal, at)
   local ops, plan, failed = {}, {}, {}
   for i = 1, #docs do
     local doc = docs[i]
-    if class_of(doc) ~= C then error(format("bulk_save: item %d is not a %s", i, C.name), 3) end
+    if class_of(doc) ~= C then error(format("Model:bulk_save: item %d is not a %s", i, C.name), 3) end
     local snap = snaps[doc]
     if gone[doc] then
-      failed[#failed + 1] = { index = i, doc = doc, code = "not_found", message = "the document was deleted" }
+      failed[#failed + 1] = { index = i, doc = doc, message = "the document was deleted", code = "not_found" }
     elseif snap == nil then
       local vals, errs = prepare_insert(C, doc, validate, journal, at)
       if not vals then
-        local _, e = validation_error(C, "bulk_save", errs)
-        failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
+        local _, message, code, detail = validation_error(C, "bulk_save", errs)
+        failed[#failed + 1] = { index = i, doc = doc, message = message, code = code, detail = detail }
       else
         ops[#ops + 1] = { insert_one = doc }
         plan[#ops] = { index = i, doc = doc, insert = true, vals = vals, had_id = vals._id ~= nil }
       end
     else
       mark(C._schema, doc)
-      local set, unset, n = delta(C, doc, snap, "bulk_save")
+      local set, unset, n = delta(C, doc, snap, "Model:bulk_save")
       if n > 0 then
         local errs = validate and check_doc(C._schema, doc, C._check_skip)
         if errs then
-          local _, e = validation_error(C, "bulk_save", errs)
-          failed[#failed + 1] = { index = i, doc = doc, code = "validation", message = e.message, errors = errs }
+          local _, message, code, detail = validation_error(C, "bulk_save", errs)
+          failed[#failed + 1] = { index = i, doc = doc, message = message, code = code, detail = detail }
         else
           local token = call .. "." .. (#ops + 1)
           local u, f, unscoped = save_update(C, snap, set, unset, at, token)
@@ -173,7 +171,7 @@ local function find_missed(C, coll, raw, plan, ok_updates)
       elseif rev then
         missed[j] = { code = "stale", message = format(
           "document %s is at revision %s, this copy at %s: reload it", id, tostring(d[rev]),
-          tostring(snaps[p.doc][rev])) }
+          tostring(snaps[p.doc][rev])), detail = { found = d[rev] } }
       else
         missed[j] = { code = "stale", message = format("document %s was not written: reload it", id) }
       end
@@ -198,8 +196,7 @@ local function settle_saves(C, ops, plan, refused, missed, failed, journal, at)
           message = tostring(message) .. "; " .. format(NO_SNAPSHOT, C.name)
         end
       end
-      failed[#failed + 1] = { index = p.index, doc = doc, code = e.code, message = message,
-                              server_code = e.server_code }
+      failed[#failed + 1] = { index = p.index, doc = doc, message = message, code = e.code, detail = e.detail }
     else
       if p.insert then
         snaps[doc] = snapshot(doc)
@@ -213,12 +210,13 @@ local function settle_saves(C, ops, plan, refused, missed, failed, journal, at)
   return written
 end
 
---- Model:bulk_save(docs) -> n written; or nil, err with err.failed = { { index =, doc =, code =, message = }... }
+--- Model:bulk_save(docs) -> n written; or nil, message, code, { failed = { { index =, doc =, message =, code =,
+-- detail = }... }, written = n }
 function Model:bulk_save(docs, opts)
   check_class(self, "bulk_save")
-  check_opts("bulk_save", opts, OPTS)
-  if type(docs) ~= "table" then error("bulk_save: docs must be a table, got " .. type(docs), 2) end
-  local coll = bound(self, "bulk_save")
+  check_opts("Model:bulk_save", opts)
+  if type(docs) ~= "table" then error("Model:bulk_save: docs must be a table, got " .. type(docs), 2) end
+  local coll = bound(self, "Model:bulk_save")
   local validate = wants_validation(self, opts)
   local raw, journal = session_of(opts)
   local at = now()
@@ -274,9 +272,9 @@ end
 --- Model:bulk_write{ model.update_one(q, ...), ... } -> the document API's BulkWriteResult.
 function Model:bulk_write(list, opts)
   check_class(self, "bulk_write")
-  check_opts("bulk_write", opts, OPTS)
-  if type(list) ~= "table" then error("bulk_write: list must be a table, got " .. type(list), 2) end
-  local coll = bound(self, "bulk_write")
+  check_opts("Model:bulk_write", opts)
+  if type(list) ~= "table" then error("Model:bulk_write: list must be a table, got " .. type(list), 2) end
+  local coll = bound(self, "Model:bulk_write")
   local validate = wants_validation(self, opts)
   local unscoped = opts and opts.unscoped
   local raw, journal = session_of(opts)
@@ -285,11 +283,11 @@ function Model:bulk_write(list, opts)
   local invalid_item -- an item a client's value made invalid: nothing is sent
   for i, b in ipairs(list) do
     if getmetatable(b) ~= Bulk then
-      error(format("bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
+      error(format("Model:bulk_write: item %d is not a model op (model.update_one(...) and the others)", i), 2)
     end
     local kind = b.kind
     if kind == "insert_one" then
-      local doc = insert_item(self, b.doc, "bulk_write", i)
+      local doc = insert_item(self, b.doc, "Model:bulk_write", i)
       local vals, errs = prepare_insert(self, doc, validate, journal, at)
       if not vals then errors[#errors + 1] = { index = i, errs = errs } else
         out[i] = { insert_one = doc }
@@ -325,11 +323,16 @@ function Model:bulk_write(list, opts)
   end
   if #errors > 0 then
     for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
-    local all = {}
+    -- every refused value (by its op's index), and each refused op in the per-item shape
+    local all, failed = {}, {}
     for _, e in ipairs(errors) do
       for _, x in ipairs(e.errs) do all[#all + 1] = { field = x.field, message = x.message, index = e.index } end
+      local _, message, code, detail = validation_error(self, "bulk_write", e.errs)
+      failed[#failed + 1] = { index = e.index, message = message, code = code, detail = detail }
     end
-    return validation_error(self, "bulk_write", all)
+    local _, message, code, detail = validation_error(self, "bulk_write", all)
+    detail.failed = failed
+    return nil, message, code, detail
   end
   local ordered = not (opts and opts.ordered == false)
   local res, msg, code, detail = coll:bulk_write(out, { ordered = ordered, session = raw })

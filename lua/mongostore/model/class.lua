@@ -11,7 +11,6 @@ local array = core.array
 local copy = track.copy
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local TOKEN = P_shared.TOKEN
 local adopt = P_shared.adopt
 local bound = P_shared.bound
@@ -51,7 +50,7 @@ Model.__index = Model
 local function check_class(C, fn)
   local meta = type(C) == "table" and rawget(C, "_meta")
   if not meta or getmetatable(C) ~= meta then
-    error(format("%s: call it with a colon, Model:%s(...), not with a dot (the model came as %s)", fn, fn,
+    error(format("Model:%s: call it with a colon, Model:%s(...), not with a dot (the model came as %s)", fn, fn,
       class_of(C) and "a document" or type(C)), 3)
   end
 end
@@ -60,8 +59,8 @@ end
 function Model:new(t)
   check_class(self, "new")
   if t == nil then t = {} end
-  if type(t) ~= "table" then error("new: fields must be a table or nil, got " .. type(t), 2) end
-  if snaps[t] then error("new: this table is a stored document already", 2) end
+  if type(t) ~= "table" then error("Model:new: fields must be a table or nil, got " .. type(t), 2) end
+  if snaps[t] then error("Model:new: this table is a stored document already", 2) end
   local id = rawget(t, "id")
   -- an id that cannot be cast is kept as given: validation names it
   if id ~= nil then rawset(t, "id", nil); rawset(t, "_id", id_of(self, id) or id) end
@@ -72,16 +71,16 @@ end
 
 function Model:insert(t, opts)
   check_class(self, "insert")
-  check_opts("insert", opts, OPTS)
+  check_opts("Model:insert", opts)
   local doc = self:new(t)
-  return insert_doc(self, doc, opts, "insert")
+  return insert_doc(self, doc, opts, "insert", "Model:insert")
 end
 
 --- Model:hydrate(raw): a raw document (from lean, or any read) adopted as tracked, as it is now.
 function Model:hydrate(raw)
   check_class(self, "hydrate")
-  if type(raw) ~= "table" then error("hydrate: raw must be a table, got " .. type(raw), 2) end
-  if rawget(raw, "_id") == nil then error("hydrate: raw has no _id (use Model:new for a new document)", 2) end
+  if type(raw) ~= "table" then error("Model:hydrate: raw must be a table, got " .. type(raw), 2) end
+  if rawget(raw, "_id") == nil then error("Model:hydrate: raw has no _id (use Model:new for a new document)", 2) end
   if self._soft and rawget(raw, self._soft) == null then rawset(raw, self._soft, nil) end
   rawset(raw, TOKEN, nil)
   local snap = copy(raw)
@@ -98,8 +97,8 @@ end
 
 function Model:get(id, opts)
   check_class(self, "get")
-  check_opts("get", opts, OPTS)
-  local coll = bound(self, "get")
+  check_opts("Model:get", opts)
+  local coll = bound(self, "Model:get")
   local raw = session_of(opts)
   local bad
   id, bad = id_of(self, id, "get")
@@ -114,6 +113,7 @@ end
 
 function Model:count(q, opts)
   check_class(self, "count")
+  check_opts("Model:count", opts)
   local qq = new_query(self, q)
   if opts and opts.unscoped then qq.unscoped_ = true end
   return qq:count(opts and { session = opts.session })
@@ -121,6 +121,7 @@ end
 
 function Model:distinct(field, q, opts)
   check_class(self, "distinct")
+  check_opts("Model:distinct", opts)
   local qq = new_query(self, q)
   if opts and opts.unscoped then qq.unscoped_ = true end
   return qq:distinct(field, opts and { session = opts.session })
@@ -128,6 +129,7 @@ end
 
 function Model:lean(q, opts)
   check_class(self, "lean")
+  check_opts("Model:lean", opts)
   local qq = new_query(self, q)
   if opts and opts.unscoped then qq.unscoped_ = true end
   return qq:lean(opts and { session = opts.session })
@@ -136,9 +138,11 @@ end
 --- Model:aggregate(pipeline, opts) -> the raw results; the soft-delete scope is the first stage.
 function Model:aggregate(pipeline, opts)
   check_class(self, "aggregate")
-  check_opts("aggregate", opts, OPTS)
-  if type(pipeline) ~= "table" then error("aggregate: pipeline must be a list of stages, got " .. type(pipeline), 2) end
-  local coll = bound(self, "aggregate")
+  check_opts("Model:aggregate", opts)
+  if type(pipeline) ~= "table" then
+    error("Model:aggregate: pipeline must be a list of stages, got " .. type(pipeline), 2)
+  end
+  local coll = bound(self, "Model:aggregate")
   local js = find_js(pipeline)
   if js then return fail("invalid", format("aggregate %s: %s is refused (it runs JavaScript on the server)",
     self.name, js)) end
@@ -157,8 +161,9 @@ end
 --- Model:update(id, op, ...) -> the document after the update, tracked; one round trip.
 function Model:update(id, ...)
   check_class(self, "update")
-  local coll = bound(self, "update")
+  local coll = bound(self, "Model:update")
   local list, opts = split_args(...)
+  check_opts("Model:update", opts)
   local raw = session_of(opts)
   local bad
   id, bad = id_of(self, id, "update")
@@ -179,8 +184,8 @@ end
 --- Model:delete(id, { hard =, session = }) -> true, or nil, err, "not_found": soft deletes (or removes) by id.
 function Model:delete(id, opts)
   check_class(self, "delete")
-  check_opts("delete", opts, OPTS)
-  local coll = bound(self, "delete")
+  check_opts("Model:delete", opts)
+  local coll = bound(self, "Model:delete")
   local bad
   id, bad = id_of(self, id, "delete")
   if id == nil then return fail("invalid", bad) end
@@ -201,10 +206,10 @@ end
 --- Model:restore(id, { session = }) -> the document, tracked, or nil, err, "not_found" (none soft-deleted with it).
 function Model:restore(id, opts)
   check_class(self, "restore")
-  check_opts("restore", opts, OPTS)
-  local coll = bound(self, "restore")
+  check_opts("Model:restore", opts)
+  local coll = bound(self, "Model:restore")
   local soft = self._soft
-  if not soft then error(format("restore: %s has no deleted_at field (no soft delete)", self.name), 2) end
+  if not soft then error(format("Model:restore: %s has no deleted_at field (no soft delete)", self.name), 2) end
   local bad
   id, bad = id_of(self, id, "restore")
   if id == nil then return fail("invalid", bad) end
@@ -221,8 +226,8 @@ end
 --- Model:exists(id, { unscoped =, session = }) -> true or false (or nil, err, code).
 function Model:exists(id, opts)
   check_class(self, "exists")
-  check_opts("exists", opts, OPTS)
-  local coll = bound(self, "exists")
+  check_opts("Model:exists", opts)
+  local coll = bound(self, "Model:exists")
   local bad
   id, bad = id_of(self, id, "exists")
   if id == nil then return fail("invalid", bad) end
@@ -235,8 +240,9 @@ end
 --- Model:upsert(q, op, ...) -> the document after the update (inserted when none matched), tracked.
 function Model:upsert(q, ...)
   check_class(self, "upsert")
-  local coll = bound(self, "upsert")
+  local coll = bound(self, "Model:upsert")
   local list, opts = split_args(...)
+  check_opts("Model:upsert", opts)
   local raw = session_of(opts)
   local filter, bad = model_filter(self, q)
   if not filter then return fail("invalid", bad) end

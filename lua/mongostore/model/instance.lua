@@ -18,7 +18,6 @@ local check_doc = schema.check
 local mark = schema.mark
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local TOKEN = P_shared.TOKEN
 local bound = P_shared.bound
 local check_opts = P_shared.check_opts
@@ -124,8 +123,8 @@ end
 
 -- Inserts a new document (or one with no snapshot), all put back if the
 -- server refuses it.
-local function insert_doc(C, doc, opts, fn)
-  local coll = bound(C, fn)
+local function insert_doc(C, doc, opts, fn, who)
+  local coll = bound(C, who)
   if gone[doc] then return fail("not_found", format("%s %s: the document was deleted", fn, C.collection)) end
   local raw, journal = session_of(opts)
   local r = C._roles
@@ -155,7 +154,8 @@ local function stale_or_missing(C, doc, fn, raw, unscoped)
   if found then
     local rev = C._roles.revision
     return fail("stale", format("%s %s: document %s is at revision %s, this copy at %s: reload it", fn,
-      C.collection, tostring(id), tostring(rev and found[rev]), tostring(rev and rawget(doc, rev))))
+      C.collection, tostring(id), tostring(rev and found[rev]), tostring(rev and rawget(doc, rev))),
+      rev and { found = found[rev] } or nil)
   end
   return fail("not_found", format("%s %s: no document %s", fn, C.collection, tostring(id)))
 end
@@ -215,7 +215,7 @@ end
 local function doc_class(doc, fn)
   local C = class_of(doc)
   if C == nil then
-    error(format("%s: call it with a colon, doc:%s(...), not with a dot (the document came as %s)", fn, fn,
+    error(format("doc:%s: call it with a colon, doc:%s(...), not with a dot (the document came as %s)", fn, fn,
       type(doc)), 3)
   end
   return C
@@ -223,13 +223,13 @@ end
 
 function Instance:save(opts)
   local C = doc_class(self, "save")
-  check_opts("save", opts, OPTS)
+  check_opts("doc:save", opts)
   local snap = snaps[self]
-  if snap == nil then return insert_doc(C, self, opts, "save") end
-  local coll = bound(C, "save")
+  if snap == nil then return insert_doc(C, self, opts, "save", "doc:save") end
+  local coll = bound(C, "doc:save")
   if gone[self] then return fail("not_found", format("save %s: the document was deleted", C.collection)) end
   mark(C._schema, self)
-  local set, unset, n = delta(C, self, snap, "save")
+  local set, unset, n = delta(C, self, snap, "doc:save")
   if n == 0 then return self end
   if wants_validation(C, opts) then
     local errs = check_doc(C._schema, self, C._check_skip)
@@ -248,9 +248,9 @@ end
 
 function Instance:insert(opts)
   local C = doc_class(self, "insert")
-  check_opts("insert", opts, OPTS)
-  if snaps[self] then error(format("insert: this %s is stored already (save it)", C.name), 2) end
-  return insert_doc(C, self, opts, "insert")
+  check_opts("doc:insert", opts)
+  if snaps[self] then error(format("doc:insert: this %s is stored already (save it)", C.name), 2) end
+  return insert_doc(C, self, opts, "insert", "doc:insert")
 end
 
 --- a:changes() -> { ["$set"] = {...}, ["$unset"] = {...} }, what save would send ({} when nothing).
@@ -268,10 +268,10 @@ end
 
 function Instance:delete(opts)
   local C = doc_class(self, "delete")
-  check_opts("delete", opts, OPTS)
-  local coll = bound(C, "delete")
+  check_opts("doc:delete", opts)
+  local coll = bound(C, "doc:delete")
   local snap = snaps[self]
-  if snap == nil then error(format("delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
+  if snap == nil then error(format("doc:delete: this %s is not stored (or not from a tracked read)", C.name), 2) end
   if gone[self] then
     return fail("not_found", format("delete %s: document %s is deleted already (for good)", C.collection,
       tostring(rawget(self, "_id"))))
@@ -310,10 +310,10 @@ end
 
 function Instance:reload(opts)
   local C = doc_class(self, "reload")
-  check_opts("reload", opts, OPTS)
-  local coll = bound(C, "reload")
+  check_opts("doc:reload", opts)
+  local coll = bound(C, "doc:reload")
   local id = rawget(self, "_id")
-  if id == nil then error("reload: the document has no id", 2) end
+  if id == nil then error("doc:reload: the document has no id", 2) end
   local soft = C._soft
   local unscoped = (opts and opts.unscoped) or (soft and rawget(self, soft) ~= nil and rawget(self, soft) ~= null)
   local raw = session_of(opts)

@@ -6,7 +6,6 @@ local type, error, pairs, ipairs, setmetatable, getmetatable, tostring =
 local format = string.format
 
 local P_shared = require "mongostore.model.shared"
-local OPTS = P_shared.OPTS
 local Session = P_shared.Session
 local adopt = P_shared.adopt
 local bound = P_shared.bound
@@ -38,7 +37,7 @@ local function new_query(C, q)
 end
 
 function Query:sort(spec)
-  if type(spec) ~= "table" then error("sort: spec must be a table, got " .. type(spec), 2) end
+  if type(spec) ~= "table" then error("q:sort: spec must be a table, got " .. type(spec), 2) end
   local s = {}
   for i, pair in ipairs(spec) do
     if type(pair) == "table" then s[i] = { rename(pair[1]), pair[2] } else s = spec; break end
@@ -52,13 +51,13 @@ function Query:sort(spec)
 end
 
 function Query:limit(n)
-  if type(n) ~= "number" then error("limit: n must be a number, got " .. type(n), 2) end
+  if type(n) ~= "number" then error("q:limit: n must be a number, got " .. type(n), 2) end
   self.opts.limit = n
   return self
 end
 
 function Query:skip(n)
-  if type(n) ~= "number" then error("skip: n must be a number, got " .. type(n), 2) end
+  if type(n) ~= "number" then error("q:skip: n must be a number, got " .. type(n), 2) end
   self.opts.skip = n
   return self
 end
@@ -66,7 +65,7 @@ end
 --- q:unscoped("soft_delete") (or q:unscoped()): the soft-deleted documents too.
 function Query:unscoped(name)
   if name ~= nil and name ~= "soft_delete" then
-    error("unscoped: the only scope is \"soft_delete\", got " .. tostring(name), 2)
+    error("q:unscoped: the only scope is \"soft_delete\", got " .. tostring(name), 2)
   end
   self.unscoped_ = true
   return self
@@ -78,8 +77,8 @@ function Query:session(s)
   return self
 end
 
-local function q_raw(self, opts)
-  check_opts("query", opts, OPTS)
+local function q_raw(self, opts, fn)
+  check_opts(fn, opts, nil, 4)
   local s = (opts and opts.session) or self.session_
   if getmetatable(s) == Session then s = s.raw end
   return s, journals[s or false]
@@ -115,7 +114,7 @@ end
 
 function Query:all(opts)
   local C = self.C
-  local docs, err, code, detail = find_all(self, bound(C, "all"), (q_raw(self, opts)))
+  local docs, err, code, detail = find_all(self, bound(C, "q:all"), (q_raw(self, opts, "q:all")))
   if not docs then return nil, err, code, detail end
   for i = 1, #docs do adopt(C, docs[i]) end
   return docs
@@ -123,13 +122,13 @@ end
 
 --- q:lean(): the documents as read, untracked (plain tables).
 function Query:lean(opts)
-  return find_all(self, bound(self.C, "lean"), (q_raw(self, opts)))
+  return find_all(self, bound(self.C, "q:lean"), (q_raw(self, opts, "q:lean")))
 end
 
 function Query:first(opts)
   local C = self.C
-  local coll = bound(C, "first")
-  local raw = q_raw(self, opts)
+  local coll = bound(C, "q:first")
+  local raw = q_raw(self, opts, "q:first")
   local o = find_opts(self, raw)
   o.limit = nil
   local f, bad = q_filter(self)
@@ -145,7 +144,7 @@ end
 --- q:one(): the one document that matches: not_found when none does, invalid when more than one.
 function Query:one(opts)
   local C = self.C
-  local docs, err, code, detail = find_all(self, bound(C, "one"), q_raw(self, opts), 2)
+  local docs, err, code, detail = find_all(self, bound(C, "q:one"), q_raw(self, opts, "q:one"), 2)
   if not docs then return nil, err, code, detail end
   if #docs == 0 then return fail("not_found", format("one %s: no document matches", C.collection)) end
   if #docs > 1 then return fail("invalid", format("one %s: more than one document matches", C.collection)) end
@@ -153,8 +152,8 @@ function Query:one(opts)
 end
 
 function Query:count(opts)
-  local coll = bound(self.C, "count")
-  local raw = q_raw(self, opts)
+  local coll = bound(self.C, "q:count")
+  local raw = q_raw(self, opts, "q:count")
   local o = { session = raw, skip = self.opts.skip, limit = self.opts.limit }
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
@@ -164,9 +163,9 @@ function Query:count(opts)
 end
 
 function Query:distinct(field, opts)
-  if type(field) ~= "string" then error("distinct: field must be a string, got " .. type(field), 2) end
-  local coll = bound(self.C, "distinct")
-  local raw = q_raw(self, opts)
+  if type(field) ~= "string" then error("q:distinct: field must be a string, got " .. type(field), 2) end
+  local coll = bound(self.C, "q:distinct")
+  local raw = q_raw(self, opts, "q:distinct")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
   local vals, msg, code, detail = coll:distinct(rename(field), f, dopts(raw))
@@ -177,8 +176,8 @@ end
 --- for doc in q:each() do ... end: tracked documents one at a time; a failure raises.
 function Query:each(opts)
   local C = self.C
-  local coll = bound(C, "each")
-  local raw = q_raw(self, opts)
+  local coll = bound(C, "q:each")
+  local raw = q_raw(self, opts, "q:each")
   local f, bad = q_filter(self)
   if not f then error(bad, 2) end
   local cur, msg, code = coll:find(f, find_opts(self, raw))
@@ -194,9 +193,9 @@ end
 --- q:update(op, ...) -> n (documents modified), { matched =, modified = }; every match, none loaded.
 function Query:update(...)
   local C = self.C
-  local coll = bound(C, "update")
+  local coll = bound(C, "q:update")
   local list, opts = split_args(...)
-  local raw = q_raw(self, opts)
+  local raw = q_raw(self, opts, "q:update")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
   local u, errs
@@ -211,8 +210,8 @@ end
 --- q:delete{ hard = } -> n: soft deletes (or removes) every match.
 function Query:delete(opts)
   local C = self.C
-  local coll = bound(C, "delete")
-  local raw = q_raw(self, opts)
+  local coll = bound(C, "q:delete")
+  local raw = q_raw(self, opts, "q:delete")
   local f, bad = q_filter(self)
   if not f then return fail("invalid", bad) end
   if C._soft and not (opts and opts.hard) then

@@ -11,7 +11,6 @@ local null = core.null
 local to_filter = query.filter
 
 local P_shared = require "mongostore.model.shared"
-local Error = P_shared.Error
 local Session = P_shared.Session
 local check_opts = P_shared.check_opts
 local driver_fail = P_shared.driver_fail
@@ -50,14 +49,14 @@ end
 --- model.registry(db, { Model... }) -> a registry, the declared indexes created; or nil, err.
 local function registry(db, models, opts)
   if type(db) ~= "userdata" and type(db) ~= "table" then
-    error("registry: db must be a Database, got " .. type(db), 2)
+    error("model.registry: db must be a Database, got " .. type(db), 2)
   end
-  if type(models) ~= "table" then error("registry: models must be a list of models, got " .. type(models), 2) end
-  check_opts("registry", opts, { indexes = true })
+  if type(models) ~= "table" then error("model.registry: models must be a list of models, got " .. type(models), 2) end
+  check_opts("model.registry", opts, { indexes = true })
   local reg = setmetatable({ db = db, models = {}, depth = 0 }, Registry)
   for i, C in ipairs(models) do
     if type(C) ~= "table" or getmetatable(C) ~= C._meta then
-      error(format("registry: models[%d] is not a model", i), 2)
+      error(format("model.registry: models[%d] is not a model", i), 2)
     end
     local coll, msg, code, detail = db:collection(C.collection)
     if not coll then return driver_fail(msg, code, detail) end
@@ -69,7 +68,7 @@ local function registry(db, models, opts)
         local ok
         ok, msg, code, detail = coll:create_index(keys, o)
         if not ok then
-          return driver_fail(format("registry: index on %s: %s", C.collection, tostring(msg)), code, detail)
+          return driver_fail(format("model.registry: index on %s: %s", C.collection, tostring(msg)), code, detail)
         end
       end
     end
@@ -91,23 +90,11 @@ end
 
 local function pack(...) return { n = select("#", ...), ... } end
 
-local function is_transient_err(e)
-  if getmetatable(e) ~= Error then return false end
-  if e.code == "transient" then return true end
-  local d = e.detail
-  if type(d) == "table" and type(d.labels) == "table" then
-    for _, l in ipairs(d.labels) do
-      if l == "TransientTransactionError" then return true end
-    end
-  end
-  return false
-end
-
 --- registry:transaction(fn, opts) -> true, fn's values; or nil, err. fn(tx) runs again on transient
 -- errors, after every document it wrote is put back as it was in memory; on abort too.
 function Registry:transaction(fn, opts)
-  if type(fn) ~= "function" then error("transaction: fn must be a function, got " .. type(fn), 2) end
-  check_opts("transaction", opts, TX_OPTS)
+  if type(fn) ~= "function" then error("registry:transaction: fn must be a function, got " .. type(fn), 2) end
+  check_opts("registry:transaction", opts, TX_OPTS)
   local independent = opts and opts.independent
   if self.depth > 0 and not independent then
     return fail("transaction", "transaction: transactions do not nest (MongoDB has no savepoints): pass the "
@@ -122,18 +109,17 @@ function Registry:transaction(fn, opts)
   local raised, raised_set = nil, false
   local function attempt(s)
     journal_rollback(journal)   -- the last attempt's writes, undone in memory
+    raised, raised_set = nil, false
     journals[s] = journal
     local r = pack(pcall(fn, s))
     if not r[1] then
-      local e = r[2]
-      -- a model error raised by assert() that is transient: returned, so it is retried
-      if is_transient_err(e) then return nil, e, e.code, e.detail end
-      raised, raised_set = e, true
-      error(e, 0)
+      -- raised (a failure given to assert among them): db:transaction runs fn
+      -- again when an operation of the transaction failed transiently
+      raised, raised_set = r[2], true
+      error(r[2], 0)
     end
-    -- nil, err from a model call: its code and detail go with it, so a
-    -- transient one is retried
-    if r[2] == nil and getmetatable(r[3]) == Error and r.n < 4 then return nil, r[3], r[3].code, r[3].detail end
+    -- nil, message, code, detail from a model call: handed on as it is, the
+    -- driver's labels in detail, so a transient one is retried
     return unpack(r, 2, r.n)
   end
   local target = independent and handle_for(self.db) or self.db
@@ -150,9 +136,7 @@ function Registry:transaction(fn, opts)
   end
   journal_rollback(journal)
   if raised_set then error(raised, 0) end
-  local msg, code, detail = res[3], res[4], res[5]
-  if getmetatable(msg) == Error then return nil, msg, msg.code, msg.detail end
-  return driver_fail(msg, code, detail)
+  return driver_fail(res[3], res[4], res[5])
 end
 
 --- registry:session() -> a session for transactions run by hand (no retry): start_transaction, commit, abort.
@@ -204,5 +188,4 @@ return {
   TX_OPTS = TX_OPTS,
   handle_for = handle_for,
   pack = pack,
-  is_transient_err = is_transient_err,
 }

@@ -1,5 +1,5 @@
--- mongostore.model.shared - what the parts of mongostore.model share: the error
--- values, the per-document state (snapshots, deletions, transaction journals),
+-- mongostore.model.shared - what the parts of mongostore.model share: the failure
+-- shape, the per-document state (snapshots, deletions, transaction journals),
 -- path and scope helpers, a client's values taken as data (ids, filters) and
 -- the checked update every write path sends.
 local core = require "mongostore.core"
@@ -23,31 +23,21 @@ local mark_value = schema.mark_value
 
 local P = {}
 
--- ------------------------------------------------------------ errors
+-- ------------------------------------------------------------ failures
 
-local Error = {}
-Error.__index = Error
-Error.__name = "mongostore.model.Error"
-Error.__tostring = function(e) return e.message end
-
-local function new_error(code, message, fields)
-  local e = fields or {}
-  e.code, e.message = code, message
-  return setmetatable(e, Error)
+-- nil, message, code, detail: the message a string, every structured fact in
+-- detail. A driver's detail (its labels, server_code) stays the detail table,
+-- the model's own facts added to it, so a transient failure returned from a
+-- transaction's fn runs it again.
+local function fail(code, message, detail)
+  return nil, message, code, detail
 end
 
--- nil, err, code[, detail]: the fourth value keeps a driver's labels, so a
--- transient failure returned from a transaction's fn runs it again.
-local function fail(code, message, fields)
-  local e = new_error(code, message, fields)
-  return nil, e, code, e.detail
-end
-
+-- A failure of the document API handed on: its message (a string), its code
+-- and its detail table as they came.
 local function driver_fail(msg, code, detail)
-  return fail(code or "server", tostring(msg), { detail = detail })
+  return nil, tostring(msg), code or "server", detail
 end
-
-function P.is_error(x) return getmetatable(x) == Error end
 
 -- ------------------------------------------------------------ instance state
 
@@ -65,13 +55,55 @@ local journals = setmetatable({}, { __mode = "k" })
 local Session = {}   -- registry:session()'s wrapper
 Session.__index = Session
 
-local OPTS = { session = true, validate = true, unscoped = true, hard = true, ordered = true }
+-- Each call's own options, as docs/api.lua gives them; any other key raises,
+-- naming the call. model.options takes those of the calls it is given to
+-- (Model:update, Model:upsert, q:update); each of them checks its own.
+local function keys(...)
+  local t = {}
+  for i = 1, select("#", ...) do t[(select(i, ...))] = true end
+  return t
+end
 
-local function check_opts(fn, opts, allowed)
+local OPTS = {
+  ["Model:insert"] = keys("session", "validate"),
+  ["Model:get"] = keys("session", "unscoped"),
+  ["Model:count"] = keys("session", "unscoped"),
+  ["Model:distinct"] = keys("session", "unscoped"),
+  ["Model:lean"] = keys("session", "unscoped"),
+  ["Model:aggregate"] = keys("session", "unscoped"),
+  ["Model:update"] = keys("session", "validate", "unscoped"),
+  ["Model:upsert"] = keys("session", "validate", "unscoped"),
+  ["Model:delete"] = keys("session", "hard"),
+  ["Model:restore"] = keys("session"),
+  ["Model:exists"] = keys("session", "unscoped"),
+  ["Model:insert_many"] = keys("session", "validate", "ordered"),
+  ["Model:bulk_save"] = keys("session", "validate"),
+  ["Model:bulk_write"] = keys("session", "validate", "unscoped", "ordered"),
+  ["doc:save"] = keys("session", "validate"),
+  ["doc:insert"] = keys("session", "validate"),
+  ["doc:delete"] = keys("session", "hard"),
+  ["doc:reload"] = keys("session", "unscoped"),
+  ["q:all"] = keys("session"),
+  ["q:first"] = keys("session"),
+  ["q:one"] = keys("session"),
+  ["q:lean"] = keys("session"),
+  ["q:count"] = keys("session"),
+  ["q:distinct"] = keys("session"),
+  ["q:each"] = keys("session"),
+  ["q:update"] = keys("session", "validate"),
+  ["q:delete"] = keys("session", "hard"),
+  ["model.options"] = keys("session", "validate", "unscoped"),
+}
+
+-- Raises at the caller of the method (level: 3, the method's caller, unless a
+-- helper between them says more).
+local function check_opts(fn, opts, allowed, level)
   if opts == nil then return end
-  if type(opts) ~= "table" then error(format("%s: opts must be a table or nil, got %s", fn, type(opts)), 3) end
+  allowed = allowed or OPTS[fn]
+  level = level or 3
+  if type(opts) ~= "table" then error(format("%s: opts must be a table or nil, got %s", fn, type(opts)), level) end
   for k in pairs(opts) do
-    if not allowed[k] then error(format("%s: unknown option %s", fn, tostring(k)), 3) end
+    if not allowed[k] then error(format("%s: unknown option %s", fn, tostring(k)), level) end
   end
 end
 
@@ -472,8 +504,8 @@ end
 local Options = { __name = "mongostore.model.Options" }
 
 function P.options(t)
-  if type(t) ~= "table" then error("options: t must be a table, got " .. type(t), 2) end
-  check_opts("options", t, OPTS)
+  if type(t) ~= "table" then error("model.options: t must be a table, got " .. type(t), 2) end
+  check_opts("model.options", t)
   local o = {}
   for k, v in pairs(t) do o[k] = v end
   return setmetatable(o, Options)
@@ -495,8 +527,6 @@ local function split_args(...)
 end
 
 for k, v in pairs {
-  Error = Error,
-  new_error = new_error,
   fail = fail,
   driver_fail = driver_fail,
   snaps = snaps,
