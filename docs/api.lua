@@ -26,6 +26,7 @@ api.modules = {
   { name = "mongostore.values", as = "values" },
   { name = "mongostore.engine", as = "engine" },
   { name = "mongostore.chart", as = "chart" },
+  { name = "mongostore.diagram", as = "diagram" },
   { name = "mongostore.ngx", as = "msngx" },
   { name = "mongostore.ngx_thread", as = "ngx_thread" },
   { name = "mongostore.model", as = "model" },
@@ -3429,7 +3430,7 @@ self-transition (which would leave and re-enter the state and re-arm its
 timer); a state below that takes the event itself still wins. An automatic
 transition (no `on`) and a join need a target. Only Lua charts have them:
 harel's `.stm` documents give every transition a target (`from A to B ...`),
-so `chart.from_stm` never makes one, and harel's own workers cannot run such a
+so `stm.to_chart` never makes one, and harel's own workers cannot run such a
 chart. Hooks are called as `fn(context, event, act)`; an action that raises
 leaves the execution `FAILED` (README.md, "Statecharts and the engine").]],
   sections = {
@@ -3588,7 +3589,7 @@ local order = chart.define{
     {
       title = "Diagrams",
       intro = [[
-`chart.to_dot` (Graphviz) and `chart.to_mermaid` (a Mermaid `stateDiagram-v2`)
+`diagram.to_dot` (Graphviz) and `diagram.to_mermaid` (a Mermaid `stateDiagram-v2`)
 draw a chart: composites as clusters (Mermaid composites), the regions of an
 orthogonal state dashed (split by `--`), an initial dot in each composite,
 finals with a double border and their outcome, timeouts (seconds or the
@@ -3609,7 +3610,7 @@ its format (quotes, brackets, braces, newlines, non-ASCII, invalid UTF-8), so
 no state name, event kind or outcome can end a label or add a statement.
 `tools/render-order-chart` draws the README's chart into `docs/order_chart.svg`.]],
       entries = {
-        { fn = "to_dot", module = "mongostore.chart",
+        { fn = "to_dot", module = "mongostore.diagram",
           params = {
             { "c", "mongostore.Chart", "a chart" },
             { "opts", "mongostore.DiagramOptions?", "what to highlight and how to lay it out" },
@@ -3623,9 +3624,9 @@ no state name, event kind or outcome can end a label or add a statement.
             .. "state the chart does not have (a trace of an older version of the chart).",
           example = [[
 local svg = io.popen("dot -Tsvg -o order.svg", "w")
-svg:write(assert(chart.to_dot(order, { execution = exe, trace = assert(store:read_trace(exe.id)) })))
+svg:write(assert(diagram.to_dot(order, { execution = exe, trace = assert(store:read_trace(exe.id)) })))
 svg:close()]] },
-        { fn = "to_mermaid", module = "mongostore.chart",
+        { fn = "to_mermaid", module = "mongostore.diagram",
           params = {
             { "c", "mongostore.Chart", "a chart" },
             { "opts", "mongostore.DiagramOptions?", "what to highlight and how to lay it out" },
@@ -3638,7 +3639,7 @@ svg:close()]] },
             .. "for one",
           desc = "Mermaid's own parser (mermaid 11) takes every diagram it writes: `tools/mermaid/check FILE...`." },
         { class = "mongostore.DiagramOptions",
-          desc = "What `chart.to_dot` and `chart.to_mermaid` take; an unknown key raises.",
+          desc = "What `diagram.to_dot` and `diagram.to_mermaid` take; an unknown key raises.",
           fields = {
             { "execution", "mongostore.Execution|mongostore.Execution[]?", "where it is: an execution of the "
               .. "chart (as `store:load` gives it), or a list (the parent and its regions' children)" },
@@ -3659,7 +3660,7 @@ svg:close()]] },
     {
       title = "harel's .stm charts",
       intro = [[
-`chart.from_stm` reads a machine of harel's `.stm` DSL (harel 0.9.0,
+`stm.to_chart` reads a machine of harel's `.stm` DSL (harel 0.9.0,
 `harel/dsl/grammar.lark`) into a chart, through `mongostore.stm` (LPeg). Each
 construct becomes what `chart.define` takes: `state`, `orthogonal` (its
 regions), `final NAME VERDICT` (`final = "VERDICT"`; `outcome` on a leaf is the
@@ -3685,7 +3686,7 @@ the one importing it; its events, bindings, guards and fragments merged in,
 the fragments named `alias.F` under an alias, all in one space as in harel),
 `invoke NAME [for V in LIST] with { child: parent ... }` (`invoke`, `each`,
 `as` and `with`: NAME is the id of a chart registered with the engine, so
-read each machine with its own `chart.from_stm(text, { machine = NAME })`; an
+read each machine with its own `stm.to_chart(text, { machine = NAME })`; an
 inline `invoke [for V in LIST] { ... }` body becomes a chart of its own,
 `stm.submachines`, registered with its machine by the engine;
 `on Returned where outcome == ...` routes on the child's result) and `carry
@@ -3709,26 +3710,8 @@ refused by name, never dropped:
 the machine itself. A declared event's fields are checked by
 `stm.check_event`.]],
       entries = {
-        { fn = "from_stm", module = "mongostore.chart",
-          params = {
-            { "text", "string", "the `.stm` text" },
-            { "opts", "mongostore.StmOptions?", "the actions and guards in Lua, which machine, the chart's id" },
-          },
-          returns = { { "c", "mongostore.Chart", "the chart, as `chart.define` makes it" } },
-          raises = "a text harel's grammar does not take, an unbound action or guard, a construct the engine cannot "
-            .. "run (by name), or what `chart.define` refuses, each as `stm: line L, column C: ...`; wrong argument "
-            .. "types, naming the argument",
-          example = [[
-local c = chart.from_stm([=[
-event Paid { amount: float }
-machine order {
-  initial Cart
-  state Cart { on enter greet(channel: "email") }
-  final Done success
-  from Cart to Done on Paid where amount > 0
-}]=], { actions = { greet = function(context, event, act, inputs) context.greeted = inputs.channel end } })]] },
         { class = "mongostore.StmOptions",
-          desc = "What `chart.from_stm` takes; an unknown key raises.",
+          desc = "What `stm.to_chart` takes; an unknown key raises.",
           fields = {
             { "actions", "table<string, function>?", "hooks and selectors by handler name or dotted path: "
               .. "hooks as `fn(context, event, act, inputs)`, selectors as `fn(context, event, inputs)`" },
@@ -3746,7 +3729,7 @@ machine order {
           } },
         { fn = "check_event", module = "mongostore.stm",
           params = {
-            { "c", "mongostore.Chart", "a chart from `chart.from_stm`" },
+            { "c", "mongostore.Chart", "a chart from `stm.to_chart`" },
             { "kind", "string", "an event kind" },
             { "data", "table?", "its data" },
           },
@@ -3768,19 +3751,30 @@ machine order {
         { fn = "to_chart", module = "mongostore.stm",
           params = {
             { "text", "string", "the `.stm` text" },
-            { "opts", "mongostore.StmOptions?", "as `chart.from_stm`" },
+            { "opts", "mongostore.StmOptions?", "the actions and guards in Lua, which machine, the chart's id" },
           },
-          returns = { { "c", "mongostore.Chart", "what `chart.from_stm` returns" } },
-          raises = "as `chart.from_stm`" },
+          returns = { { "c", "mongostore.Chart", "the chart, as `chart.define` makes it" } },
+          raises = "a text harel's grammar does not take, an unbound action or guard, a construct the engine cannot "
+            .. "run (by name), or what `chart.define` refuses, each as `stm: line L, column C: ...`; wrong argument "
+            .. "types, naming the argument",
+          example = [[
+local c = stm.to_chart([=[
+event Paid { amount: float }
+machine order {
+  initial Cart
+  state Cart { on enter greet(channel: "email") }
+  final Done success
+  from Cart to Done on Paid where amount > 0
+}]=], { actions = { greet = function(context, event, act, inputs) context.greeted = inputs.channel end } })]] },
         { fn = "expand", module = "mongostore.stm",
           params = {
             { "text", "string", "the `.stm` text" },
-            { "opts", "mongostore.StmOptions?", "which machine, the actions and guards (as `chart.from_stm`)" },
+            { "opts", "mongostore.StmOptions?", "which machine, the actions and guards (as `stm.to_chart`)" },
           },
           returns = { { "machine", "table", "the machine's config as harel's loader resolves it: actions as "
             .. "`{ function = path or Lua function, inputs = {...} }`, named guards inlined, each `use` expanded "
             .. "into a child state; the program's `events` beside" } },
-          raises = "as `chart.from_stm`, for an unbound action, guard or parameter and a wrong `use`" },
+          raises = "as `stm.to_chart`, for an unbound action, guard or parameter and a wrong `use`" },
         { fn = "normalize", module = "mongostore.stm",
           params = { { "text", "string", "the `.stm` text" } },
           returns = { { "program", "table", "the program in harel's normal form: `machines`, `fragments`, "

@@ -623,15 +623,6 @@ function M.external_kinds(c)
   return out
 end
 
--- chart.to_mermaid(c, opts) / chart.to_dot(c, opts): the chart drawn, with
--- an execution's place and its trace's path highlighted (mongostore.diagram).
-function M.to_mermaid(c, opts) return require("mongostore.diagram").to_mermaid(c, opts) end
-function M.to_dot(c, opts) return require("mongostore.diagram").to_dot(c, opts) end
-
--- chart.from_stm(text, { actions = {...}, guards = {...} }): a chart from
--- harel's .stm DSL (mongostore.stm).
-function M.from_stm(text, opts) return require("mongostore.stm").to_chart(text, opts) end
-
 -- The node at a path, or nil.
 function Chart:node(path)
   return self.index[path]

@@ -1,5 +1,5 @@
 -- mongostore.diagram - draws a compiled chart as Graphviz DOT or a Mermaid
--- state diagram (chart.to_dot, chart.to_mermaid), optionally highlighting
+-- state diagram (diagram.to_dot, diagram.to_mermaid), optionally highlighting
 -- where an execution is and the transitions its trace took, in order.
 -- Output is deterministic and every label is escaped for its format.
 local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
@@ -459,26 +459,27 @@ end
 local function prepare(fname, c, opts)
   local chart = require "mongostore.chart"
   if not chart.is_chart(c) then
-    error(format("chart.%s: c must be a chart (chart.define), got %s", fname, type(c)), 3)
+    error(format("diagram.%s: c must be a chart (chart.define), got %s", fname, type(c)), 3)
   end
   if opts == nil then opts = {} end
-  if type(opts) ~= "table" then error(format("chart.%s: opts must be a table, got %s", fname, type(opts)), 3) end
+  if type(opts) ~= "table" then error(format("diagram.%s: opts must be a table, got %s", fname, type(opts)), 3) end
   for k in pairs(opts) do
-    if not OPTS[k] then error(format("chart.%s: unknown option '%s'", fname, tostring(k)), 3) end
+    if not OPTS[k] then error(format("diagram.%s: unknown option '%s'", fname, tostring(k)), 3) end
   end
   if opts.names ~= nil and type(opts.names) ~= "table" then
-    error(format("chart.%s: opts.names must be a table of function = name, got %s", fname, type(opts.names)), 3)
+    error(format("diagram.%s: opts.names must be a table of function = name, got %s", fname, type(opts.names)), 3)
   end
   local dir = opts.direction
   if dir ~= nil and dir ~= "TB" and dir ~= "LR" and dir ~= "BT" and dir ~= "RL" then
-    error(format("chart.%s: opts.direction must be \"TB\", \"LR\", \"BT\" or \"RL\", got %s", fname, tostring(dir)), 3)
+    error(format("diagram.%s: opts.direction must be \"TB\", \"LR\", \"BT\" or \"RL\", got %s", fname,
+                 tostring(dir)), 3)
   end
   if opts.title ~= nil and type(opts.title) ~= "string" and opts.title ~= false then
-    error(format("chart.%s: opts.title must be a string or false, got %s", fname, type(opts.title)), 3)
+    error(format("diagram.%s: opts.title must be a string or false, got %s", fname, type(opts.title)), 3)
   end
   local g = build(c, opts.names)
   local ok, h, err = pcall(highlight, g, opts)
-  if not ok then error((tostring(h):gsub("^diagram:", "chart." .. fname .. ":")), 3) end
+  if not ok then error((tostring(h):gsub("^diagram:", "diagram." .. fname .. ":")), 3) end
   if not h then return nil, err end
   g.h = h
   return g, opts

@@ -639,29 +639,29 @@ local OPTS = { actions = true, guards = true, machine = true, id = true, base_di
 
 -- stm.to_chart(text, { actions = {...}, guards = {...}, machine = "name", id = "chart id" })
 function M.to_chart(text, opts)
-  if type(text) ~= "string" then error("chart.from_stm: text must be a string, got " .. type(text), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("chart.from_stm: opts must be a table, got " .. type(opts), 2) end
+  if type(text) ~= "string" then error("stm.to_chart: text must be a string, got " .. type(text), 2) end
+  if opts ~= nil and type(opts) ~= "table" then error("stm.to_chart: opts must be a table, got " .. type(opts), 2) end
   opts = opts or {}
   for k in pairs(opts) do
-    if not OPTS[k] then error("chart.from_stm: unknown option '" .. tostring(k) .. "'", 2) end
+    if not OPTS[k] then error("stm.to_chart: unknown option '" .. tostring(k) .. "'", 2) end
   end
   for _, key in ipairs { "actions", "guards" } do
     local t = opts[key]
     if t ~= nil then
-      if type(t) ~= "table" then error(format("chart.from_stm: opts.%s must be a table, got %s", key, type(t)), 2) end
+      if type(t) ~= "table" then error(format("stm.to_chart: opts.%s must be a table, got %s", key, type(t)), 2) end
       for name, fn in pairs(t) do
         if type(name) ~= "string" or type(fn) ~= "function" then
-          error(format("chart.from_stm: opts.%s must map names to functions (%s)", key, tostring(name)), 2)
+          error(format("stm.to_chart: opts.%s must map names to functions (%s)", key, tostring(name)), 2)
         end
       end
     end
   end
   for _, key in ipairs { "machine", "id", "base_dir" } do
     if opts[key] ~= nil and (type(opts[key]) ~= "string" or opts[key] == "") then
-      error(format("chart.from_stm: opts.%s must be a non-empty string", key), 2)
+      error(format("stm.to_chart: opts.%s must be a non-empty string", key), 2)
     end
   end
-  check_import_opts(opts, "chart.from_stm")
+  check_import_opts(opts, "stm.to_chart")
   local prog = load(text, opts)
   local order = meta[prog].machines
   local function top_fail(fmt, ...) fail_at(text, 1, 1, fmt, ...) end

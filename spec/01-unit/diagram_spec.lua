@@ -1,4 +1,4 @@
--- spec/01-unit/diagram_spec.lua - chart.to_dot and chart.to_mermaid without
+-- spec/01-unit/diagram_spec.lua - diagram.to_dot and diagram.to_mermaid without
 -- a server: what they draw for each construct, labels a hostile chart cannot
 -- break out of, the same text from every process, an interpreter run
 -- highlighted; DOT rendered by Graphviz (dot -Tsvg), Mermaid parsed by
@@ -9,6 +9,7 @@ local chart = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
 local helper = require "helpers"
 local charts = require "fixtures.charts"
+local diagram = require "mongostore.diagram"
 
 local root = helper.root()
 
@@ -86,7 +87,7 @@ end
 TestStructure = {}
 
 function TestStructure:test_order_chart_dot()
-  local dot = chart.to_dot(charts.order())
+  local dot = diagram.to_dot(charts.order())
   -- composites and regions are clusters, regions dashed
   for _, name in ipairs { "Fulfilling", "Fork\\northogonal" } do
     lu.assertStrContains(dot, 'label="' .. name)
@@ -110,7 +111,7 @@ function TestStructure:test_order_chart_dot()
 end
 
 function TestStructure:test_order_chart_mermaid()
-  local m = chart.to_mermaid(charts.order())
+  local m = diagram.to_mermaid(charts.order())
   lu.assertStrContains(m, "stateDiagram-v2\n")
   lu.assertStrContains(m, 'state "Fulfilling" as s3\n  state s3 {\n')
   lu.assertStrContains(m, 'state "Fork #40;orthogonal#41;" as s6')
@@ -139,14 +140,14 @@ function TestStructure:test_names_label_guards_selectors_actions_and_hooks()
     },
   }
   local names = { [ok] = "ok", [pick] = "pick", [act] = "act", [enter] = "enter" }
-  local dot = chart.to_dot(c, { names = names, direction = "LR", title = false })
+  local dot = diagram.to_dot(c, { names = names, direction = "LR", title = false })
   lu.assertStrContains(dot, 'label="Again | Go [ok] / act"')
   lu.assertStrContains(dot, 'label="Pick select pick"')
   lu.assertStrContains(dot, 'label="A\\ntimeout 2.5s\\ndefer Y, Z\\nentry / enter"')
   lu.assertStrContains(dot, 'label="C\\nfinal", peripheries=2')
   lu.assertStrContains(dot, "rankdir=LR")
   lu.assertNotStrContains(dot, "labelloc")
-  local m = chart.to_mermaid(c, { names = names, direction = "LR" })
+  local m = diagram.to_mermaid(c, { names = names, direction = "LR" })
   lu.assertStrContains(m, "s1 --> s2 : Again #124; Go #91;ok#93; #47; act")
   lu.assertStrContains(m, "direction LR")
 end
@@ -165,12 +166,12 @@ end
 
 function TestStructure:test_invoke_states_name_their_chart()
   local c = invoke_chart()
-  local dot = chart.to_dot(c)
+  local dot = diagram.to_dot(c)
   lu.assertStrContains(dot, 'label="Pay\\ninvoke payment"')
   lu.assertStrContains(dot, 'label="Ship\\ninvoke parcel for p in parcels"')
   lu.assertStrContains(dot, 'label="else"')
   svg_of(dot)
-  local m = chart.to_mermaid(c)
+  local m = diagram.to_mermaid(c)
   lu.assertStrContains(m, "invoke payment")
   lu.assertStrContains(m, "invoke parcel for p in parcels")
 end
@@ -178,7 +179,7 @@ end
 function TestStructure:test_bad_arguments_raise_naming_them()
   local c = charts.flat()
   for _, fname in ipairs { "to_dot", "to_mermaid" } do
-    local f = chart[fname]
+    local f = diagram[fname]
     local ok, err = pcall(f, {})
     lu.assertFalse(ok)
     lu.assertStrContains(tostring(err), "c must be a chart")
@@ -203,15 +204,15 @@ end
 function TestStructure:test_an_execution_of_another_chart_or_state_is_invalid()
   local c = charts.flat()
   for _, fname in ipairs { "to_dot", "to_mermaid" } do
-    local text, err, code = chart[fname](c, { execution = { definition_id = "fork", active_path = "Idle" } })
+    local text, err, code = diagram[fname](c, { execution = { definition_id = "fork", active_path = "Idle" } })
     lu.assertNil(text)
     lu.assertEquals(code, "invalid")
     lu.assertStrContains(err, "runs chart fork, not flat")
-    text, err, code = chart[fname](c, { execution = { definition_id = "flat", active_path = "Gone" } })
+    text, err, code = diagram[fname](c, { execution = { definition_id = "flat", active_path = "Gone" } })
     lu.assertNil(text)
     lu.assertEquals(code, "invalid")
     lu.assertStrContains(err, "state 'Gone' is not in chart flat")
-    text, err, code = chart[fname](c, { trace = { { event = "Begin", from = "Idle", to = "Nowhere" } } })
+    text, err, code = diagram[fname](c, { trace = { { event = "Begin", from = "Idle", to = "Nowhere" } } })
     lu.assertNil(text)
     lu.assertEquals(code, "invalid")
     lu.assertStrContains(err, "'Nowhere'")
@@ -229,7 +230,7 @@ function TestGraphviz:test_every_fixture_chart_renders_with_its_states_and_edges
   local list = charts.all()
   list[#list + 1] = charts.order()
   for _, c in ipairs(list) do
-    local dot = chart.to_dot(c)
+    local dot = diagram.to_dot(c)
     local svg = svg_of(dot)
     local titles, texts = svg_parts(svg)
     -- every state: a leaf is a node, a composite or region a cluster, and its name is drawn
@@ -319,7 +320,7 @@ TestEscaping = {}
 
 function TestEscaping:test_dot_renders_every_hostile_name_as_text()
   local c = hostile_chart()
-  local dot = chart.to_dot(c)
+  local dot = diagram.to_dot(c)
   lu.assertNil(dot:find("[\128-\255]"), "raw non-ASCII bytes in the DOT text")
   local svg = svg_of(dot)
   local titles, texts = svg_parts(svg)
@@ -343,7 +344,7 @@ end
 
 function TestEscaping:test_mermaid_text_is_ascii_and_each_name_one_statement()
   local c = hostile_chart()
-  local m = chart.to_mermaid(c)
+  local m = diagram.to_mermaid(c)
   lu.assertNil(m:find("[\128-\255]"), "raw non-ASCII bytes in the Mermaid text")
   -- one state statement per state; every quote is a delimiter
   lu.assertEquals(lines_matching(m, '^%s*state "[^"]*" as s%d+$'), count_states(c))
@@ -365,6 +366,7 @@ TestDeterminism = {}
 
 local DETERMINISM = [[
 local chart = require "mongostore.chart"
+local diagram = require "mongostore.diagram"
 local to = {}
 for i = 1, 24 do to["k" .. i] = "S" .. (i % 5 + 1) end
 local kinds = {}
@@ -376,8 +378,8 @@ local c = chart.define{ id = "det", initial = "S1", states = states, transitions
   { from = "S2", to = "S1", on = "Back" } } }
 local exe = { definition_id = "det", active_path = "S2", status = "RUNNING" }
 local trace = { { event = "E7", from = "S1", to = "S2", at = 1 }, { event = "Back", from = "S2", to = "S1", at = 2 } }
-io.write(chart.to_dot(c, { execution = exe, trace = trace }), "\n=====\n",
-         chart.to_mermaid(c, { execution = exe, trace = trace }))
+io.write(diagram.to_dot(c, { execution = exe, trace = trace }), "\n=====\n",
+         diagram.to_mermaid(c, { execution = exe, trace = trace }))
 ]]
 
 function TestDeterminism:test_two_processes_write_the_same_text()
@@ -442,7 +444,7 @@ TestHighlight = {}
 function TestHighlight:test_flat_run_in_order_and_where_it_is()
   local c = charts.flat()
   local exe, trace = run(c, { { "Start" }, { "Begin" } })
-  local dot = chart.to_dot(c, { execution = exe, trace = trace })
+  local dot = diagram.to_dot(c, { execution = exe, trace = trace })
   lu.assertEquals(taken_edges(dot), { "s0_start->s1 (1)", "s1->s2 Begin (2)" })
   lu.assertStrContains(dot, 's2 [label="Working\\nentry", style="rounded,filled,bold"')
   lu.assertStrContains(dot, 'class="current"')
@@ -451,7 +453,7 @@ function TestHighlight:test_flat_run_in_order_and_where_it_is()
   local svg = svg_of(dot)
   lu.assertStrContains(svg, 'class="edge taken"')
   lu.assertStrContains(svg, 'class="node current"')
-  local m = chart.to_mermaid(c, { execution = exe, trace = trace })
+  local m = diagram.to_mermaid(c, { execution = exe, trace = trace })
   lu.assertStrContains(m, "[*] --> s1 : #40;1#41;")
   lu.assertStrContains(m, "s1 --> s2 : Begin #40;2#41;")
   lu.assertStrContains(m, "class s2 current")
@@ -464,7 +466,7 @@ function TestHighlight:test_order_run_through_selector_guard_and_composite()
                               { "Picked" } })
   -- Packing has no way out: a sink, which finishes Fulfilling (waiting for Packed)
   lu.assertEquals(exe.active_path, "Fulfilling")
-  local dot = chart.to_dot(c, { execution = exe, trace = trace })
+  local dot = diagram.to_dot(c, { execution = exe, trace = trace })
   lu.assertEquals(taken_edges(dot), {
     "c1->s2 retry (4)",
     "s0_start->s1 (1)",
@@ -479,7 +481,7 @@ function TestHighlight:test_order_run_through_selector_guard_and_composite()
   lu.assertStrContains(dot, 'label="Fulfilling";\n    style="rounded,bold";\n    color="#d35400"')
   svg_of(dot)
   -- the trace alone: the same path, and where its last step ended
-  local dot2 = chart.to_dot(c, { trace = trace })
+  local dot2 = diagram.to_dot(c, { trace = trace })
   lu.assertEquals(taken_edges(dot2), taken_edges(dot))
   lu.assertStrContains(dot2, 'label="Fulfilling";\n    style="rounded,bold";\n    color="#d35400"')
 end
@@ -489,7 +491,7 @@ function TestHighlight:test_timeout_resolves_at_the_composite_that_handles_it()
   local exe, trace = run(c, { { "Start" }, { "Fail" }, { "Timeout", path = "Job.Backoff" } },
                          { context = { budget = 60, attempt_t = 5, backoff = 1 } })
   lu.assertEquals(exe.active_path, "Job.Attempt")
-  local dot = chart.to_dot(c, { execution = exe, trace = trace })
+  local dot = diagram.to_dot(c, { execution = exe, trace = trace })
   lu.assertEquals(taken_edges(dot), {
     "s0_start->s1_start (1)", "s1_start->s2 (2)", "s2->s3 Fail | Timeout (3)", "s3->s2 Timeout (4)",
   })
@@ -502,7 +504,7 @@ function TestHighlight:test_fork_with_its_regions()
   local a, atrace = run(c, { { "Start" }, { "GoA" } }, { id = "hl-a", root_path = "Fork.A", parent_id = parent.id })
   local b, btrace = run(c, { { "Start" } }, { id = "hl-b", root_path = "Fork.B", parent_id = parent.id })
   lu.assertEquals(a.active_path, "Fork.A") -- region A finished
-  local dot = chart.to_dot(c, { execution = { parent, a, b }, traces = { ptrace, atrace, btrace } })
+  local dot = diagram.to_dot(c, { execution = { parent, a, b }, traces = { ptrace, atrace, btrace } })
   -- steps at the same time order by trace: parent's, then A's, then B's
   lu.assertEquals(taken_edges(dot), { "s0_start->s1 (1)", "s1->s2_anchor Begin (4)", "s3_start->s4 (2)",
                                       "s4->s5 GoA (5)", "s7_start->s8 (3)" })
@@ -513,7 +515,7 @@ function TestHighlight:test_fork_with_its_regions()
   lu.assertStrContains(dot, 's8 [label="B1\\nentry", style="rounded,filled,bold"')
   svg_of(dot)
   -- the trace form that nests: a list of traces
-  lu.assertEquals(taken_edges(chart.to_dot(c, { trace = { ptrace, atrace, btrace } })), taken_edges(dot))
+  lu.assertEquals(taken_edges(diagram.to_dot(c, { trace = { ptrace, atrace, btrace } })), taken_edges(dot))
 end
 
 function TestHighlight:test_a_failed_execution_is_marked_failed()
@@ -522,9 +524,9 @@ function TestHighlight:test_a_failed_execution_is_marked_failed()
     transitions = { { from = "A", to = "B", on = "Go" } } }
   local exe, trace = run(c, { { "Start" }, { "Go" } })
   lu.assertEquals(exe.status, "FAILED")
-  local dot = chart.to_dot(c, { execution = exe, trace = trace })
+  local dot = diagram.to_dot(c, { execution = exe, trace = trace })
   lu.assertStrContains(dot, 'class="failed"')
-  lu.assertStrContains(chart.to_mermaid(c, { execution = exe }), "class s")
+  lu.assertStrContains(diagram.to_mermaid(c, { execution = exe }), "class s")
 end
 
 ------------------------------------------------------------------------
@@ -536,12 +538,12 @@ function TestMermaid:test_mermaid_parses_every_fixture_hostile_and_highlighted_d
   local texts = {}
   local list = charts.all()
   list[#list + 1] = charts.order()
-  for _, c in ipairs(list) do texts[#texts + 1] = chart.to_mermaid(c) end
-  texts[#texts + 1] = chart.to_mermaid(hostile_chart(), { title = 'a "title": {x}\n---' })
-  texts[#texts + 1] = chart.to_mermaid(invoke_chart())
+  for _, c in ipairs(list) do texts[#texts + 1] = diagram.to_mermaid(c) end
+  texts[#texts + 1] = diagram.to_mermaid(hostile_chart(), { title = 'a "title": {x}\n---' })
+  texts[#texts + 1] = diagram.to_mermaid(invoke_chart())
   local c = charts.order()
   local exe, trace = run(c, { { "Start", { total = 5 } }, { "PlaceOrder" }, { "Declined" }, { "Paid", { amount = 5 } } })
-  texts[#texts + 1] = chart.to_mermaid(c, { execution = exe, trace = trace, direction = "LR" })
+  texts[#texts + 1] = diagram.to_mermaid(c, { execution = exe, trace = trace, direction = "LR" })
   local ok, out = mermaid_check(texts)
   lu.assertTrue(ok, out)
   local oks = select(2, out:gsub(": ok %(stateDiagram%)", ""))

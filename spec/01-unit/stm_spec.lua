@@ -1,6 +1,6 @@
 -- spec/01-unit/stm_spec.lua - harel's .stm DSL without a server: the text
 -- read into its normal form, every error with its line and column, what the
--- engine cannot run refused by name, the chart chart.from_stm builds (stepped
+-- engine cannot run refused by name, the chart stm.to_chart builds (stepped
 -- by the interpreter alone: guards, set, choices, selectors, joins), and the
 -- typed fields of declared events checked.
 local lu = require "luaunit"
@@ -41,7 +41,7 @@ local function parse_fails(line, col, text, ...)
 end
 
 local function build_fails(line, col, text, opts, ...)
-  local err = fails_at(line, col, chart.from_stm, text, opts)
+  local err = fails_at(line, col, stm.to_chart, text, opts)
   for _, frag in ipairs { ... } do lu.assertStrContains(err, frag) end
   return err
 end
@@ -204,11 +204,11 @@ function TestStmErrors:test_building_errors_point_at_their_construct()
 end
 
 function TestStmErrors:test_wrong_arguments_raise_naming_them()
-  lu.assertErrorMsgContains("text must be a string", chart.from_stm, 5)
-  lu.assertErrorMsgContains("opts must be a table", chart.from_stm, "x", 5)
-  lu.assertErrorMsgContains("unknown option 'action'", chart.from_stm, "x", { action = {} })
-  lu.assertErrorMsgContains("opts.actions must map names to functions", chart.from_stm, "x", { actions = { a = 1 } })
-  lu.assertErrorMsgContains("opts.machine must be a non-empty string", chart.from_stm, "x", { machine = 3 })
+  lu.assertErrorMsgContains("text must be a string", stm.to_chart, 5)
+  lu.assertErrorMsgContains("opts must be a table", stm.to_chart, "x", 5)
+  lu.assertErrorMsgContains("unknown option 'action'", stm.to_chart, "x", { action = {} })
+  lu.assertErrorMsgContains("opts.actions must map names to functions", stm.to_chart, "x", { actions = { a = 1 } })
+  lu.assertErrorMsgContains("opts.machine must be a non-empty string", stm.to_chart, "x", { machine = 3 })
   lu.assertErrorMsgContains("text must be a string", stm.parse, nil)
 end
 
@@ -275,7 +275,7 @@ end
 TestStmChart = {}
 
 function TestStmChart:test_the_order_chart_maps_onto_chart_define()
-  local c = chart.from_stm(read("order.stm"), { actions = {
+  local c = stm.to_chart(read("order.stm"), { actions = {
     ["payments.request"] = noop, ["fulfilment.ship"] = noop, log_exit = noop, notify = noop } })
   lu.assertTrue(chart.is_chart(c))
   lu.assertEquals(c.id, "order")
@@ -286,13 +286,13 @@ function TestStmChart:test_the_order_chart_maps_onto_chart_define()
   lu.assertEquals(c.root.initial.path, "Cart")
   local t = c:node("AwaitingPayment").outgoing[2]
   lu.assertTrue(t.events.Declined and t.events.Timeout)
-  local id = chart.from_stm(read("order.stm"), { id = "order-v2", actions = {
+  local id = stm.to_chart(read("order.stm"), { id = "order-v2", actions = {
     request_payment = noop, ship = noop, log_exit = noop, notify = noop } }).id
   lu.assertEquals(id, "order-v2")
 end
 
 function TestStmChart:test_fork_regions_history_defer_and_timeouts()
-  local c = chart.from_stm(read("fork.stm"), { actions = { note = noop } })
+  local c = stm.to_chart(read("fork.stm"), { actions = { note = noop } })
   lu.assertEquals(c:node("Work").kind, "orthogonal")
   lu.assertEquals(c:node("Work.Left").kind, "composite")
   lu.assertEquals(c:node("Work.Left.L1").timeout, { context = "wait" })
@@ -307,7 +307,7 @@ end
 
 -- harel's join: every region done, then pass when all (or any) ended "success"
 function TestStmChart:test_joins_route_on_the_regions_verdicts()
-  local c = chart.from_stm(read("fork.stm"), { actions = { note = noop } })
+  local c = stm.to_chart(read("fork.stm"), { actions = { note = noop } })
   local all = c:node("Work").outgoing[1].select
   local any = c:node("Race").outgoing[1].select
   local function r(...)
@@ -324,7 +324,7 @@ function TestStmChart:test_joins_route_on_the_regions_verdicts()
 end
 
 function TestStmChart:test_guards_compare_as_harel_does()
-  local c = chart.from_stm(machine([[
+  local c = stm.to_chart(machine([[
   from A to B on X where n == 1
   from A to B on Y where n < 3 and s != "no"
   from A to B on Z where tag in ["a", "b"] or word in "abc"
@@ -350,7 +350,7 @@ function TestStmChart:test_guards_compare_as_harel_does()
 end
 
 function TestStmChart:test_set_and_choices_step_through_the_interpreter()
-  local c = chart.from_stm(read("guards.stm"))
+  local c = stm.to_chart(read("guards.stm"))
   -- the first transition on Add (where not over) counts
   local exe = started(c, { n = 1, limit = 10, tier = "bronze" })
   lu.assertEquals(exe.active_path, "Counting")
@@ -380,7 +380,7 @@ function TestStmChart:test_set_and_choices_step_through_the_interpreter()
 end
 
 function TestStmChart:test_a_choice_else_with_its_own_set()
-  local c = chart.from_stm(read("guards.stm"))
+  local c = stm.to_chart(read("guards.stm"))
   local exe = started(c, { n = -1, limit = 0, tier = "gold" })
   -- over and vip hold, no branch does (n is not > 10 nor >= 0.25): the else
   step(c, exe, "Add", { count = 2 })
@@ -392,7 +392,7 @@ function TestStmChart:test_a_choice_else_with_its_own_set()
 end
 
 function TestStmChart:test_a_set_that_cannot_be_evaluated_fails_the_step()
-  local c = chart.from_stm(machine("  from A to B on X set context.n = context.missing + 1"))
+  local c = stm.to_chart(machine("  from A to B on X set context.n = context.missing + 1"))
   local exe = started(c)
   step(c, exe, "X")
   lu.assertEquals(exe.status, "FAILED")
@@ -402,7 +402,7 @@ end
 function TestStmChart:test_selectors_key_their_result_as_python_prints_it()
   local r1, r2
   local seen = {}
-  local c = chart.from_stm(read("selector.stm"), { actions = {
+  local c = stm.to_chart(read("selector.stm"), { actions = {
     pick = function(context, event, inputs) seen[#seen + 1] = { context.k, event.kind, inputs } return r1 end,
     ["pkg.choose"] = function(_, _, inputs) seen[#seen + 1] = inputs return r2 end,
   } })
@@ -437,13 +437,13 @@ function TestStmChart:test_actions_get_their_inputs_and_resolve_through_bind_and
   from A to C on Go
   from C to D on Go
   from D to B on Go]])
-  local c = chart.from_stm(text)
+  local c = stm.to_chart(text)
   local exe = started(c)
   step(c, exe, "Go")
   step(c, exe, "Go")
   lu.assertEquals(got, { "bound", "literal" })
   -- opts.actions wins over a bind, by the handler's name
-  local c2 = chart.from_stm(text, { actions = { greet = function(_, _, _, inputs) got[#got + 1] = "opt:" .. inputs.who end } })
+  local c2 = stm.to_chart(text, { actions = { greet = function(_, _, _, inputs) got[#got + 1] = "opt:" .. inputs.who end } })
   exe = started(c2)
   step(c2, exe, "Go")
   lu.assertEquals(got[3], "opt:bound")
@@ -452,9 +452,9 @@ end
 
 function TestStmChart:test_lua_guards_override_declared_ones()
   local text = "guard ok = n > 1\n" .. machine("  from A to B on Go where ok")
-  local c = chart.from_stm(text)
+  local c = stm.to_chart(text)
   lu.assertTrue(c:node("A").outgoing[1].guard({ n = 2 }, {}))
-  c = chart.from_stm(text, { guards = { ok = function(data, context) return data.n == 0 and context.z == 1 end } })
+  c = stm.to_chart(text, { guards = { ok = function(data, context) return data.n == 0 and context.z == 1 end } })
   lu.assertFalse(c:node("A").outgoing[1].guard({ n = 2 }, { z = 1 }))
   lu.assertTrue(c:node("A").outgoing[1].guard({ n = 0 }, { z = 1 }))
 end
@@ -465,7 +465,7 @@ end
 TestStmEvents = {}
 
 function TestStmEvents:test_declared_fields_are_checked()
-  local c = chart.from_stm(read("order.stm"), { actions = {
+  local c = stm.to_chart(read("order.stm"), { actions = {
     request_payment = noop, ship = noop, log_exit = noop, notify = noop } })
   local function check(kind, data) return stm.check_event(c, kind, data) end
   lu.assertTrue(check("Paid", { amount = 1.5, method = "card" }))
@@ -485,7 +485,7 @@ function TestStmEvents:test_declared_fields_are_checked()
   lu.assertTrue(check("Timeout", {}), "nor a reserved one")
   lu.assertEquals(stm.events(c)["Cancel Order"], {})
   lu.assertEquals(stm.events(c).Declined, { reason = { type = "string", required = true } })
-  lu.assertNil(stm.events(chart.from_stm(machine("  from A to B on Go"))))
+  lu.assertNil(stm.events(stm.to_chart(machine("  from A to B on Go"))))
   lu.assertErrorMsgContains("c must be a chart", stm.check_event, {}, "X", {})
 end
 
@@ -529,7 +529,7 @@ function TestStmFragments:test_a_chart_of_fragments_maps_and_steps()
   local function rec(name)
     return function(_, _, _, inputs) calls[#calls + 1] = { name, inputs.limit or inputs.level } end
   end
-  local c = chart.from_stm(read("reuse.stm"), { actions = {
+  local c = stm.to_chart(read("reuse.stm"), { actions = {
     ["jobs.fetch"] = rec("fetch"), ["jobs.save"] = rec("save"), ["ops.alert"] = rec("alert") } })
   -- each use is a composite named by its alias, its value parameters filled in
   lu.assertEquals(c:node("Fetch").kind, "composite")
@@ -565,7 +565,7 @@ local STM_DIR = helper.root() .. "/spec/fixtures/stm"
 
 function TestStmFragments:test_imports_are_read_relative_to_base_dir()
   local asked = {}
-  local c = chart.from_stm(read("imports.stm"), { base_dir = STM_DIR, actions = {
+  local c = stm.to_chart(read("imports.stm"), { base_dir = STM_DIR, actions = {
     ["people.ask"] = function(_, _, _, inputs) asked[#asked + 1] = inputs.channel end,
     ["ops.notify"] = noop } })
   lu.assertEquals(c:node("Review.Pause.Waiting").timeout, 60, "lib/steps.stm used lib/more.stm's Wait")
@@ -621,11 +621,11 @@ function TestStmFragments:test_imports_stay_inside_their_directories()
   refused("none.stm", nil, "import not found: none.stm")
   -- inside: the directory itself, a listed import path
   local uses = function(f) return machine("  use " .. f .. " as C\n  from A to C on Go\n  from A to B on Stop") end
-  lu.assertNotNil(chart.from_stm("import \"ok.stm\"\n" .. uses("F"), { base_dir = dir }))
-  lu.assertNotNil(chart.from_stm("import \"shared.stm\"\n" .. uses("S"), { base_dir = dir, import_paths = { lib } }))
-  lu.assertErrorMsgContains("opts.import_paths must be a list", chart.from_stm, "x", { base_dir = dir,
+  lu.assertNotNil(stm.to_chart("import \"ok.stm\"\n" .. uses("F"), { base_dir = dir }))
+  lu.assertNotNil(stm.to_chart("import \"shared.stm\"\n" .. uses("S"), { base_dir = dir, import_paths = { lib } }))
+  lu.assertErrorMsgContains("opts.import_paths must be a list", stm.to_chart, "x", { base_dir = dir,
                             import_paths = "x" })
-  lu.assertErrorMsgContains("opts.max_import_bytes must be a positive integer", chart.from_stm, "x",
+  lu.assertErrorMsgContains("opts.max_import_bytes must be a positive integer", stm.to_chart, "x",
                             { base_dir = dir, max_import_bytes = 0 })
   os.execute("rm -rf " .. helper.shell_quote(dir) .. " " .. helper.shell_quote(lib))
 end
@@ -636,14 +636,14 @@ function TestStmFragments:test_errors_in_an_imported_file_name_it()
     ["refused.stm"] = "fragment G {\n  initial A\n  state A {}\n  from A to A on error\n  final B success\n  from A to B on Go\n}\n",
   }
   local main = "import \"bad.stm\"\n" .. machine("  use F as C\n  from A to C on Go")
-  local ok, err = pcall(chart.from_stm, main, { base_dir = dir })
+  local ok, err = pcall(stm.to_chart, main, { base_dir = dir })
   lu.assertFalse(ok)
   lu.assertStrContains(tostring(err), "stm: " .. dir .. "/bad.stm: line 3, column 13: unexpected character '@'")
   main = "import \"refused.stm\"\n" .. machine("  use G as C\n  from A to C on Go")
-  ok, err = pcall(chart.from_stm, main, { base_dir = dir })
+  ok, err = pcall(stm.to_chart, main, { base_dir = dir })
   lu.assertFalse(ok)
   lu.assertStrContains(tostring(err), "stm: " .. dir .. "/refused.stm: line 4, column 3: `on error` is not supported")
   build_fails(1, 1, "import \"none.stm\"\n" .. machine(""), { base_dir = dir }, "import not found: none.stm")
-  lu.assertErrorMsgContains("opts.base_dir must be a non-empty string", chart.from_stm, "x", { base_dir = 1 })
+  lu.assertErrorMsgContains("opts.base_dir must be a non-empty string", stm.to_chart, "x", { base_dir = 1 })
   os.execute("rm -rf " .. helper.shell_quote(dir))
 end

@@ -9,6 +9,7 @@ local lu = require "luaunit"
 local ms = require "mongostore"
 local chart = require "mongostore.chart"
 local runtime = require "mongostore.runtime"
+local diagram = require "mongostore.diagram"
 
 local seq = 0
 local function event(kind, data)
@@ -123,8 +124,8 @@ end
 
 function TestTargetless:test_diagrams_list_it_inside_its_state()
   local c = order_chart({})
-  local mermaid = chart.to_mermaid(c)
-  local dot = chart.to_dot(c)
+  local mermaid = diagram.to_mermaid(c)
+  local dot = diagram.to_dot(c)
   lu.assertStrContains(dot, "Tick / action (internal)")
   lu.assertStrContains(dot, "Quiet (internal)")
   lu.assertStrContains(mermaid, "internal")
@@ -133,6 +134,6 @@ function TestTargetless:test_diagrams_list_it_inside_its_state()
   -- and a trace through it colours without error
   local exe = started(c)
   local fx = runtime.apply(c, exe, event("Tick"), 1)
-  local out = chart.to_dot(c, { executions = { exe }, traces = { { { from = fx.from, to = fx.to, event = "Tick" } } } })
+  local out = diagram.to_dot(c, { executions = { exe }, traces = { { { from = fx.from, to = fx.to, event = "Tick" } } } })
   lu.assertStrContains(out, "digraph")
 end

@@ -8,6 +8,7 @@ local ms = require "mongostore"
 local engine_mod = require "mongostore.engine"
 local cli = require "fixtures.cli.run"
 local charts = require "fixtures.cli.charts"
+local diagram = require "mongostore.diagram"
 
 TestCli = {}
 
@@ -542,16 +543,15 @@ function TestCli:test_render_runs_no_file_but_lua_as_code()
 end
 
 function TestCli:test_render_draws_a_chart_or_says_why_not()
-  local chart = require "mongostore.chart"
   local file = cli.root .. "/spec/fixtures/cli/one_chart.lua"
-  if type(chart.to_dot) ~= "function" then
+  if type(diagram.to_dot) ~= "function" then
     -- before the diagrams land: a clear failure, not a traceback
     assert_failed(cli.run({ "render", file, "--format", "dot" }), "not available")
     return
   end
   local r = cli.run({ "render", file, "--format", "dot" })
   assert_ok(r)
-  lu.assertEquals(r.out, chart.to_dot(dofile(file)) .. (chart.to_dot(dofile(file)):sub(-1) == "\n" and "" or "\n"))
+  lu.assertEquals(r.out, diagram.to_dot(dofile(file)) .. (diagram.to_dot(dofile(file)):sub(-1) == "\n" and "" or "\n"))
   r = cli.run({ "render", file, "--format", "mermaid" })
   assert_ok(r)
   lu.assertStrContains(r.out, "Paid")
@@ -570,7 +570,7 @@ function TestCli:test_render_draws_a_chart_or_says_why_not()
   os.remove(out)
 
   -- an execution's place and path: the chart from --charts, drawn as
-  -- chart.to_mermaid draws it given the execution, its children and its trace
+  -- diagram.to_mermaid draws it given the execution, its children and its trace
   assert(self.engine:start("cli_fork", { id = "k-1" }))
   assert(self.engine:send("k-1", { kind = "Begin" }))
   self.engine:recover()
@@ -581,7 +581,7 @@ function TestCli:test_render_draws_a_chart_or_says_why_not()
   for _, cid in ipairs(cids) do exes[#exes + 1] = self.store:load(cid) end
   local fork
   for _, c in ipairs(charts) do if c.id == "cli_fork" then fork = c end end
-  local want = chart.to_mermaid(fork, { execution = exes, trace = self.store:read_trace("k-1") })
+  local want = diagram.to_mermaid(fork, { execution = exes, trace = self.store:read_trace("k-1") })
   r = self:run_charts({ "render", "--execution", "k-1", "--format", "mermaid" })
   assert_ok(r)
   lu.assertEquals(r.out, want .. (want:sub(-1) == "\n" and "" or "\n"))

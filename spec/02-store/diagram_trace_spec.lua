@@ -1,10 +1,10 @@
--- spec/02-store/diagram_trace_spec.lua - chart.to_dot and chart.to_mermaid
+-- spec/02-store/diagram_trace_spec.lua - diagram.to_dot and diagram.to_mermaid
 -- highlight what the engine really did: executions run against the server
 -- (the order chart through its selector, guard, composite, fork and join; a
 -- durable timer firing), their traces read back with store:read_trace.
 local lu = require "luaunit"
-local chart = require "mongostore.chart"
 local C = require "fixtures.charts"
+local diagram = require "mongostore.diagram"
 
 -- The DOT edge lines drawn as taken: "from->to label" -> { order numbers }.
 local function taken(dot)
@@ -75,7 +75,7 @@ function TestDiagramTrace:test_an_order_run_through_fork_and_join_is_highlighted
   for _, x in ipairs { id, a_id, b_id } do traces[#traces + 1] = assert(s:read_trace(x)) end
   exes[2], exes[3] = C.load(s, a_id), C.load(s, b_id)
   local c = C.order()
-  local dot = assert(chart.to_dot(c, { execution = exes, traces = traces }))
+  local dot = assert(diagram.to_dot(c, { execution = exes, traces = traces }))
   local t = taken(dot)
   lu.assertEquals(keys(t), {
     "c1->s2 retry", "j1->s13 success", "s0_start->s1", "s1->s2 PlaceOrder", "s10_start->s11", "s11->s12 Go",
@@ -107,7 +107,7 @@ function TestDiagramTrace:test_an_order_run_through_fork_and_join_is_highlighted
   lu.assertEquals(n_taken, #keys(t))
   lu.assertStrContains(svg, 'class="node current"')
 
-  local m = assert(chart.to_mermaid(c, { execution = exes, traces = traces }))
+  local m = assert(diagram.to_mermaid(c, { execution = exes, traces = traces }))
   lu.assertStrContains(m, "class s13 current")
   lu.assertStrContains(m, "s1 --> s2 : PlaceOrder #40;" .. t["s1->s2 PlaceOrder"][1] .. "#41;")
 end
@@ -121,7 +121,7 @@ function TestDiagramTrace:test_a_fired_timer_shows_as_the_timeout_taken()
   local trace = assert(s:read_trace("timed-diagram"))
   local c = C.timed()
   -- from the trace alone: where its last step ended
-  local dot = assert(chart.to_dot(c, { trace = trace }))
+  local dot = assert(diagram.to_dot(c, { trace = trace }))
   lu.assertEquals(taken(dot), { ["s0_start->s1"] = { 1 }, ["s1->s2 Begin"] = { 2 }, ["s2->s4 Timeout"] = { 3 } })
   lu.assertStrContains(dot, 's4 [label="TimedOut\\nentry", style="rounded,filled,bold"')
   render_svg(dot)

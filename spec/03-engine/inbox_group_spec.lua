@@ -12,6 +12,7 @@ local helper = require "helpers"
 local raw = require "helpers.rawdb"
 local C = require "fixtures.charts"
 local engine_mod = require "mongostore.engine"
+local stm = require "mongostore.stm"
 
 -- tally appends every Add's n to context.seen and forwards it to the
 -- execution named in context.sink (when there is one)
@@ -160,7 +161,7 @@ function TestInboxGroup:test_a_group_that_cannot_land_is_applied_one_event_at_a_
 end
 
 function TestInboxGroup:test_a_group_ends_before_an_event_that_does_not_fit_and_later_ones_wait()
-  local strict = assert(chart.from_stm([[
+  local strict = assert(stm.to_chart([[
 event Add { n: int }
 machine strict {
   initial Open

@@ -1,5 +1,5 @@
 -- spec/03-engine/stm_run_spec.lua - a chart read from harel's .stm DSL
--- (spec/fixtures/stm/shipment.stm, chart.from_stm) with its actions and
+-- (spec/fixtures/stm/shipment.stm, stm.to_chart) with its actions and
 -- selector in Lua runs in the engine against the server: start, send with
 -- guards, `set` and a choice, a selector, a literal timeout and one from the
 -- context, a fork joined on its regions' verdicts, and finals with outcomes;
@@ -7,7 +7,6 @@
 -- its use named.
 local lu = require "luaunit"
 local ms = require "mongostore"
-local chart = require "mongostore.chart"
 local stm = require "mongostore.stm"
 local engine_mod = require "mongostore.engine"
 local helper = require "helpers"
@@ -22,7 +21,7 @@ end
 
 -- The chart with actions that record what they were called with.
 local function shipment(calls)
-  return chart.from_stm(read("shipment.stm"), {
+  return stm.to_chart(read("shipment.stm"), {
     actions = {
       -- bound in the text (`bind { charge = billing.charge }`): found by its path
       ["billing.charge"] = function(context, event, act, inputs)
@@ -197,7 +196,7 @@ end
 
 function TestStmRun:test_a_chart_of_fragments_times_out_to_the_state_its_use_named()
   local alerts = {}
-  local c = chart.from_stm(read("reuse.stm"), { actions = {
+  local c = stm.to_chart(read("reuse.stm"), { actions = {
     ["jobs.fetch"] = function() end, ["jobs.save"] = function() end,
     ["ops.alert"] = function(_, event, _, inputs) alerts[#alerts + 1] = { event and event.kind, inputs.level } end,
   } })
@@ -226,7 +225,7 @@ end
 function TestStmRun:test_invoke_and_a_fan_out_from_stm()
   local text = read("invoke.stm")
   local charts = {}
-  for _, m in ipairs { "checkout", "charge", "pack" } do charts[#charts + 1] = chart.from_stm(text, { machine = m }) end
+  for _, m in ipairs { "checkout", "charge", "pack" } do charts[#charts + 1] = stm.to_chart(text, { machine = m }) end
   local e = engine_mod.new{ store = self.store, charts = charts, trace = true, log = function() end }
   lu.assertEquals(stm.submachines(charts[1])[1].id, "checkout#Notifying", "harel's id for the inline body")
   local lines = ms.array{ "a", "b" }

@@ -66,7 +66,7 @@
 ---@field parent_id? string
 ---@field now number epoch seconds of this step
 
---- What `chart.to_dot` and `chart.to_mermaid` take; an unknown key raises.
+--- What `diagram.to_dot` and `diagram.to_mermaid` take; an unknown key raises.
 ---@class mongostore.DiagramOptions
 ---@field execution? mongostore.Execution|mongostore.Execution[] where it is: an execution of the chart (as `store:load` gives it), or a list (the parent and its regions' children)
 ---@field executions? mongostore.Execution[] more executions, highlighted the same way
@@ -76,7 +76,7 @@
 ---@field direction? "TB"|"LR"|"BT"|"RL" the layout's direction
 ---@field title? string|false a title above the diagram (DOT: the chart's id unless false; Mermaid: none unless given, in the front matter)
 
---- What `chart.from_stm` takes; an unknown key raises.
+--- What `stm.to_chart` takes; an unknown key raises.
 ---@class mongostore.StmOptions
 ---@field actions? table<string, function> hooks and selectors by handler name or dotted path: hooks as `fn(context, event, act, inputs)`, selectors as `fn(context, event, inputs)`
 ---@field guards? table<string, fun(data: table, context: table, event: mongostore.Event?): boolean> named guards in Lua, over the text's `guard` declarations
@@ -131,35 +131,5 @@ function chart.check_inputs(c, context) end
 ---@param c mongostore.Chart a chart
 ---@return table<string, mongostore.InputDef>? inputs # the declared inputs, normalised (a fresh table); nil when the chart declares none
 function chart.inputs(c) end
-
---- Fails `invalid` when an execution runs another chart, or an execution or a trace step names a state the chart does not have (a trace of an older version of the chart).
----
---- Raises on a `c` that is not a chart, an `opts` that is not a table, an unknown option or a wrong type for one.
----
---- Fails with `nil, message, code`.
----@param c mongostore.Chart a chart
----@param opts? mongostore.DiagramOptions what to highlight and how to lay it out
----@return string? text # a Graphviz `digraph` (render with `dot -Tsvg`); taken edges and highlighted states carry an SVG `class` (`taken`, `current`, `failed`, `visited`)
----@return string? message
----@return "invalid"? code
-function chart.to_dot(c, opts) end
-
---- Mermaid's own parser (mermaid 11) takes every diagram it writes: `tools/mermaid/check FILE...`.
----
---- Raises on a `c` that is not a chart, an `opts` that is not a table, an unknown option or a wrong type for one.
----
---- Fails with `nil, message, code`.
----@param c mongostore.Chart a chart
----@param opts? mongostore.DiagramOptions what to highlight and how to lay it out
----@return string? text # a Mermaid `stateDiagram-v2`, pure ASCII: every character but letters, digits, space and `_` in a label is a `#NNN;` entity; highlighted states get the classes `current`, `failed`, `active` and `visited`, taken transitions their order numbers in their label
----@return string? message
----@return "invalid"? code
-function chart.to_mermaid(c, opts) end
-
---- Raises on a text harel's grammar does not take, an unbound action or guard, a construct the engine cannot run (by name), or what `chart.define` refuses, each as `stm: line L, column C: ...`; wrong argument types, naming the argument.
----@param text string the `.stm` text
----@param opts? mongostore.StmOptions the actions and guards in Lua, which machine, the chart's id
----@return mongostore.Chart c # the chart, as `chart.define` makes it
-function chart.from_stm(text, opts) end
 
 return chart

@@ -9,7 +9,7 @@ local stm = {}
 --- Raises on a `c` that is not a chart, a `kind` that is not a string, a `data` that is not a table.
 ---
 --- Fails with `nil, message, code`.
----@param c mongostore.Chart a chart from `chart.from_stm`
+---@param c mongostore.Chart a chart from `stm.to_chart`
 ---@param kind string an event kind
 ---@param data? table its data
 ---@return true? ok # the data fits the fields the text declared for the kind (an undeclared kind, or a reserved one, is not checked; undeclared fields are allowed)
@@ -29,15 +29,15 @@ function stm.submachines(c) end
 ---@return table<string, table<string, { type: string, required: boolean }>>? events # the declared events and their fields (a copy); nil when the text declared none
 function stm.events(c) end
 
---- Raises on as `chart.from_stm`.
+--- Raises on a text harel's grammar does not take, an unbound action or guard, a construct the engine cannot run (by name), or what `chart.define` refuses, each as `stm: line L, column C: ...`; wrong argument types, naming the argument.
 ---@param text string the `.stm` text
----@param opts? mongostore.StmOptions as `chart.from_stm`
----@return mongostore.Chart c # what `chart.from_stm` returns
+---@param opts? mongostore.StmOptions the actions and guards in Lua, which machine, the chart's id
+---@return mongostore.Chart c # the chart, as `chart.define` makes it
 function stm.to_chart(text, opts) end
 
---- Raises on as `chart.from_stm`, for an unbound action, guard or parameter and a wrong `use`.
+--- Raises on as `stm.to_chart`, for an unbound action, guard or parameter and a wrong `use`.
 ---@param text string the `.stm` text
----@param opts? mongostore.StmOptions which machine, the actions and guards (as `chart.from_stm`)
+---@param opts? mongostore.StmOptions which machine, the actions and guards (as `stm.to_chart`)
 ---@return table machine # the machine's config as harel's loader resolves it: actions as `{ function = path or Lua function, inputs = {...} }`, named guards inlined, each `use` expanded into a child state; the program's `events` beside
 function stm.expand(text, opts) end
 

@@ -81,9 +81,10 @@ command("render", {
     else
       usage(words[1] .. " returned no chart")
     end
-    local fn = chart[FORMATS[fmt]]
+    local has_diagram, diagram = pcall(require, "mongostore.diagram")
+    local fn = has_diagram and diagram[FORMATS[fmt]]
     if type(fn) ~= "function" then
-      fail(format("render: chart.%s is not available in this mongostore (the diagram module is missing)",
+      fail(format("render: diagram.%s is not available in this mongostore (the diagram module is missing)",
         FORMATS[fmt]))
     end
     local ok, text, derr = pcall(fn, c, dopts)
