@@ -4072,7 +4072,7 @@ while its claims hold.]] },
           returns = { { "entries", "mongostore.OutboxEntry[]", "external entries (no target), oldest first, each "
             .. "with `token`, `source_id`, `lease_until`, `claim_size` and `tries` (after a failed try)" } },
           fails = fails("invalid"),
-          raises = "a `limit` that is not a number",
+          raises = "a `limit` that is not a number (a number that is not an integer >= 1 fails `invalid`)",
           desc = [[
 For an event loop of the application's that delivers external events itself
 (the engine needs no `on_external`): claims the pending outbox entries without

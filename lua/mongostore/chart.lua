@@ -599,6 +599,7 @@ end
 function M.is_chart(v)
   return getmetatable(v) == ChartMeta
 end
+require("mongostore.contract").kind("mongostore.Chart", M.is_chart, "a chart (chart.define)")
 
 -- chart.is_external(c, kind): may an event of this kind come from outside?
 -- A chart that declares `external` answers for its list; one that does not

@@ -66,7 +66,11 @@ local function parse_type(text, where)
   if optional then text = text:sub(1, -2) end
   local list = {}
   for k in text:gmatch("[^|]+") do
-    if not PRIMITIVE[k] and not kinds[k] then error(format("%s: unknown kind %s", where, k), 3) end
+    -- a dotted name ("mongostore.Execution") may be registered later, by
+    -- the module that makes such values; until then nothing is of it
+    if not PRIMITIVE[k] and not kinds[k] and not k:match("^[%a_][%w_]*%.[%w_.]+$") then
+      error(format("%s: unknown kind %s", where, k), 3)
+    end
     list[#list + 1] = k
   end
   if #list == 0 then error(where .. ": an empty type", 3) end
@@ -87,9 +91,9 @@ end
 local function matches(kind, v)
   if kind == "any" then return v ~= nil end
   if kind == "integer" then return type(v) == "number" end -- integral is a value rule
+  if PRIMITIVE[kind] then return type(v) == kind end
   local pred = kinds[kind]
-  if pred then return pred(v) == true end
-  return type(v) == kind
+  return pred ~= nil and pred(v) == true
 end
 
 local function what_of(v)

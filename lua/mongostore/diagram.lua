@@ -5,6 +5,9 @@
 local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
 local format, concat, sort, byte = string.format, table.concat, table.sort, string.byte
 
+require "mongostore.chart" -- the mongostore.Chart kind of the signatures below
+local contract = require "mongostore.contract"
+
 local M = {}
 
 ------------------------------------------------------------------------
@@ -84,9 +87,6 @@ M.dot_text, M.mermaid_text = dot_text, mermaid_text
 -- The model both formats draw: states numbered in chart order, pseudo
 -- states (initial dots, choices, join bars) and edges, each edge knowing the
 -- transition (and the selector key or join branch) it stands for.
-
-local OPTS = { execution = true, executions = true, trace = true, traces = true, names = true, direction = true,
-               title = true }
 
 local function is_container(node) return #node.children > 0 end
 
@@ -456,27 +456,20 @@ end
 ------------------------------------------------------------------------
 -- Options
 
+-- The diagrams' signatures: the options are the program's, so a value they
+-- cannot take raises too.
+local DIAGRAM_ARGS = {
+  { "c", "mongostore.Chart" },
+  { "opts", "table?", fields = {
+      execution = "mongostore.Execution|table", executions = "table", trace = "table", traces = "table",
+      names = "table", direction = { "string", one_of = { "TB", "LR", "BT", "RL" } },
+      title = { "string|boolean", check = function(v) return v == true and "must be a string or false" or nil end } } },
+}
+local SIGS = { to_dot = contract.define("diagram.to_dot", DIAGRAM_ARGS),
+               to_mermaid = contract.define("diagram.to_mermaid", DIAGRAM_ARGS) }
+
 local function prepare(fname, c, opts)
-  local chart = require "mongostore.chart"
-  if not chart.is_chart(c) then
-    error(format("diagram.%s: c must be a chart (chart.define), got %s", fname, type(c)), 3)
-  end
   if opts == nil then opts = {} end
-  if type(opts) ~= "table" then error(format("diagram.%s: opts must be a table, got %s", fname, type(opts)), 3) end
-  for k in pairs(opts) do
-    if not OPTS[k] then error(format("diagram.%s: unknown option '%s'", fname, tostring(k)), 3) end
-  end
-  if opts.names ~= nil and type(opts.names) ~= "table" then
-    error(format("diagram.%s: opts.names must be a table of function = name, got %s", fname, type(opts.names)), 3)
-  end
-  local dir = opts.direction
-  if dir ~= nil and dir ~= "TB" and dir ~= "LR" and dir ~= "BT" and dir ~= "RL" then
-    error(format("diagram.%s: opts.direction must be \"TB\", \"LR\", \"BT\" or \"RL\", got %s", fname,
-                 tostring(dir)), 3)
-  end
-  if opts.title ~= nil and type(opts.title) ~= "string" and opts.title ~= false then
-    error(format("diagram.%s: opts.title must be a string or false, got %s", fname, type(opts.title)), 3)
-  end
   local g = build(c, opts.names)
   local ok, h, err = pcall(highlight, g, opts)
   if not ok then error((tostring(h):gsub("^diagram:", "diagram." .. fname .. ":")), 3) end
@@ -560,6 +553,8 @@ local function dot_edge(e, ids)
 end
 
 function M.to_dot(c, opts)
+  local bad = SIGS.to_dot:check(c, opts)
+  if bad then error(bad, 2) end
   local g, err = prepare("to_dot", c, opts)
   if not g then return nil, err, "invalid" end
   opts = opts or {}
@@ -674,6 +669,8 @@ local function mermaid_classes(g, h, ids, w)
 end
 
 function M.to_mermaid(c, opts)
+  local bad = SIGS.to_mermaid:check(c, opts)
+  if bad then error(bad, 2) end
   local g, err = prepare("to_mermaid", c, opts)
   if not g then return nil, err, "invalid" end
   opts = opts or {}

@@ -11,8 +11,7 @@ local runtime = require "mongostore.runtime"
 local inbox = require "mongostore.inbox"
 local contract = require "mongostore.contract"
 
-local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
-  type, pairs, ipairs, error, tostring, setmetatable, getmetatable
+local type, pairs, ipairs, error, tostring, setmetatable = type, pairs, ipairs, error, tostring, setmetatable
 local text_error = core.text_error
 local format = string.format
 
@@ -50,16 +49,6 @@ end
 
 -- The signatures of the public calls (mongostore.contract): a wrong type
 -- or a misspelt option raises, naming it.
-local function is_store(v)
-  local smt = type(v) == "userdata" and getmetatable(v)
-  return (smt and smt.__index == ms.Store) == true
-end
-if not contract.kinds["mongostore.Store"] then
-  contract.kind("mongostore.Store", is_store, "a store from mongostore.connect")
-end
-if not contract.kinds["mongostore.Chart"] then
-  contract.kind("mongostore.Chart", chart_mod.is_chart, "a chart (chart.define)")
-end
 local COUNT = { "integer", min = 1 }
 local NEW = contract.define("engine.new", {
   { "opts", "table", fields = {

@@ -151,6 +151,8 @@ end
 function M.is_execution(v)
   return getmetatable(v) == Execution
 end
+require("mongostore.contract").kind("mongostore.Execution", M.is_execution,
+  "an Execution (mongostore.execution{...})")
 
 -- The checked fields of t (all but `skip`), defaults filled in, or nil and
 -- what is wrong.

@@ -10,6 +10,7 @@ local type, error, tostring, pairs, ipairs, select = type, error, tostring, pair
 local unpack = unpack or table.unpack
 local function pack(...) return { n = select("#", ...), ... } end
 local format = string.format
+local contract = require "mongostore.contract"
 
 local M = {}
 
@@ -97,7 +98,7 @@ end
 -- prefix ending with "." (every module below it). A copy is kept.
 local function check_run_modules(list)
   if list == nil then return {} end
-  local what = "mongostore.ngx.configure: run_modules must be a list of module names or prefixes ending with '.'"
+  local what = "msngx.configure: cfg.run_modules must be a list of module names or prefixes ending with '.'"
   if type(list) ~= "table" then error(what, 3) end
   local out = {}
   for i, name in ipairs(list) do
@@ -126,52 +127,26 @@ end
 -- server_selection_timeout (seconds) bounds every wait for a server;
 -- socket_timeout (seconds) every wait for a reply of a server that went silent.
 -- run_modules: the modules msngx.run may call (none when absent).
--- configure's settings: a misspelt one raises, as every options table does
-local CONFIG_KEYS = {
-  uri = true, db = true, prefix = true, charts = true, max_inflight = true, wait = true,
-  server_selection_timeout = true, run_modules = true, trace_max = true, thread_pool = true, trace = true,
-  call_timeout = true, inbox = true, socket_timeout = true, inbox_group = true, sweep_batch = true,
-  max_conflicts = true,
-}
+-- configure's settings (mongostore.contract): a misspelt one raises, as
+-- every options table does, and so does a value it cannot take (the
+-- configuration is the program's).
+local SECONDS_T = { "number", min = 0.1, max = 3600 }
+local CONFIGURE = contract.define("msngx.configure", {
+  { "cfg", "table", fields = {
+      uri = { "string", required = true, check = function(v) return v == "" and "must not be empty" or nil end },
+      db = "string", prefix = "string", charts = "string", trace_max = { "integer", min = 0 },
+      max_inflight = { "integer", min = 1 }, wait = { "number", min = 0, max = 86400 },
+      server_selection_timeout = SECONDS_T, socket_timeout = SECONDS_T, run_modules = "table",
+      thread_pool = "string", trace = "boolean", call_timeout = { "number", gt = 0 }, inbox = "boolean",
+      inbox_group = { "integer", min = 1, max = 256 }, sweep_batch = { "integer", min = 1 },
+      max_conflicts = { "integer", min = 1 } } },
+})
 
 function M.configure(cfg)
-  if type(cfg) ~= "table" then error("mongostore.ngx.configure: expected a table", 2) end
-  for k in pairs(cfg) do
-    if not CONFIG_KEYS[k] then error("mongostore.ngx.configure: unknown setting " .. tostring(k), 2) end
-  end
-  if type(cfg.uri) ~= "string" or cfg.uri == "" then error("mongostore.ngx.configure: uri must be a string", 2) end
-  if cfg.charts ~= nil and type(cfg.charts) ~= "string" then
-    error("mongostore.ngx.configure: charts must be the name of a module returning a list of charts", 2)
-  end
-  if cfg.max_inflight ~= nil and (type(cfg.max_inflight) ~= "number" or cfg.max_inflight < 1) then
-    error("mongostore.ngx.configure: max_inflight must be a number >= 1", 2)
-  end
-  if cfg.wait ~= nil and (type(cfg.wait) ~= "number" or not (cfg.wait >= 0 and cfg.wait <= 86400)) then
-    error("mongostore.ngx.configure: wait must be a number of seconds from 0 to 86400", 2)
-  end
-  local sst = cfg.server_selection_timeout
-  if sst ~= nil and (type(sst) ~= "number" or not (sst >= 0.1 and sst <= 3600)) then
-    error("mongostore.ngx.configure: server_selection_timeout must be a number of seconds from 0.1 to 3600", 2)
-  end
-  local sto = cfg.socket_timeout
-  if sto ~= nil and (type(sto) ~= "number" or not (sto >= 0.1 and sto <= 3600)) then
-    error("mongostore.ngx.configure: socket_timeout must be a number of seconds from 0.1 to 3600", 2)
-  end
-  if cfg.inbox ~= nil and type(cfg.inbox) ~= "boolean" then
-    error("mongostore.ngx.configure: inbox must be a boolean", 2)
-  end
-  local group = cfg.inbox_group
-  if group ~= nil and (type(group) ~= "number" or group % 1 ~= 0 or group < 1 or group > 256) then
-    error("mongostore.ngx.configure: inbox_group must be an integer from 1 to 256", 2)
-  end
-  local sb = cfg.sweep_batch
-  if sb ~= nil and (type(sb) ~= "number" or sb % 1 ~= 0 or sb < 1) then
-    error("mongostore.ngx.configure: sweep_batch must be an integer >= 1", 2)
-  end
-  local mc = cfg.max_conflicts
-  if mc ~= nil and (type(mc) ~= "number" or mc % 1 ~= 0 or mc < 1) then
-    error("mongostore.ngx.configure: max_conflicts must be an integer >= 1", 2)
-  end
+  local bad = CONFIGURE:check(cfg)
+  if bad then error(bad, 2) end
+  local sst, sto = cfg.server_selection_timeout, cfg.socket_timeout
+  local group, sb, mc = cfg.inbox_group, cfg.sweep_batch, cfg.max_conflicts
   local run_modules = check_run_modules(cfg.run_modules)
   config = {
     run_modules = run_modules,

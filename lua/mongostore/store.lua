@@ -8,7 +8,7 @@ local contract = require "mongostore.contract"
 
 local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
 local math_type, sort, format, concat = execution.math_type, table.sort, string.format, table.concat
-local is_execution, set_version = execution.is_execution, execution.set_version
+local set_version = execution.set_version
 local digests_of, set_digests = execution.digests, execution.set_digests
 
 local M = {}
@@ -16,9 +16,12 @@ local M = {}
 local Store = core.Store
 local define, fail, failed_item = contract.define, contract.fail, contract.failed_item
 
-if not contract.kinds["mongostore.Execution"] then
-  contract.kind("mongostore.Execution", is_execution, "an Execution (mongostore.execution{...})")
+-- (mongostore.execution and mongostore.chart register the kinds of their values)
+local function is_store(v)
+  local smt = type(v) == "userdata" and getmetatable(v)
+  return (smt and smt.__index == Store) == true
 end
+contract.kind("mongostore.Store", is_store, "a store from mongostore.connect")
 
 -- Every Store method a caller may use, and how mongostore.ngx treats it:
 --   "plain"      forwarded to a worker thread: plain values in and out (an

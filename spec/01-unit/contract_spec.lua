@@ -9,6 +9,7 @@ local contract = require "mongostore.contract"
 -- the modules whose public calls go through the contract
 require "mongostore.store"
 require "mongostore.engine"
+require "mongostore.ngx"
 
 local format, concat, sort = string.format, table.concat, table.sort
 

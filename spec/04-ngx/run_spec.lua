@@ -425,7 +425,7 @@ function TestNgxRunNames:test_run_modules_must_be_a_list_of_names_or_prefixes()
   -- a misspelt setting raises, as every options table does
   local bad_ok, bad_err = pcall(msngx.configure, { uri = uri, run_module = { "app." } })
   lu.assertFalse(bad_ok)
-  lu.assertStrContains(bad_err, "mongostore.ngx.configure: unknown setting run_module")
+  lu.assertStrContains(bad_err, "msngx.configure: unknown option run_module")
   -- none is callable when run_modules is absent
   lu.assertTrue(msngx.configure{ uri = uri })
   local ok, err = pcall(msngx.run, "app.orders", "create")

@@ -225,7 +225,7 @@ function Engine:relay_outbox() end
 --- report with `settle_external`. While a document is claimed here its targeted
 --- entries wait too, so settle (or renew) promptly.
 ---
---- Raises on a `limit` that is not a number.
+--- Raises on a `limit` that is not a number (a number that is not an integer >= 1 fails `invalid`).
 ---
 --- Fails with `nil, message, code`.
 ---@param limit? integer claim at least this many entries (>= 1)

@@ -4,6 +4,7 @@
 -- or a per-entry backoff stored on the entry, or a dead letter). engine.lua
 -- puts these methods on its Engine; relays.lua shares the backoff.
 local ms = require "mongostore"
+local contract = require "mongostore.contract"
 
 local type, ipairs, tostring, error = type, ipairs, tostring, error
 local format = string.format
@@ -41,10 +42,16 @@ end
 -- no other relay or loop gets them until the lease runs out. Each entry is
 -- the outbox entry (seq, event, source_id, token, lease_until, tries when it
 -- failed before) with claim_size, the entries its claim holds.
+local CLAIM = contract.define("engine:claim_external", { { "limit", "integer?", min = 1 } })
+local RENEW = contract.define("engine:renew_external", { { "entries", "table" } })
+local SETTLE = contract.define("engine:settle_external", {
+  { "entry", "table" }, { "ok", "boolean?" }, { "err", "any?" },
+  { "opts", "table?", fields = { release = "boolean", log = "boolean" } },
+})
+
 function Engine:claim_external(limit)
-  if limit ~= nil and type(limit) ~= "number" then
-    error("claim_external: limit must be a number, got " .. type(limit), 2)
-  end
+  local bad = CLAIM:check(limit)
+  if bad then return nil, bad, "invalid" end
   local entries, err, code = self.store:pending_outbox{ limit = limit or self.batch, lease = self.lease,
                                                         external = true }
   if not entries then return nil, "claim_external: " .. tostring(err), code end
@@ -67,10 +74,10 @@ end
 -- renewed counts the claims extended, lost lists the entries whose claim
 -- ran out and passed on (another loop may deliver them too).
 function Engine:renew_external(entries)
-  if type(entries) ~= "table" then error("renew_external: entries must be a list, got " .. type(entries), 2) end
+  RENEW:check(entries)
   local by_key, keys = {}, {}
   for i, e in ipairs(entries) do
-    check_entry("renew_external", e, "entries[" .. i .. "]")
+    check_entry("engine:renew_external", e, "entries[" .. i .. "]")
     local k = claim_key(e)
     if not by_key[k] then
       by_key[k] = {}
@@ -109,7 +116,6 @@ local function ends_claim(self, e, release)
   return false
 end
 
-local SETTLE_OPTS = { release = true, log = true }
 
 -- engine:settle_external(entry, ok[, err[, opts]]) -> result | nil, msg, code
 -- After the handler: ok acks the entry (while the claim is still this
@@ -123,11 +129,8 @@ local SETTLE_OPTS = { release = true, log = true }
 -- opts: release (end the claim now, or keep it; default: the engine's own
 -- count), log = false (the caller logs; result.message says it).
 function Engine:settle_external(entry, ok, err, opts)
-  check_entry("settle_external", entry)
-  if opts ~= nil then
-    if type(opts) ~= "table" then error("settle_external: opts must be a table, got " .. type(opts), 2) end
-    ms.check_keys(opts, SETTLE_OPTS, "settle_external", "option")
-  end
+  check_entry("engine:settle_external", entry)
+  SETTLE:check(entry, ok, err, opts)
   opts = opts or {}
   local store, release = self.store, ends_claim(self, entry, opts.release)
   local function failed(what, msg, code)
