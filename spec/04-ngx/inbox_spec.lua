@@ -145,16 +145,20 @@ function TestNgxInbox:test_inbox_group_and_sweep_batch_are_the_engines_options()
   local saved = msngx.config()
   msngx.configure{ uri = "mongodb://h:1", inbox_group = 1, sweep_batch = 7 }
   lu.assertEquals({ msngx.config().inbox_group, msngx.config().sweep_batch }, { 1, 7 })
-  for _, bad in ipairs { { inbox_group = 0 }, { inbox_group = 257 }, { inbox_group = 1.5 }, { inbox_group = "1" } } do
+  for _, bad in ipairs { { inbox_group = 0 }, { inbox_group = 257 }, { inbox_group = 1.5 } } do
     bad.uri = "mongodb://h:1"
-    lu.assertErrorMsgContains("inbox_group must be an integer from 1 to 256", msngx.configure, bad)
+    lu.assertErrorMsgContains("cfg.inbox_group must be an integer from 1 to 256", msngx.configure, bad)
   end
+  lu.assertErrorMsgContains("cfg.inbox_group must be an integer, got string", msngx.configure,
+    { uri = "mongodb://h:1", inbox_group = "1" })
   lu.assertErrorMsgContains("sweep_batch must be an integer >= 1", msngx.configure,
     { uri = "mongodb://h:1", sweep_batch = 0 })
-  for _, v in ipairs { 0, 1.5, "3" } do
+  for _, v in ipairs { 0, 1.5 } do
     lu.assertErrorMsgContains("max_conflicts must be an integer >= 1", msngx.configure,
       { uri = "mongodb://h:1", max_conflicts = v })
   end
+  lu.assertErrorMsgContains("max_conflicts must be an integer, got string", msngx.configure,
+    { uri = "mongodb://h:1", max_conflicts = "3" })
   if saved then msngx.configure(saved) end
 
   H.check_prerequisites()

@@ -91,9 +91,9 @@ function TestSilentServer:test_socket_timeout_added_only_where_absent()
   lu.assertStrContains(msngx.config().uri, "socketTimeoutMS=10000")
   msngx.configure{ uri = "mongodb://h:1", socket_timeout = 0.5 }
   lu.assertStrContains(msngx.config().uri, "socketTimeoutMS=500")
-  lu.assertErrorMsgContains("socket_timeout must be a number of seconds",
+  lu.assertErrorMsgContains("socket_timeout must be a number from 0.1 to 3600",
     msngx.configure, { uri = "mongodb://h:1", socket_timeout = 0 })
-  lu.assertErrorMsgContains("socket_timeout must be a number of seconds",
+  lu.assertErrorMsgContains("socket_timeout must be a number, got string",
     msngx.configure, { uri = "mongodb://h:1", socket_timeout = "10" })
   if saved then msngx.configure(saved) end
 end
