@@ -2,9 +2,9 @@
 -- content ids (sorted keys, integers and floats kept apart, identity = false
 -- fields left out, children in order, refs by their content ids), type
 -- declarations refused at define, the keyset condition of a page (an $or of
--- branches, never $and, nulls matched explicitly), page tokens' base64, the
--- ISO-8601 to nanoseconds conversion, and what a client's sid and filter paths
--- are cast to.
+-- branches, never $and, nulls matched explicitly), the ISO-8601 to nanoseconds
+-- conversion, and what a client's sid and filter paths are cast to (the page
+-- cursors' format: spec/01-unit/cursor_spec.lua).
 local lu = require "luaunit"
 local ms = require "mongostore"
 local records = require "mongostore.records"
@@ -100,16 +100,6 @@ function TestRecordsCanon:test_keyset_condition_is_an_or_of_branches()
   lu.assertEquals(n, { { year = ms.null, _id = { ["$gt"] = 7 } } })
   -- no order keys: the sid alone
   lu.assertEquals(rquery.after({}, {}, 3), { { _id = { ["$gt"] = 3 } } })
-end
-
-function TestRecordsCanon:test_base64_round_trip()
-  for _, s in ipairs { "", "a", "ab", "abc", "abcd", "\0\255\128", string.rep("\7", 100) } do
-    local e = rquery.b64(s)
-    lu.assertStrMatches(e, "[%w%-_]*")
-    lu.assertEquals(rquery.unb64(e), s)
-  end
-  lu.assertNil(rquery.unb64("a"))
-  lu.assertNil(rquery.unb64("ab!c"))
 end
 
 function TestRecordsCanon:test_iso_to_nanoseconds()
