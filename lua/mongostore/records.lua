@@ -139,7 +139,7 @@ local function make_indexes(store, T)
   return true
 end
 
--- The key that signs page tokens: made once per store, kept in _meta.
+-- The key that signs page cursors: made once per store, kept in _meta.
 local function page_key(store)
   local doc, e, c, d = store.wire:find_and_modify(store.meta, { _id = "page_key" },
     { ["$setOnInsert"] = { key = canon.hex(core.random_bytes(32)) } }, true, nil)

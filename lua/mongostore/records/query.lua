@@ -1,7 +1,7 @@
 -- mongostore.records.query - queries over one record type: where (Q or a plain
 -- filter), only_latest, as_of, order_by, all, count, and keyset pages whose opaque
--- tokens carry the last order keys and sid under an HMAC, so a forged, edited or
--- foreign token is refused.
+-- cursors (mongostore.cursor) carry the last order keys and sid under an HMAC, so
+-- a forged, edited or another query's cursor is refused.
 local core = require "mongostore.core"
 local query = require "mongostore.query"
 local canon = require "mongostore.records.canon"
@@ -36,7 +36,7 @@ local function bad_time(t, why)
   return fail("invalid", format("as_of: %s is not %s", quoted(t), why), { value = t })
 end
 
--- t as nanoseconds, or nil, err, "invalid" (a records error naming the value's
+-- t as nanoseconds, or nil, err, "invalid" (the message naming the value's
 -- type, and text by itself): what a client's time cannot be.
 function M.to_ns(t)
   if canon.is_integer(t) then
@@ -74,7 +74,7 @@ function M.to_ns(t)
   return ns
 end
 
--- ------------------------------------------------------------ tokens
+-- ------------------------------------------------------------ cursors
 
 -- Text of a value that is the same in every process: keys sorted, integers
 -- and floats apart, boxes by their text.
