@@ -10,8 +10,10 @@ local M = {}
 
 M.PREFIX = "c3"
 M.MAC_BYTES = 16
--- A cursor longer than this was never issued (a payload is a position, not data):
--- refused before anything is decoded.
+-- A cursor longer than this was never issued (a payload is a position: an id,
+-- a few order keys) and is refused before anything is decoded; a caller whose
+-- positions may hold long values (record pages ordered by a text field) gives
+-- decode its own bound.
 M.MAX_TEXT = 4096
 
 local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -83,12 +85,16 @@ function M.encode(key, binding, payload)
   return M.PREFIX .. "." .. M.b64(bytes) .. "." .. M.b64(mac(key, binding, bytes))
 end
 
---- cursor.decode(key, binding, text) -> payload, or nil, why: why says what is wrong (not a
--- string, too long, malformed, not signed with key, bound to something else).
-function M.decode(key, binding, text)
+--- cursor.decode(key, binding, text[, max_text]) -> payload, or nil, why: why says what is wrong
+-- (not a string, longer than max_text (default MAX_TEXT), malformed, not signed with key, bound
+-- to something else).
+function M.decode(key, binding, text, max_text)
   check_args("cursor.decode", key, binding)
+  if max_text ~= nil and type(max_text) ~= "number" then
+    error("cursor.decode: max_text must be a number, got " .. type(max_text), 2)
+  end
   if type(text) ~= "string" then return nil, "not a string" end
-  if #text > M.MAX_TEXT then return nil, "too long" end
+  if #text > (max_text or M.MAX_TEXT) then return nil, "too long" end
   local p64, m64 = text:match("^c3%.([%w%-_]+)%.([%w%-_]+)$")
   if not p64 then return nil, "malformed" end
   local payload, got = M.unb64(p64), M.unb64(m64)

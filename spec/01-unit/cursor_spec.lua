@@ -77,6 +77,11 @@ function TestCursorModule:test_what_was_not_issued_is_refused()
     lu.assertNil(t, case[2])
     lu.assertStrContains(why, case[3], false, case[2])
   end
+  -- a caller's own bound: what it issued may be longer than the default
+  local long = cursor.encode(key, binding, { v = ms.array { string.rep("x", 9000) } })
+  lu.assertEquals(select(2, cursor.decode(key, binding, long)), "too long")
+  lu.assertEquals(assert(cursor.decode(key, binding, long, 20000)).v[1], string.rep("x", 9000))
+  lu.assertEquals(select(2, cursor.decode(key, binding, long, 100)), "too long")
   -- a payload signed with the key but that is no BSON document is malformed, not a crash
   local junk = "\1\2\3"
   local mac = core.hmac_sha256(key, "c3\0" .. #binding .. ":" .. binding .. junk):sub(1, cursor.MAC_BYTES)
@@ -91,4 +96,5 @@ function TestCursorModule:test_misuse_raises()
   lu.assertErrorMsgContains("cursor.encode: binding must be a string", cursor.encode, "k", 5, {})
   lu.assertErrorMsgContains("cursor.encode: payload must be a table", cursor.encode, "k", "b", "x")
   lu.assertErrorMsgContains("cursor.decode: key must be", cursor.decode, 5, "b", "c3.x.y")
+  lu.assertErrorMsgContains("cursor.decode: max_text must be a number", cursor.decode, "k", "b", "c3.x.y", "9")
 end

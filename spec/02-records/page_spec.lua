@@ -141,6 +141,20 @@ function TestRecordsPages:test_page_limits()
   lu.assertErrorMsgContains("page: opts must be a table", function() q:page(5) end)
 end
 
+-- A cursor holds the last record's order keys: ordered by a long text field, the cursor is as long,
+-- and still taken.
+function TestRecordsPages:test_long_order_keys_make_long_cursors_that_work()
+  local long = string.rep("x", 20000)
+  for i = 1, 3 do ok(self.store:save(Book, { title = long .. i, year = 3000 })) end
+  local q = self.store:query(Book):where { year = 3000 }:order_by { { "title", 1 } }
+  local p1 = ok(q:page { limit = 2 })
+  lu.assertTrue(#p1.next_cursor > 20000)
+  local p2 = ok(q:page { limit = 2, cursor = p1.next_cursor })
+  lu.assertEquals(#p2.items, 1)
+  lu.assertEquals(p2.items[1].title, long .. 3)
+  lu.assertNil(p2.next_cursor)
+end
+
 function TestRecordsPages:test_cursors_are_authenticated()
   local q = self.store:query(Book):order_by { { "year", 1 } }
   local page = ok(q:page { limit = 5 })
@@ -160,6 +174,7 @@ function TestRecordsPages:test_cursors_are_authenticated()
   refused(q, token:sub(1, -2), "truncated")
   refused(q, token .. "A", "lengthened")
   refused(q, "c3." .. string.rep("A", 100000) .. ".AAAA", "100 KB")
+  refused(q, "c3." .. string.rep("A", 30 * 1024 * 1024) .. ".AAAA", "longer than any document")
   refused(q, "c3.\0.\0", "NUL bytes")
   refused(q, "c3.\xff\xfe.AA", "not UTF-8")
   lu.assertEquals(self.store:info().commands, before, "nothing was sent for a refused cursor")

@@ -392,7 +392,8 @@ end
 -- decodes only under this store's key and this query's fingerprint, and a
 -- position is the order keys (one per key) and an integer sid.
 local function read_cursor(self, qfp, text)
-  local t, why = cursor.decode(self.store.page_key, qfp, text)
+  -- its order keys are values of the last record: as long as a document may be, in base64
+  local t, why = cursor.decode(self.store.page_key, qfp, text, floor(self.store.max_bson_size * 4 / 3) + 64)
   if t and (not canon.is_integer(t.s) or type(t.v) ~= "table" or #t.v ~= #(self.order or {})) then
     t, why = nil, "malformed"
   end
