@@ -165,3 +165,26 @@ function TestRecordsCanon:test_idiv_exact()
   lu.assertEquals(canon.idiv(-1, 1000), -1)
   lu.assertEquals(canon.idiv(999, 1000), 0)
 end
+
+-- The failure shape of a driver failure: the message says what was being done, the driver's
+-- detail table stays the detail (its labels are what a transaction's retry reads) with the
+-- store's facts added to it; without a detail of the driver's, the facts are the detail.
+function TestRecordsCanon:test_a_driver_failure_keeps_its_detail()
+  local wire = require "mongostore.records.wire"
+  local d = { labels = ms.array { "TransientTransactionError" }, server_code = 112 }
+  local v, msg, code, detail = wire.driver("insert records.book", "WriteConflict", "conflict", d, { sid = 7 })
+  lu.assertNil(v)
+  lu.assertEquals(msg, "insert records.book: WriteConflict")
+  lu.assertEquals(code, "conflict")
+  lu.assertTrue(rawequal(detail, d), "the driver's own table")
+  lu.assertEquals(detail.labels[1], "TransientTransactionError")
+  lu.assertEquals(detail.server_code, 112)
+  lu.assertEquals(detail.sid, 7)
+  v, msg, code, detail = wire.driver("find records.book", nil, nil, nil, { sid = 8 })
+  lu.assertEquals({ v, msg, code, detail }, { nil, "find records.book: nil", "server", { sid = 8 } })
+  v, msg, code, detail = wire.driver("count records.book", "down", "network")
+  lu.assertEquals({ v, msg, code, detail }, { nil, "count records.book: down", "network", nil })
+  -- the store's own failures: a string message, the facts as the detail
+  v, msg, code, detail = wire.fail("conflict", "save book: taken", { sid = 3 })
+  lu.assertEquals({ v, msg, code, detail }, { nil, "save book: taken", "conflict", { sid = 3 } })
+end
