@@ -57,6 +57,7 @@ build = {
       ["mongostore"] = "lua/mongostore/init.lua",
       ["mongostore.execution"] = "lua/mongostore/execution.lua",
       ["mongostore.store"] = "lua/mongostore/store.lua",
+      ["mongostore.cursor"] = "lua/mongostore/cursor.lua",
       ["mongostore.database"] = "lua/mongostore/database.lua",
       ["mongostore.transaction"] = "lua/mongostore/transaction.lua",
       ["mongostore.chart"] = "lua/mongostore/chart.lua",

@@ -116,7 +116,7 @@ local tokens, seen, items, pages = { false }, {}, 0, 0
 t0 = ms.now()
 local after
 repeat
-  local page = check("page " .. (pages + 1), query():page { size = PAGE, after = after })
+  local page = check("page " .. (pages + 1), query():page { limit = PAGE, cursor = after })
   pages = pages + 1
   for _, b in ipairs(page.items) do
     local key = b.title
@@ -124,7 +124,7 @@ repeat
     seen[key] = true
     items = items + 1
   end
-  after = page.next
+  after = page.next_cursor
   if after then tokens[#tokens + 1] = after end
 until not after
 local walk_s = ms.now() - t0
@@ -138,10 +138,10 @@ local first_list, last_list = {}, {}
 local last_token = tokens[#tokens]
 for _ = 1, REPS do
   local s = ms.now()
-  check("first page", query():page { size = PAGE })
+  check("first page", query():page { limit = PAGE })
   first_list[#first_list + 1] = (ms.now() - s) * 1e3
   s = ms.now()
-  check("last page", query():page { size = PAGE, after = last_token or nil })
+  check("last page", query():page { limit = PAGE, cursor = last_token or nil })
   last_list[#last_list + 1] = (ms.now() - s) * 1e3
 end
 -- the first page's find sent by the document API itself (same sort and limit): what of a

@@ -2327,9 +2327,10 @@ end)]] },
 ------------------------------------------------------------------------
 -- records (mongostore.records)
 
--- What a records call returns when it fails: an error object, as the models do.
+-- What a records call returns when it fails: the one failure shape, the facts in detail.
 local function RFAILS(codes)
-  return "Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code " .. codes
+  return "Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) "
+    .. "or nil), code " .. codes
 end
 local DRIVER = "the document API's `network`, `timeout`, `server`, `unavailable`"
 
@@ -2374,7 +2375,7 @@ record's sid (a list ref as an array of sids), and the store fields:
 
 `<prefix>_meta` holds `{ _id = "schema:<type>", fingerprint =, shape = }`
 per type (stamped at the first open), `{ _id = "page_key", key = }` (the key
-that signs page tokens, made once per store), `{ _id = "fsck", holder =,
+that signs page cursors, made once per store), `{ _id = "fsck", holder =,
 expires =, gen = }` (the exclusive fsck lease; `gen` counts finished passes)
 and `{ _id = "writer:<token>", expires =, gen = }` per writing store handle.
 Each type's collection has a `_cid` index (unique unless `dedup = "none"`),
@@ -2414,17 +2415,21 @@ token (`_w`). A handle whose writer document fsck deleted (`force`, or a
 collecting pass over an expired lease) fails every later write `conflict`:
 open a new store. `rs:close()` deletes the document.
 
-**Errors.** Failures come back as `nil, err, code[, detail]`: `err` a
-[`RecordError`](#type-recorderror) (`tostring(err)` is its message, `err.code`
-the code, `records.is_error(err)`), `detail` the server's labels when it gave
-them. The codes: `invalid`, `conflict`, `duplicate`, `not_found`,
+**Errors.** Failures come back as `nil, message, code, detail`, as in every
+layer: `message` a string saying what was being done, `code` a string,
+`detail` a table of the structured facts or nil
+([`RecordFailureDetail`](#type-recordfailuredetail): the diff of a changed
+schema, the sid a call ran into, the writer leases fsck found held, a
+refused value; a driver failure's own detail, its `labels` and
+`server_code`, with the store's facts added, so a transaction's retry still
+sees `TransientTransactionError`). The codes: `invalid`, `conflict`, `duplicate`, `not_found`,
 `unavailable`, `too_large`, `closed`, `clock_regression` (the records' own:
 the clock went back further than the guard allows) and the document API's
 ([errors](errors.md)). Mistakes in the code raise: a malformed declaration,
 an unknown option, an argument of the wrong type that no client value can
 be (a `T` that is not a type, options that are not a table), a type the
 store was not opened with. What a client can send (a sid, a content id, a
-record, a filter, a time, an order, a page size) is never raised about: it
+record, a filter, a time, an order, a page limit or cursor) is never raised about: it
 is cast where the cast is exact or refused `invalid`, with nothing sent
 ([Taking client values](#taking-client-values)).]],
   sections = {
@@ -2526,12 +2531,13 @@ a `_sid` is the stored record.]],
           } },
         { field = "Q", module = "mongostore.records", type = "mongostore.QueryFields",
           desc = "The query builder of the models ([`model.Q`](models.md#model-q)), for `rq:where`." },
-        { class = "mongostore.RecordError",
-          desc = "What a failed call returns as `err`: `tostring(err)` is its message; `records.is_error(err)`.",
+        { class = "mongostore.RecordFailureDetail",
+          desc = "The `detail` of a failed records call (the fourth value): the facts the message tells, for "
+            .. "code to read. Which fields it has depends on the failure; a failure with no facts has no detail.",
           fields = {
-            { "code", "string", "the code (also the third value)" },
-            { "message", "string", "what was being done, and what went wrong" },
-            { "detail", "mongostore.ErrorDetail?", "the server's code and error labels, when it gave them" },
+            { "labels", "string[]?", "a driver or server failure: the server's error labels (the document API's)" },
+            { "server_code", "integer?", "a driver or server failure, a write error: the server's error code" },
+            { "key", "table?", "`duplicate`: the key value the server reported" },
             { "diff", "{ schema: table<string, { expected: string, actual: string, changes: string[], "
               .. "additive: boolean }> }?", "`records.open` `invalid`: the collections whose schema changed" },
             { "sid", "integer?", "`conflict`: the stored record the call ran into" },
@@ -2542,11 +2548,8 @@ a `_sid` is the stored record.]],
             { "behind_ns", "integer?", "`clock_regression`: how far the clock went back" },
             { "token", "string?", "`conflict` of a lease taken over: the lost writer token" },
             { "writers", "table[]?", "`rs:fsck` `unavailable`: the writer leases that are held" },
+            { "value", "string?", "`invalid` time of `rq:as_of`: the text refused" },
           } },
-        { fn = "is_error", module = "mongostore.records",
-          params = { { "x", "any", "any value" } },
-          returns = { { "yes", "boolean", "whether `x` is a record store error (fsck's and the fingerprints' "
-            .. "too)" } } },
       },
     },
     {
@@ -2561,8 +2564,8 @@ a `_sid` is the stored record.]],
             .. "`types`, a value that is not a type, two types of one name, a `transactions` or "
             .. "`timestamp_resolution` out of range",
           desc = RFAILS("`unavailable` (`transactions = \"require\"` on a server without transactions; "
-            .. "`err.reason`), `invalid` (a type's shape differs from the one stamped at the first open: "
-            .. "`err.diff.schema` names the collections and their changes), `conflict` (a concurrent open "
+            .. "`detail.reason`), `invalid` (a type's shape differs from the one stamped at the first open: "
+            .. "`detail.diff.schema` names the collections and their changes), `conflict` (a concurrent open "
             .. "stamped another shape), or " .. DRIVER) .. [[.
 
 The types their refs reach are opened too. It reads the server's
@@ -2687,8 +2690,8 @@ print(emma.title, emma.author.name, emma._sid, emma._ts)]] },
           raises = "as `save`",
           desc = RFAILS("`invalid` (a `sid` as `fetch` refuses it, a `record` that is not a table: nothing is "
             .. "sent), `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one "
-            .. "meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier "
-            .. "revision: `err.sid`), and the codes of `save`") .. [[.
+            .. "meanwhile: `detail.next`; the new content is stored already in another lineage or as an earlier "
+            .. "revision: `detail.sid`), and the codes of `save`") .. [[.
 
 The successor keeps the lineage (`_lin`), names its predecessor (`_prev`)
 and is linked from it (`_next`, `_nts`). Idempotent: replacing with the same
@@ -2780,8 +2783,7 @@ an offset (`+01:00`, `-0500`): a date alone (`"2026-01-01"`) or a time
 without a zone (`"2026-01-01T00:00:00"`) names no instant and is refused,
 never read as UTC. A refused time (such text, a number with a fraction, a
 value of another type) is kept in the query: `all`, `count` and `page`
-return `nil, err, "invalid"`, `err.value` the text, `tostring(err)` the
-message.]] },
+return `nil, message, "invalid", detail`, `detail.value` the text.]] },
         { method = "order_by", of = "mongostore.RecordQuery",
           params = { { "keys", "{ [1]: string, [2]: integer }[]", "`{ { field, 1 | -1 }, ... }`: declared "
             .. "scalar fields, or `\"_ts\"`" } },
@@ -2799,37 +2801,42 @@ message.]] },
           returns = { { "n", "integer", "how many records match" } },
           desc = RFAILS("`invalid` (what a builder refused: nothing is sent), `closed`, or " .. DRIVER) .. "." },
         { method = "page", of = "mongostore.RecordQuery",
-          params = { { "opts", "mongostore.RecordPageOptions", "the page's size, and where it starts" } },
-          returns = { { "page", "mongostore.RecordPage", "the records after the token, and the next token" } },
-          raises = "an `opts` that is not a table, an unknown option",
-          desc = RFAILS("`invalid` (what a builder refused; a `size` that is not an integer from 1 to 10000 or "
-            .. "its decimal text; a token that is not this query's: not a string, malformed, edited or "
-            .. "forged (its HMAC does not match), or from another query, type, order or store), or " .. DRIVER)
-            .. [[.
+          params = { { "opts", "mongostore.RecordPageOptions", "the page's limit, and the cursor it starts at" } },
+          returns = { { "page", "mongostore.RecordPage", "the records after the cursor, and the next cursor" } },
+          raises = "an `opts` that is not a table, an unknown key, a `limit` that is not a number or text, a "
+            .. "`cursor` that is not a string",
+          desc = RFAILS("`invalid` (what a builder refused; a `limit` that is not an integer from 1 to 10000 or "
+            .. "its decimal text; a cursor that is not this query's: malformed, too long, edited or forged (its "
+            .. "HMAC does not match), or from another query, type, order or store: nothing is sent), `closed`, or "
+            .. DRIVER) .. [[.
 
-Keyset pages: the token carries the last record's order keys and sid,
-signed with the store's page key, and the next page asks for the records
-after them (an `$or` of one branch per key, nulls matched explicitly, the
-sid last), so a page costs the same at any position. While nothing changes
-the pages cover every match exactly once, in `all`'s order.]],
+Keyset pages: the cursor carries the last record's order keys and sid,
+signed with the store's page key and bound to the query (its type, filter,
+order and store), and the next page asks for the records after them (an
+`$or` of one branch per key, nulls matched explicitly, the sid last), so a
+page costs the same at any position. While nothing changes the pages cover
+every match exactly once, in `all`'s order. The cursor is the one format
+of every listing (`c3.` then the position and its MAC, base64url), the
+executions listing's too.]],
           example = [[
-local token
+local cursor
 repeat
-  local page = assert(rs:query(Book):only_latest():order_by { { "year", -1 } }:page { size = 100, after = token })
+  local page = assert(rs:query(Book):only_latest():order_by { { "year", -1 } }:page { limit = 100, cursor = cursor })
   for _, b in ipairs(page.items) do print(b.year, b.title) end
-  token = page.next
-until not token]] },
+  cursor = page.next_cursor
+until not cursor]] },
         { class = "mongostore.RecordPageOptions",
-          desc = "What `rq:page` takes; an unknown key raises.",
+          desc = "What `rq:page` takes, the page shape of every listing; an unknown key raises.",
           fields = {
-            { "size", "integer|string", "at most this many records, 1 to 10000 (decimal text is taken)" },
-            { "after", "string?", "the `next` of the page before (nil: the first page)" },
+            { "limit", "integer|string?", "at most this many records, 1 to 10000 (decimal text is taken); "
+              .. "default 100" },
+            { "cursor", "string?", "the `next_cursor` of the page before (nil: the first page)" },
           } },
         { class = "mongostore.RecordPage",
           desc = "What `rq:page` returns.",
           fields = {
-            { "items", "mongostore.Record[]", "at most `size` records" },
-            { "next", "string?", "the token of the next page (opaque); nil after the last" },
+            { "items", "mongostore.Record[]", "at most `limit` records" },
+            { "next_cursor", "string?", "the cursor of the next page (opaque); nil after the last" },
           } },
       },
     },
@@ -2860,10 +2867,12 @@ lua-cjson, `ngx.req.get_uri_args`), the store takes them as values:
   casts its value as well), or a table marked with `records.trusted`, which
   is sent as written. `$where`, `$function` and `$accumulator` are refused
   everywhere, in trusted filters, in `Q` conditions and inside `$expr`.
-- **Times, orders, page sizes**: `rq:as_of` takes nanoseconds as text, or
-  ISO-8601 with its zone; `rq:order_by` takes `"1"`/`"-1"`; `rq:page` takes
-  `size = "20"`. What cannot be taken is returned as `invalid` by the call
-  that runs the query, not raised, so a handler answers 400, not 500.
+- **Times, orders, pages**: `rq:as_of` takes nanoseconds as text, or
+  ISO-8601 with its zone (1677 to 2262, what int64 nanoseconds count);
+  `rq:order_by` takes `"1"`/`"-1"`; `rq:page` takes `limit = "20"` and a
+  client's `cursor` text. What cannot be taken (a limit out of 1..10000, a
+  cursor this query did not give) is returned as `invalid` by the call that
+  runs the query, not raised, so a handler answers 400, not 500.
 
 Only mistakes no client value can cause raise: a `T` that is not one of
 the store's types, an unknown option.]],
@@ -2878,11 +2887,11 @@ the store's types, an unknown option.]],
             .. "table a client sent: mark the table your code builds around a client's values, and cast those "
             .. "yourself.",
           example = [[
--- GET /books/:sid and POST /books/search?after=...&size=20 in an OpenResty handler:
+-- GET /books/:sid and POST /books/search?cursor=...&limit=20 in an OpenResty handler:
 -- sid and args come from the URI, body from ms.json.decode(ngx.req.get_body_data())
 local function show(sid)
   local b, err, code = rs:fetch(Book, sid)           -- "12" is sid 12; {"$gt":0} is invalid
-  if not b then return code == "invalid" and 400 or code == "not_found" and 404 or 500, tostring(err) end
+  if not b then return code == "invalid" and 400 or code == "not_found" and 404 or 500, err end
   return 200, { title = b.title, year = b.year }
 end
 
@@ -2890,9 +2899,9 @@ local function search(args, body)
   local q = rs:query(Book):where { title = body.title }      -- data: {"$ne":null} is invalid
   if body.since then q = q:where(records.Q.year:gte(body.since)) end   -- "1813" is cast to 1813
   q = q:where(records.trusted { note = { ["$exists"] = false } })       -- code, not client data
-  local page, err, code = q:order_by { { "year", args.dir or 1 } }:page { size = args.size or 20,
-                                                                          after = args.after }
-  if not page then return code == "invalid" and 400 or 500, tostring(err) end
+  local page, err, code = q:order_by { { "year", args.dir or 1 } }:page { limit = args.limit or 20,
+                                                                          cursor = args.cursor }
+  if not page then return code == "invalid" and 400 or 500, err end
   return 200, page
 end]] },
       },
@@ -2905,7 +2914,7 @@ end]] },
           returns = { { "summary", "mongostore.FsckSummary", "what it found and did, per collection" } },
           raises = "an unknown option, or one of the wrong type or negative",
           desc = RFAILS("`unavailable` (another fsck holds the lease; writer leases of other handles are "
-            .. "held past `wait`: `err.writers`), `conflict` (another fsck took its lease over), `closed`, or "
+            .. "held past `wait`: `detail.writers`), `conflict` (another fsck took its lease over), `closed`, or "
             .. DRIVER) .. [[.
 
 Takes the exclusive fsck lease (`<prefix>_meta` `fsck`), so writers wait

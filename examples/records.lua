@@ -39,9 +39,11 @@ print(("saved %d books; %s (%d) by %s, author sid shared: %s"):format(#sids, emm
 -- the same book again is the same record; other metadata for it is refused
 print("saved again: same sid " .. tostring(assert(store:save(Book, { title = "Emma", year = 1815, author = austen,
   chapters = { { title = "Chapter 1", pages = 12 } } })) == sids[4]))
-local _, err, code = store:save(Book, { title = "Emma", year = 1815, author = austen, note = "signed",
-                                        chapters = { { title = "Chapter 1", pages = 12 } } })
-print("other metadata: " .. code .. " (" .. tostring(err):match("dedup = \"value\"") .. ")")
+local _, err, code, detail = store:save(Book, { title = "Emma", year = 1815, author = austen, note = "signed",
+                                                chapters = { { title = "Chapter 1", pages = 12 } } })
+-- err is the message, detail the facts: here the sid of the stored record it differs from
+print("other metadata: " .. code .. " (" .. err:match("dedup = \"value\"") .. "), detail.sid is Emma's: "
+  .. tostring(detail.sid == sids[4]))
 
 -- a revised edition: a new record in the same lineage
 local emma2 = assert(store:replace(Book, sids[4], { title = "Emma", year = 1816, author = austen,
@@ -53,15 +55,15 @@ print("history of Emma: " .. table.concat(years, " -> "))
 -- every latest book from 1813 on, newest first, three to a page
 local q = store:query(Book):where(Q.year:gte(1813)):only_latest():order_by { { "year", -1 }, { "title", 1 } }
 print(("matching: %d"):format(assert(q:count())))
-local token, n = nil, 0
+local cursor, n = nil, 0
 repeat
-  local page = assert(q:page { size = 3, after = token })
+  local page = assert(q:page { limit = 3, cursor = cursor })
   n = n + 1
   local names = {}
   for _, b in ipairs(page.items) do names[#names + 1] = b.title .. " " .. b.year end
   print(("page %d: %s"):format(n, table.concat(names, ", ")))
-  token = page.next
-until not token
+  cursor = page.next_cursor
+until not cursor
 
 -- the integrity pass (the store's own writer lease is not in its way)
 local summary = assert(store:fsck { repair = false, collect_garbage = true })

@@ -19,7 +19,6 @@ local array, null = core.array, core.null
 
 local M = {}
 M.Q = mquery.Q
-M.is_error = wire.is_error
 -- A filter written as code (operators and all) for rq:where; the same mark as model.trusted.
 M.trusted = mquery.trusted
 
@@ -140,7 +139,7 @@ local function make_indexes(store, T)
   return true
 end
 
--- The key that signs page tokens: made once per store, kept in _meta.
+-- The key that signs page cursors: made once per store, kept in _meta.
 local function page_key(store)
   local doc, e, c, d = store.wire:find_and_modify(store.meta, { _id = "page_key" },
     { ["$setOnInsert"] = { key = canon.hex(core.random_bytes(32)) } }, true, nil)
@@ -174,10 +173,7 @@ local function fingerprint_check(store, upgrade)
     error(fp, 0)
   end
   local ok, e, c, d = fp.check(store, store.type_list, { upgrade = upgrade })
-  if not ok then
-    if wire.is_error(e) then return nil, e, e.code, e.detail end
-    return fail(c or "invalid", tostring(e), { detail = d })
-  end
+  if not ok then return nil, tostring(e), c or "invalid", d end
   return true
 end
 
@@ -508,20 +504,16 @@ function Store:transaction(fn)
       .. "): no multi-document transactions")
   end
   local result
-  local r = pack(self.db:transaction(function(s)
+  local r = pack(wire.transaction(self.db, "transaction", function(s)
     local okl, el, cl, dl = self.lease:check(s)
     if not okl then return nil, el, cl, dl end
-    local ts, et, ct = save.stamp(self)
-    if self.ts.enabled and not ts then return nil, et, ct end
+    local ts, et, ct, dt = save.stamp(self)
+    if self.ts.enabled and not ts then return nil, et, ct, dt end
     result = pack(fn(tx_handle(self, s, ts)))
     if result[1] == nil and result.n >= 2 then return nil, result[2], result[3], result[4] end
     return true
   end, self.tx_opts))
-  if not r[1] then
-    local err, code = r[2], r[3]
-    if wire.is_error(err) then return nil, err, err.code, err.detail end
-    return driver("transaction", err, code, r[4])
-  end
+  if not r[1] then return nil, r[2], r[3], r[4] end
   return true, unpack(result, 1, result.n)
 end
 

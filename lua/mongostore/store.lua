@@ -5,6 +5,7 @@
 local core = require "mongostore.core"
 local execution = require "mongostore.execution"
 local contract = require "mongostore.contract"
+local cursor = require "mongostore.cursor"
 
 local type, error, ipairs, pairs, tostring = type, error, ipairs, pairs, tostring
 local math_type, sort, format, concat = execution.math_type, table.sort, string.format, table.concat
@@ -325,15 +326,12 @@ function Store:load_for_event(id, event_id, timer_path)
   return exe, hit, armed
 end
 
--- Keyset cursors: the last _id a page scanned, and a MAC over it and the
--- filters of the query it belongs to, keyed by the database's cursor secret
--- (csrc/list.c). A cursor is honoured only by the query it was issued for;
--- anything else, forged, altered or another query's, is refused as invalid.
+-- Keyset cursors: the last _id a page scanned, signed (mongostore.cursor) with
+-- the database's cursor secret (csrc/list.c) and bound to the filters of the
+-- query it belongs to. A cursor is honoured only by the query it was issued
+-- for; anything else, forged, altered or another query's, is refused as invalid.
 local STATUS_OK = {}
 for _, s in ipairs(execution.STATUSES) do STATUS_OK[s] = true end
-local CURSOR_MAC = 16  -- bytes of the HMAC-SHA256 kept in the cursor
-
-local hex = execution.to_hex
 
 local function cursor_binding(q, status_list)
   local statuses = {}
@@ -344,30 +342,14 @@ local function cursor_binding(q, status_list)
                 status_list and concat(statuses, ",") or "-", q.roots_only and "roots" or "all")
 end
 
-local function cursor_mac(key, binding, id)
-  return hex(core.hmac_sha256(key, binding .. id):sub(1, CURSOR_MAC))
-end
-
 local function encode_cursor(key, binding, id)
-  return "c2." .. hex(id) .. "." .. cursor_mac(key, binding, id)
-end
-
--- Compares in time independent of where the strings differ.
-local function same_text(a, b)
-  if #a ~= #b then return false end
-  local diff = 0
-  for i = 1, #a do
-    if a:byte(i) ~= b:byte(i) then diff = diff + 1 end
-  end
-  return diff == 0
+  return cursor.encode(key, binding, { id = id })
 end
 
 local function decode_cursor(key, binding, c)
-  local h, mac = c:match("^c2%.(%x+)%.(%x+)$")
-  if not h or #h % 2 == 1 then return nil end
-  local id = execution.from_hex(h)
-  if not same_text(mac, cursor_mac(key, binding, id)) then return nil end
-  return id
+  local t = cursor.decode(key, binding, c)
+  if not t or type(t.id) ~= "string" then return nil end
+  return t.id
 end
 
 -- The fields a commit of ours copies out of what it stores, so the server

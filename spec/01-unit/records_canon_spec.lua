@@ -2,9 +2,9 @@
 -- content ids (sorted keys, integers and floats kept apart, identity = false
 -- fields left out, children in order, refs by their content ids), type
 -- declarations refused at define, the keyset condition of a page (an $or of
--- branches, never $and, nulls matched explicitly), page tokens' base64, the
--- ISO-8601 to nanoseconds conversion, and what a client's sid and filter paths
--- are cast to.
+-- branches, never $and, nulls matched explicitly), the ISO-8601 to nanoseconds
+-- conversion, and what a client's sid and filter paths are cast to (the page
+-- cursors' format: spec/01-unit/cursor_spec.lua).
 local lu = require "luaunit"
 local ms = require "mongostore"
 local records = require "mongostore.records"
@@ -102,16 +102,6 @@ function TestRecordsCanon:test_keyset_condition_is_an_or_of_branches()
   lu.assertEquals(rquery.after({}, {}, 3), { { _id = { ["$gt"] = 3 } } })
 end
 
-function TestRecordsCanon:test_base64_round_trip()
-  for _, s in ipairs { "", "a", "ab", "abc", "abcd", "\0\255\128", string.rep("\7", 100) } do
-    local e = rquery.b64(s)
-    lu.assertStrMatches(e, "[%w%-_]*")
-    lu.assertEquals(rquery.unb64(e), s)
-  end
-  lu.assertNil(rquery.unb64("a"))
-  lu.assertNil(rquery.unb64("ab!c"))
-end
-
 function TestRecordsCanon:test_iso_to_nanoseconds()
   lu.assertEquals(rquery.to_ns("2026-01-01T00:00:00Z"), 1767225600 * 1000000000)
   lu.assertEquals(rquery.to_ns("2026-01-01T00:00:00.000000001Z"), 1767225600 * 1000000000 + 1)
@@ -174,4 +164,27 @@ function TestRecordsCanon:test_idiv_exact()
   lu.assertEquals(canon.idiv(1767225600999999999, 1000), 1767225600999999)
   lu.assertEquals(canon.idiv(-1, 1000), -1)
   lu.assertEquals(canon.idiv(999, 1000), 0)
+end
+
+-- The failure shape of a driver failure: the message says what was being done, the driver's
+-- detail table stays the detail (its labels are what a transaction's retry reads) with the
+-- store's facts added to it; without a detail of the driver's, the facts are the detail.
+function TestRecordsCanon:test_a_driver_failure_keeps_its_detail()
+  local wire = require "mongostore.records.wire"
+  local d = { labels = ms.array { "TransientTransactionError" }, server_code = 112 }
+  local v, msg, code, detail = wire.driver("insert records.book", "WriteConflict", "conflict", d, { sid = 7 })
+  lu.assertNil(v)
+  lu.assertEquals(msg, "insert records.book: WriteConflict")
+  lu.assertEquals(code, "conflict")
+  lu.assertTrue(rawequal(detail, d), "the driver's own table")
+  lu.assertEquals(detail.labels[1], "TransientTransactionError")
+  lu.assertEquals(detail.server_code, 112)
+  lu.assertEquals(detail.sid, 7)
+  v, msg, code, detail = wire.driver("find records.book", nil, nil, nil, { sid = 8 })
+  lu.assertEquals({ v, msg, code, detail }, { nil, "find records.book: nil", "server", { sid = 8 } })
+  v, msg, code, detail = wire.driver("count records.book", "down", "network")
+  lu.assertEquals({ v, msg, code, detail }, { nil, "count records.book: down", "network", nil })
+  -- the store's own failures: a string message, the facts as the detail
+  v, msg, code, detail = wire.fail("conflict", "save book: taken", { sid = 3 })
+  lu.assertEquals({ v, msg, code, detail }, { nil, "save book: taken", "conflict", { sid = 3 } })
 end

@@ -18,7 +18,7 @@ function TestRecordsExample:test_records_example()
   if server == "secantus" then lu.assertStrContains(out, "mode: transactions\n") end
   lu.assertStrContains(out, "saved 6 books; Emma (1815) by Jane Austen, author sid shared: true")
   lu.assertStrContains(out, "saved again: same sid true")
-  lu.assertStrContains(out, "other metadata: conflict")
+  lu.assertStrContains(out, 'other metadata: conflict (dedup = "value"), detail.sid is Emma\'s: true\n')
   lu.assertStrContains(out, "history of Emma: 1815 -> 1816")
   lu.assertStrContains(out, "matching: 5")
   lu.assertStrContains(out, "page 1: Northanger Abbey 1817, Persuasion 1817, Emma 1816\n")

@@ -145,7 +145,7 @@ function TestRecordsOpen:test_closed_store()
   -- a query made before the close fails the same way
   local q = store:query(Book):order_by{ { "title", 1 } }
   for _, call in ipairs{ function() return q:all() end, function() return q:count() end,
-                         function() return q:page{ size = 10 } end } do
+                         function() return q:page{ limit = 10 } end } do
     v, err, code = call()
     lu.assertEquals({ v, code }, { nil, "closed" }, tostring(err))
   end

@@ -173,13 +173,12 @@ function TestRecordsTimestamps:test_as_of_refuses_text_without_a_zone()
   local function refused(build, t, why)
     local q = build(t)
     for _, run in ipairs { function() return q:all() end, function() return q:count() end,
-                           function() return q:page { size = 10 } end } do
-      local v, err, code = run()
+                           function() return q:page { limit = 10 } end } do
+      local v, err, code, detail = run()
       lu.assertNil(v, "as_of(" .. t .. ") was taken")
       lu.assertEquals(code, "invalid")
-      lu.assertEquals(type(err), "table", tostring(err))
-      lu.assertEquals(err.code, "invalid")
-      lu.assertEquals(err.value, t)
+      lu.assertEquals(type(err), "string", tostring(err))
+      lu.assertEquals(detail.value, t)
       lu.assertStrContains(tostring(err), string.format("%q", t))
       lu.assertStrContains(tostring(err), why)
     end
@@ -203,7 +202,7 @@ function TestRecordsTimestamps:test_as_of_refuses_text_without_a_zone()
     local q = store:query(Book):as_of(t)
     lu.assertEquals(ok(q:count()), 1, t)
     lu.assertEquals(#ok(q:all()), 1, t)
-    lu.assertEquals(#ok(q:page({ size = 10 })).items, 1, t)
+    lu.assertEquals(#ok(q:page({ limit = 10 })).items, 1, t)
   end
   lu.assertEquals(ok(store:query(Book):as_of("2025-12-31T23:59:58Z"):count()), 0)
 end

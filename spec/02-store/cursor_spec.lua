@@ -5,6 +5,8 @@ local lu = require "luaunit"
 local ms = require "mongostore"
 local helper = require "helpers"
 local snapshot = require "helpers.snapshot"
+local mcursor = require "mongostore.cursor"
+local core = require "mongostore.core"
 
 local function seed(store, n, def)
   for i = 1, n do
@@ -45,7 +47,7 @@ function TestCursors:test_paging_covers_everything_once()
     end
     cursor = page.next_cursor
     if not cursor then break end
-    lu.assertStrMatches(cursor, "c2%.%x+%.%x+")
+    lu.assertNotNil(cursor:match("^c3%.[%w%-_]+%.[%w%-_]+$"), "the one cursor format (mongostore.cursor): " .. cursor)
   end
   local n = 0
   for _ in pairs(seen) do n = n + 1 end
@@ -70,16 +72,21 @@ end
 function TestCursors:test_altered_or_forged_cursors_are_refused()
   local page = assert(self.store:list_executions { limit = 2 })
   local c = assert(page.next_cursor)
-  local hexid, mac = c:match("^c2%.(%x+)%.(%x+)$")
-  local flipped = mac:sub(1, -2) .. (mac:sub(-1) == "0" and "1" or "0")
+  local pos, mac = c:match("^c3%.([%w%-_]+)%.([%w%-_]+)$")
+  lu.assertNotNil(pos, c)
+  local flipped = mac:sub(1, -2) .. (mac:sub(-1) == "A" and "B" or "A")
+  local function position(id) return mcursor.b64(core.bson_encode { id = id }) end
+  local hexid = require("mongostore.execution").to_hex(assert(mcursor.unb64(pos)))
   local cases = {
-    { "c2." .. hexid .. "." .. flipped, "one MAC digit changed" },
-    { "c2." .. "00" .. "." .. mac, "another position with the same MAC" },
-    { "c2." .. hexid:sub(1, -3) .. "." .. mac, "a shorter position" },
-    { "c2." .. hexid .. ".", "no MAC" },
-    { "c1." .. hexid, "the old unsigned form" },
-    { "c2." .. string.rep("ff", 50000) .. "." .. mac, "100 KB" },
-    { "c2.00." .. mac, "a NUL position" },
+    { "c3." .. pos .. "." .. flipped, "one MAC character changed" },
+    { "c3." .. position("e-001") .. "." .. mac, "another position with the same MAC" },
+    { "c3." .. pos:sub(1, -3) .. "." .. mac, "a shorter position" },
+    { "c3." .. pos .. ".", "no MAC" },
+    { "c1." .. pos, "an old unsigned form" },
+    { "c2." .. hexid .. "." .. string.rep("0", 32), "the old c2 form" },
+    { "c3." .. string.rep("A", 100000) .. "." .. mac, "100 KB" },
+    { "c3." .. position("e\0") .. "." .. mac, "a NUL position" },
+    { "c3." .. mcursor.b64(core.bson_encode { id = 5 }) .. "." .. mac, "a position that is no id" },
     { "", "empty" },
     { "garbage", "garbage" },
   }
@@ -143,7 +150,8 @@ function TestCursors:test_checking_a_cursor_writes_nothing()
   local fresh, fdb = helper.connect()
   seed(fresh, 3)
   local before = snapshot.take(fdb)
-  expect_invalid("no secret yet", fresh:list_executions { limit = 1, cursor = "c2.6500.00112233445566778899aabbccddeeff" })
+  expect_invalid("no secret yet", fresh:list_executions { limit = 1,
+    cursor = mcursor.encode("guessed", "list", { id = "e-001" }) })
   lu.assertNil(snapshot.diff(before, snapshot.take(fdb)))
   -- issuing one makes the secret, once
   assert(fresh:list_executions { limit = 1 })

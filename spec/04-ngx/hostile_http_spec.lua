@@ -35,9 +35,12 @@ local function setup()
   assert(H.count(last, "executions") == 4, "fixture: expected 4 executions")
 end
 
-local function hex(s) return (s:gsub(".", function(c) return string.format("%02x", c:byte()) end)) end
+-- A listing position as mongostore.cursor writes it (its payload, unsigned).
+local function position(id)
+  return require("mongostore.cursor").b64(require("mongostore.core").bson_encode { id = id })
+end
 
--- The cursor with one hex digit changed at position i (counted from the end
+-- The cursor with one character changed at position i (counted from the end
 -- when negative).
 local function flip(c, i)
   if i < 0 then i = #c + 1 + i end
@@ -95,13 +98,14 @@ local CASES = {
   { "path_id_control", "POST", "/executions/h%0A1/cancel", "{}", 400 },
   -- cursors
   { "cursor_garbage", "GET", "/executions?cursor=not-a-cursor", nil, 400 },
-  { "cursor_forged", "GET", function() return "/executions?definition_id=order&limit=1&cursor=c2." .. hex("h-2") ..
-      "." .. string.rep("0", 32) end, nil, 400 },
+  { "cursor_forged", "GET", function() return "/executions?definition_id=order&limit=1&cursor=c3." ..
+      position("h-2") .. "." .. string.rep("A", 22) end, nil, 400 },
   { "cursor_mac_tampered", "GET", function(fx) return "/executions?definition_id=order&limit=1&cursor=" ..
       flip(fx.cursor, -1) end, nil, 400 },
   { "cursor_position_tampered", "GET", function(fx)
-      local mac = fx.cursor:match("%.(%x+)$")
-      return "/executions?definition_id=order&limit=1&cursor=c2." .. hex("h-2") .. "." .. mac
+      -- another position under the genuine MAC (mongostore.cursor's format)
+      local mac = fx.cursor:match("%.([%w%-_]+)$")
+      return "/executions?definition_id=order&limit=1&cursor=c3." .. position("h-2") .. "." .. mac
     end, nil, 400 },
   { "cursor_of_another_chart", "GET", function(fx)
       return "/executions?definition_id=refund&limit=1&cursor=" .. H.urlencode(fx.cursor) end, nil, 400 },

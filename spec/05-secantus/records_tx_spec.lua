@@ -33,6 +33,10 @@ function TestRecordsTransactions:setUp()
     test_hooks = { after_write = function(info)
       self.writes[#self.writes + 1] = info
       if self.fail_at and info.writes == self.fail_at then return nil, "injected failure", "network" end
+      if (self.transient or 0) > 0 then
+        self.transient = self.transient - 1
+        return nil, "injected transient failure", "network", { labels = ms.array { "TransientTransactionError" } }
+      end
       return true
     end } }))
 end
@@ -52,6 +56,7 @@ function TestRecordsTransactions:test_failure_after_the_first_child_write_leaves
                                                author = { name = "Herbert" }, editor = { name = "Someone" } })
   lu.assertNil(v)
   lu.assertEquals(code, "network", tostring(err))
+  lu.assertEquals(err, "injected failure", "the message is a string, as the failing step gave it")
   lu.assertEquals(self.writes[1].type, "author", "the first write was a child's")
   lu.assertEquals(rawdb.count(self.name, "records.author"), 0)
   lu.assertEquals(rawdb.count(self.name, "records.book"), 0)
@@ -75,6 +80,24 @@ function TestRecordsTransactions:test_failure_in_a_replacement_leaves_the_lineag
   self.fail_at = nil
   local s2 = ok(self.store:replace(Book, s1, { title = "Dune", year = 1966 }))
   lu.assertEquals(#ok(self.store:history(Book, s2)), 2)
+end
+
+-- A failure whose detail carries TransientTransactionError runs the save's transaction again:
+-- the detail a step returns stays the detail, so the retry sees its labels.
+function TestRecordsTransactions:test_a_transient_failure_runs_the_transaction_again()
+  self.transient = 1
+  local sid = ok(self.store:save(Book, { title = "Dune", year = 1965, author = { name = "Herbert" } }))
+  lu.assertEquals(self.transient, 0)
+  lu.assertEquals(#self.writes, 3, "the first attempt's write, then both again")
+  lu.assertEquals(rawdb.count(self.name, "records.author"), 1)
+  lu.assertEquals(rawdb.count(self.name, "records.book"), 1)
+  lu.assertEquals(ok(self.store:fetch(Book, sid)).author.name, "Herbert")
+  -- inside store:transaction too, and the unit commits once
+  self.transient = 1
+  local okt, a = self.store:transaction(function(tx) return tx:save(Book, { title = "Emma", year = 1815 }) end)
+  lu.assertTrue(okt)
+  lu.assertEquals(ok(self.store:fetch(Book, a)).title, "Emma")
+  lu.assertEquals(rawdb.count(self.name, "records.book"), 2)
 end
 
 function TestRecordsTransactions:test_store_transaction_commits_together()
@@ -110,6 +133,7 @@ function TestRecordsTransactions:test_store_transaction_aborts_on_error_or_raise
   end)
   lu.assertNil(v)
   lu.assertEquals(code, "invalid", tostring(err))
+  lu.assertEquals(err, "changed my mind", "fn's own failure comes back as fn gave it")
   lu.assertEquals(rawdb.count(self.name, "records.book"), 0)
   v, err, code = store:transaction(function(tx)
     ok(tx:save(Book, { title = "Emma", year = 1815 }))
@@ -117,7 +141,9 @@ function TestRecordsTransactions:test_store_transaction_aborts_on_error_or_raise
   end)
   lu.assertNil(v)
   lu.assertEquals(code, "invalid")
-  lu.assertStrContains(tostring(err), "boom")
+  lu.assertEquals(type(err), "string")
+  lu.assertStrContains(err, "transaction: ")
+  lu.assertStrContains(err, "boom")
   lu.assertEquals(rawdb.count(self.name, "records.book"), 0)
   -- a save failing inside aborts what came before it
   self.fail_at = 1

@@ -44,11 +44,11 @@
 ---@field _next? integer its successor's sid; nil on the latest
 ---@field _role string `"main"` or `"dep"`
 
---- What a failed call returns as `err`: `tostring(err)` is its message; `records.is_error(err)`.
----@class mongostore.RecordError
----@field code string the code (also the third value)
----@field message string what was being done, and what went wrong
----@field detail? mongostore.ErrorDetail the server's code and error labels, when it gave them
+--- The `detail` of a failed records call (the fourth value): the facts the message tells, for code to read. Which fields it has depends on the failure; a failure with no facts has no detail.
+---@class mongostore.RecordFailureDetail
+---@field labels? string[] a driver or server failure: the server's error labels (the document API's)
+---@field server_code? integer a driver or server failure, a write error: the server's error code
+---@field key? table `duplicate`: the key value the server reported
 ---@field diff? { schema: table<string, { expected: string, actual: string, changes: string[], additive: boolean }> } `records.open` `invalid`: the collections whose schema changed
 ---@field sid? integer `conflict`: the stored record the call ran into
 ---@field next? integer `replace` `conflict`: the successor the record has already
@@ -58,6 +58,7 @@
 ---@field behind_ns? integer `clock_regression`: how far the clock went back
 ---@field token? string `conflict` of a lease taken over: the lost writer token
 ---@field writers? table[] `rs:fsck` `unavailable`: the writer leases that are held
+---@field value? string `invalid` time of `rq:as_of`: the text refused
 
 --- What `records.open` takes; an unknown key or a value of the wrong Lua type raises.
 ---@class mongostore.RecordsOpenOptions
@@ -99,15 +100,15 @@ local RecordStore = {}
 ---@class mongostore.RecordQuery
 local RecordQuery = {}
 
---- What `rq:page` takes; an unknown key raises.
+--- What `rq:page` takes, the page shape of every listing; an unknown key raises.
 ---@class mongostore.RecordPageOptions
----@field size integer|string at most this many records, 1 to 10000 (decimal text is taken)
----@field after? string the `next` of the page before (nil: the first page)
+---@field limit? integer|string at most this many records, 1 to 10000 (decimal text is taken); default 100
+---@field cursor? string the `next_cursor` of the page before (nil: the first page)
 
 --- What `rq:page` returns.
 ---@class mongostore.RecordPage
----@field items mongostore.Record[] at most `size` records
----@field next? string the token of the next page (opaque); nil after the last
+---@field items mongostore.Record[] at most `limit` records
+---@field next_cursor? string the cursor of the next page (opaque); nil after the last
 
 --- What `rs:fsck` takes; an unknown key or a value of the wrong type raises.
 ---@class mongostore.FsckOptions
@@ -173,7 +174,7 @@ function records.define(spec) end
 ---@return boolean yes # whether `x` is a record type from `records.define`
 function records.is_type(x) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid`, when the record does not fit its type. No server is asked: a fetched record's ref uses its stored `_cid`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid`, when the record does not fit its type. No server is asked: a fetched record's ref uses its stored `_cid`.
 ---
 --- Raises on a `T` that is not a type, a ref given as a sid (its content is not at hand).
 ---@param T mongostore.RecordType the record's type
@@ -181,11 +182,7 @@ function records.is_type(x) end
 ---@return string cid # the content id `rs:save` gives it (64 hex digits)
 function records.content_id(T, record) end
 
----@param x any any value
----@return boolean yes # whether `x` is a record store error (fsck's and the fingerprints' too)
-function records.is_error(x) end
-
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (`transactions = "require"` on a server without transactions; `err.reason`), `invalid` (a type's shape differs from the one stamped at the first open: `err.diff.schema` names the collections and their changes), `conflict` (a concurrent open stamped another shape), or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `unavailable` (`transactions = "require"` on a server without transactions; `detail.reason`), `invalid` (a type's shape differs from the one stamped at the first open: `detail.diff.schema` names the collections and their changes), `conflict` (a concurrent open stamped another shape), or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- The types their refs reach are opened too. It reads the server's
 --- description (transactions, the BSON size limit), creates the indexes, makes
@@ -205,11 +202,11 @@ function records.open(db, opts) end
 ---@return mongostore.RecordStoreInfo info # the store's mode and settings
 function RecordStore:info() end
 
---- Idempotent. Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code the document API's `network`, `timeout`, `server`, `unavailable` (the lease was not deleted; it expires after `lease_ttl`).
+--- Idempotent. Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code the document API's `network`, `timeout`, `server`, `unavailable` (the lease was not deleted; it expires after `lease_ttl`).
 ---@return true ok # closed: the writer lease deleted; every later call fails `closed`
 function RecordStore:close() end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `record` that is not a table, a value that does not fit its type, an undeclared key, a ref that is neither a record nor a sid (or its decimal text), refs deeper than 50, a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of the graph is over the server's limit: nothing was sent), `conflict` (`dedup = "value"` with other metadata; the writer lease was taken over), `unavailable` (fsck is running), `clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a `record` that is not a table, a value that does not fit its type, an undeclared key, a ref that is neither a record nor a sid (or its decimal text), refs deeper than 50, a root given as a sid), `not_found` (a ref's sid is not stored), `too_large` (a record of the graph is over the server's limit: nothing was sent), `conflict` (`dedup = "value"` with other metadata; the writer lease was taken over), `unavailable` (fsck is running), `clock_regression`, `duplicate` (transaction mode, after 5 attempts), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- The whole graph is checked and every content id computed before anything is
 --- sent; then the sids of its new records are reserved in one `$inc`. A record
@@ -224,7 +221,7 @@ function RecordStore:close() end
 ---@return integer sid # the root's sid (a stored one when dedup found it)
 function RecordStore:save(T, record) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `sid` that is not an integer or its decimal text: a table such as `{ ["$gt"] = 0 }`, a number with a fraction, `"12abc"`; the message names its type, not its content, and nothing is sent), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a `sid` that is not an integer or its decimal text: a table such as `{ ["$gt"] = 0 }`, a number with a fraction, `"12abc"`; the message names its type, not its content, and nothing is sent), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the type
@@ -232,7 +229,7 @@ function RecordStore:save(T, record) end
 ---@return mongostore.Record record # the record, its refs loaded
 function RecordStore:fetch(T, sid) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `cid` that is not 64 hex digits, or not a string: nothing is sent), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a `cid` that is not 64 hex digits, or not a string: nothing is sent), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the type
@@ -240,7 +237,7 @@ function RecordStore:fetch(T, sid) end
 ---@return mongostore.Record record # the record with that content id (of several, with `dedup = "none"`, the lowest sid)
 function RecordStore:fetch_by_content_id(T, cid) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `sid` as `fetch` refuses it, a `record` that is not a table: nothing is sent), `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one meanwhile: `err.next`; the new content is stored already in another lineage or as an earlier revision: `err.sid`), and the codes of `save`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a `sid` as `fetch` refuses it, a `record` that is not a table: nothing is sent), `not_found` (no record `sid`), `conflict` (it has a successor already, or gets one meanwhile: `detail.next`; the new content is stored already in another lineage or as an earlier revision: `detail.sid`), and the codes of `save`.
 ---
 --- The successor keeps the lineage (`_lin`), names its predecessor (`_prev`)
 --- and is linked from it (`_next`, `_nts`). Idempotent: replacing with the same
@@ -254,7 +251,7 @@ function RecordStore:fetch_by_content_id(T, cid) end
 ---@return integer sid # the successor's sid
 function RecordStore:replace(T, sid, record) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (a `sid` as `fetch` refuses it), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a `sid` as `fetch` refuses it), `not_found`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- Raises on a `T` that is not one of the store's types.
 ---@param T mongostore.RecordType the type
@@ -262,7 +259,7 @@ function RecordStore:replace(T, sid, record) end
 ---@return mongostore.Record[] records # the lineage, oldest first, along the `_next` links (a successor a crash left unlinked is not part of it)
 function RecordStore:history(T, sid) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (degraded mode), `invalid` (called on a `tx` handle: transactions do not nest; or `fn` raised, the message in `err`), what `fn` returned as `nil, err, code`, `conflict` (the writer lease), `clock_regression`, `closed`, or `db:transaction`'s codes.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `unavailable` (degraded mode), `invalid` (called on a `tx` handle: transactions do not nest; or `fn` raised, the message in `err`), what `fn` returned as `nil, err, code`, `conflict` (the writer lease), `clock_regression`, `closed`, or `db:transaction`'s codes.
 ---
 --- Transaction mode only: `tx` is a handle on the same store whose calls run in
 --- one transaction of the store's concerns, with one lease check and one store
@@ -308,8 +305,7 @@ function RecordQuery:only_latest() end
 --- without a zone (`"2026-01-01T00:00:00"`) names no instant and is refused,
 --- never read as UTC. A refused time (such text, a number with a fraction, a
 --- value of another type) is kept in the query: `all`, `count` and `page`
---- return `nil, err, "invalid"`, `err.value` the text, `tostring(err)` the
---- message.
+--- return `nil, message, "invalid", detail`, `detail.value` the text.
 ---
 --- Raises on a store opened with `store_timestamps = false`.
 ---@param t integer|string nanoseconds since the epoch, or ISO-8601 text with its zone (up to 9 fractional digits)
@@ -323,25 +319,28 @@ function RecordQuery:as_of(t) end
 ---@return mongostore.RecordQuery rq # in that order, the sid breaking ties (ascending)
 function RecordQuery:order_by(keys) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (what a builder refused: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (what a builder refused: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---@return mongostore.Record[] records # every match, in order, refs loaded
 function RecordQuery:all() end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (what a builder refused: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (what a builder refused: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---@return integer n # how many records match
 function RecordQuery:count() end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `invalid` (what a builder refused; a `size` that is not an integer from 1 to 10000 or its decimal text; a token that is not this query's: not a string, malformed, edited or forged (its HMAC does not match), or from another query, type, order or store), or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (what a builder refused; a `limit` that is not an integer from 1 to 10000 or its decimal text; a cursor that is not this query's: malformed, too long, edited or forged (its HMAC does not match), or from another query, type, order or store: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
---- Keyset pages: the token carries the last record's order keys and sid,
---- signed with the store's page key, and the next page asks for the records
---- after them (an `$or` of one branch per key, nulls matched explicitly, the
---- sid last), so a page costs the same at any position. While nothing changes
---- the pages cover every match exactly once, in `all`'s order.
+--- Keyset pages: the cursor carries the last record's order keys and sid,
+--- signed with the store's page key and bound to the query (its type, filter,
+--- order and store), and the next page asks for the records after them (an
+--- `$or` of one branch per key, nulls matched explicitly, the sid last), so a
+--- page costs the same at any position. While nothing changes the pages cover
+--- every match exactly once, in `all`'s order. The cursor is the one format
+--- of every listing (`c3.` then the position and its MAC, base64url), the
+--- executions listing's too.
 ---
---- Raises on an `opts` that is not a table, an unknown option.
----@param opts mongostore.RecordPageOptions the page's size, and where it starts
----@return mongostore.RecordPage page # the records after the token, and the next token
+--- Raises on an `opts` that is not a table, an unknown key, a `limit` that is not a number or text, a `cursor` that is not a string.
+---@param opts mongostore.RecordPageOptions the page's limit, and the cursor it starts at
+---@return mongostore.RecordPage page # the records after the cursor, and the next cursor
 function RecordQuery:page(opts) end
 
 --- Marks a filter as code for `rq:where`: its operators are sent as written (renaming `sid` to `_id`), only `$where`, `$function` and `$accumulator` refused. The mark is the one `mongostore.query.trusted` gives (and `model.trusted`), kept with the table. Never mark a table a client sent: mark the table your code builds around a client's values, and cast those yourself.
@@ -351,7 +350,7 @@ function RecordQuery:page(opts) end
 ---@return table filter # the same table, marked as code (nothing is copied)
 function records.trusted(filter) end
 
---- Fails with `nil, err, code[, detail]` ([`RecordError`](#type-recorderror)), code `unavailable` (another fsck holds the lease; writer leases of other handles are held past `wait`: `err.writers`), `conflict` (another fsck took its lease over), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `unavailable` (another fsck holds the lease; writer leases of other handles are held past `wait`: `detail.writers`), `conflict` (another fsck took its lease over), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
 ---
 --- Takes the exclusive fsck lease (`<prefix>_meta` `fsck`), so writers wait
 --- while it runs; without `force` it waits up to `wait` seconds for the other

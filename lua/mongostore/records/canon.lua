@@ -30,7 +30,7 @@ end
 local function is_integer(v)
   if type(v) == "number" then
     if mtype then return mtype(v) == "integer" or (v == floor(v) and v > -2^63 and v < 2^63) end
-    return v == floor(v) and v > -huge and v < huge
+    return v == floor(v) and v >= -2^63 and v < 2^63
   end
   return is_int64_box(v)
 end
@@ -42,8 +42,11 @@ M.INT64_MAX = INT64_MAX
 function M.idiv(a, b)
   local q = floor(a / b)
   if mtype then q = math.tointeger(q) or q end
-  while q * b > a do q = q - 1 end
-  while (q + 1) * b <= a do q = q + 1 end
+  -- the remainder, exact even where q * b wraps past the int64 range (near
+  -- its ends): the difference is small, and wrapping arithmetic keeps it
+  local r = a - q * b
+  while r < 0 do q, r = q - 1, r + b end
+  while r >= b do q, r = q + 1, r - b end
   return q
 end
 

@@ -12,11 +12,12 @@ local M = {}
 -- Bumped when the shape's encoding changes, so a new encoding never passes for an old one.
 M.FORMAT = 1
 
--- the record store's error objects (mongostore.records.wire), so records.is_error knows them
-local fail = require("mongostore.records.wire").fail
+-- the record store's failure shape (mongostore.records.wire): nil, message, code, detail
+local wire = require "mongostore.records.wire"
+local fail = wire.fail
 
 local function driver_fail(what, msg, code, detail)
-  return fail(code or "server", "schema fingerprint: " .. what .. ": " .. tostring(msg), { detail = detail })
+  return wire.driver("schema fingerprint: " .. what, msg, code, detail)
 end
 
 local hex = require("mongostore.util").hex
@@ -215,8 +216,8 @@ function M.check(store, types, opts)
   if upgrade ~= nil and type(upgrade) ~= "boolean" then
     error("fingerprint: opts.upgrade must be a boolean, got " .. type(upgrade), 2)
   end
-  local meta, err, code = db:collection(prefix .. "_meta")
-  if not meta then return driver_fail("the meta collection", err, code) end
+  local meta, err, code, detail = db:collection(prefix .. "_meta")
+  if not meta then return driver_fail("the meta collection", err, code, detail) end
 
   local fresh, upgrades, diffs, ndiff, all_additive = {}, {}, {}, 0, true
   local names = {}

@@ -23,11 +23,12 @@ local OPTS = {
   wait = "number", future_slack = "number", verify_content = "boolean",
 }
 
--- the record store's error objects (mongostore.records.wire), so records.is_error knows them
-local fail = require("mongostore.records.wire").fail
+-- the record store's failure shape (mongostore.records.wire): nil, message, code, detail
+local wire = require "mongostore.records.wire"
+local fail = wire.fail
 
 local function driver_fail(what, msg, code, detail)
-  return fail(code or "server", "fsck: " .. what .. ": " .. tostring(msg), { detail = detail })
+  return wire.driver("fsck: " .. what, msg, code, detail)
 end
 
 -- ------------------------------------------------------------ the store handle
@@ -64,8 +65,8 @@ local hex = require("mongostore.util").hex
 -- ------------------------------------------------------------ the lease
 
 local function meta_coll(ctx)
-  local c, err, code = ctx.db:collection(ctx.prefix .. "_meta")
-  if not c then return driver_fail("the meta collection", err, code) end
+  local c, err, code, detail = ctx.db:collection(ctx.prefix .. "_meta")
+  if not c then return driver_fail("the meta collection", err, code, detail) end
   return c
 end
 
@@ -146,10 +147,10 @@ end
 -- fsck lease, held meanwhile, keeps them from starting a save, so they stop renewing).
 local function settle_writers(ctx, meta, opts, summary)
   local deadline = now() + (opts.wait or 0)
-  local list, err, code
+  local list, err, code, d_err
   while true do
-    list, err, code = writers(ctx, meta)
-    if not list then return nil, err, code end
+    list, err, code, d_err = writers(ctx, meta)
+    if not list then return nil, err, code, d_err end
     local live = {}
     for _, w in ipairs(list) do if w.live then live[#live + 1] = w end end
     if #live == 0 or opts.force then break end
@@ -163,8 +164,8 @@ local function settle_writers(ctx, meta, opts, summary)
         #live, concat(names, ", ")), { writers = live })
     end
     sleep(0.05)
-    local kept, ke, kc = keep(ctx, meta, true)
-    if not kept then return nil, ke, kc end
+    local kept, ke, kc, d_ke = keep(ctx, meta, true)
+    if not kept then return nil, ke, kc, d_ke end
   end
   -- A lease fsck overrides or finds expired is deleted when the pass may delete records:
   -- its holder, if it still runs, then fails every write (it checks its lease before each
@@ -250,8 +251,8 @@ local function is_int(v) return type(v) == "number" and v == floor(v) and v == v
 
 -- Reads the store fields of every record of one collection.
 local function scan(ctx, meta, coll_name, docs, summary)
-  local coll, err, code = ctx.db:collection(coll_name)
-  if not coll then return driver_fail("collection " .. coll_name, err, code) end
+  local coll, err, code, d_err = ctx.db:collection(coll_name)
+  if not coll then return driver_fail("collection " .. coll_name, err, code, d_err) end
   local cur, e2, c2, d2 = coll:find({}, {
     projection = { _id = 1, _role = 1, _refs = 1, _prev = 1, _next = 1, _ts = 1, _nts = 1 }, batch_size = BATCH,
   })
@@ -265,8 +266,8 @@ local function scan(ctx, meta, coll_name, docs, summary)
     end
     entry.examined = entry.examined + 1
     if entry.examined % BATCH == 0 then
-      local ok, e4, c4 = keep(ctx, meta, true)
-      if not ok then return nil, e4, c4 end
+      local ok, e4, c4, d_e4 = keep(ctx, meta, true)
+      if not ok then return nil, e4, c4, d_e4 end
     end
     local sid = d._id
     if not is_int(sid) then
@@ -393,8 +394,8 @@ local function lineage(_, cname, coll, docs, marked, summary, opts)
         violation(summary, cname, sid, "dangling_lineage", format("%s %d: its successor %s does not exist",
           cname, sid, tostring(nxt)))
         if opts.repair then
-          local ok, e, c = update({ _id = sid, _next = nxt }, { ["$unset"] = { _next = "", _nts = "" } })
-          if not ok then return nil, e, c end
+          local ok, e, c, d_e = update({ _id = sid, _next = nxt }, { ["$unset"] = { _next = "", _nts = "" } })
+          if not ok then return nil, e, c, d_e end
         end
       elseif n.prev ~= sid then
         entry.conflicts = entry.conflicts + 1
@@ -404,8 +405,8 @@ local function lineage(_, cname, coll, docs, marked, summary, opts)
         violation(summary, cname, nxt, "unpromoted_successor", format("%s %d: the successor of main %d is still a "
           .. "dependency (a replace stopped before promoting it)", cname, nxt, sid))
         if opts.repair then
-          local ok, e, c = update({ _id = nxt, _role = "dep" }, { ["$set"] = { _role = "main" } })
-          if not ok then return nil, e, c end
+          local ok, e, c, d_e = update({ _id = nxt, _role = "dep" }, { ["$set"] = { _role = "main" } })
+          if not ok then return nil, e, c, d_e end
           n.role = "main"
         end
       end
@@ -413,8 +414,8 @@ local function lineage(_, cname, coll, docs, marked, summary, opts)
       violation(summary, cname, sid, "missing_next", format("%s %d: its successor %d is not linked from it",
         cname, sid, list[1]))
       if opts.repair then
-        local ok, e, c = update({ _id = sid, _next = { ["$exists"] = false } }, { ["$set"] = { _next = list[1] } })
-        if not ok then return nil, e, c end
+        local ok, e, c, d_e = update({ _id = sid, _next = { ["$exists"] = false } }, { ["$set"] = { _next = list[1] } })
+        if not ok then return nil, e, c, d_e end
       end
     end
   end
@@ -481,8 +482,8 @@ local function verify(ctx, meta, cname, coll, docs, marked, summary)
   for sid in pairs(docs) do if marked[sid] then sids[#sids + 1] = sid end end
   sort(sids)
   for i = 1, #sids, VERIFY_BATCH do
-    local kept, ke, kc = keep(ctx, meta, true)
-    if not kept then return nil, ke, kc end
+    local kept, ke, kc, d_ke = keep(ctx, meta, true)
+    if not kept then return nil, ke, kc, d_ke end
     local chunk = {}
     for j = i, math.min(i + VERIFY_BATCH - 1, #sids) do chunk[#chunk + 1] = sids[j] end
     local cur, e, c, d = coll:find({ _id = { ["$in"] = core.array(chunk) } })
@@ -491,8 +492,8 @@ local function verify(ctx, meta, cname, coll, docs, marked, summary)
     full, e, c, d = cur:all()
     if not full then return driver_fail("reading " .. cname, e, c, d) end
     -- one document the type cannot read must not hide the others: read one by one then
-    local okl, recs, e2, c2 = pcall(store.load, store, T, full)
-    if okl and not recs then return nil, e2, c2 end
+    local okl, recs, e2, c2, d_e2 = pcall(store.load, store, T, full)
+    if okl and not recs then return nil, e2, c2, d_e2 end
     if not okl then
       recs = {}
       for k, doc in ipairs(full) do
@@ -515,8 +516,8 @@ end
 
 -- The sid counter must stay above every sid in use, or a later save reuses one.
 local function counter(ctx, max_sid, max_coll, summary, opts)
-  local c, err, code = ctx.db:collection(ctx.prefix .. "_counters")
-  if not c then return driver_fail("the counters collection", err, code) end
+  local c, err, code, d_err = ctx.db:collection(ctx.prefix .. "_counters")
+  if not c then return driver_fail("the counters collection", err, code, d_err) end
   local doc, e2, c2, d2 = c:find_one({ _id = "sid" })
   if doc == nil and e2 ~= nil then return driver_fail("reading the sid counter", e2, c2, d2) end
   local n = doc and doc.n or 0
@@ -542,12 +543,12 @@ local function collect(ctx, meta, cname, coll, docs, marked, summary, gc)
   entry.unreachable = #garbage
   if not gc or #garbage == 0 then return true end
   sort(garbage)
-  local ok, err, code = keep(ctx, meta)
-  if not ok then return nil, err, code end
+  local ok, err, code, d_err = keep(ctx, meta)
+  if not ok then return nil, err, code, d_err end
   for i = 1, #garbage, BATCH do
     if i > 1 then
-      ok, err, code = keep(ctx, meta, true)
-      if not ok then return nil, err, code end
+      ok, err, code, d_err = keep(ctx, meta, true)
+      if not ok then return nil, err, code, d_err end
     end
     local chunk = {}
     for j = i, math.min(i + BATCH - 1, #garbage) do chunk[#chunk + 1] = garbage[j] end
@@ -607,19 +608,19 @@ local function late_writes(ctx, colls, summary)
 end
 
 local function pass(ctx, meta, opts, summary)
-  local ok, err, code = settle_writers(ctx, meta, opts, summary)
-  if not ok then return nil, err, code end
+  local ok, err, code, d_err = settle_writers(ctx, meta, opts, summary)
+  if not ok then return nil, err, code, d_err end
   if opts.collect_garbage and #ctx.fenced > 0 and M.FENCE_GRACE > 0 then sleep(M.FENCE_GRACE) end
-  local names, owned, code2 = record_collections(ctx, meta)
-  if not names then return nil, owned, code2 end
+  local names, owned, code2, d_owned = record_collections(ctx, meta)
+  if not names then return nil, owned, code2, d_owned end
   local all, colls = {}, {}
   for _, cname in ipairs(names) do
     summary.collections[cname] = new_entry(owned[cname] == true)
     all[cname] = {}
-    colls[cname], err, code = scan(ctx, meta, cname, all[cname], summary)
-    if not colls[cname] then return nil, err, code end
-    ok, err, code = keep(ctx, meta)
-    if not ok then return nil, err, code end
+    colls[cname], err, code, d_err = scan(ctx, meta, cname, all[cname], summary)
+    if not colls[cname] then return nil, err, code, d_err end
+    ok, err, code, d_err = keep(ctx, meta)
+    if not ok then return nil, err, code, d_err end
   end
   local marked = mark(ctx, all, summary)
   ctx.t_now = floor(now() * (1e9 / ctx.resolution))
@@ -629,21 +630,21 @@ local function pass(ctx, meta, opts, summary)
     for sid in pairs(docs) do
       if sid > max_sid then max_sid, max_coll = sid, cname end
     end
-    ok, err, code = lineage(ctx, cname, coll, docs, marked[cname], summary, opts)
-    if not ok then return nil, err, code end
-    ok, err, code = timestamps(ctx, cname, coll, docs, summary, opts)
-    if not ok then return nil, err, code end
+    ok, err, code, d_err = lineage(ctx, cname, coll, docs, marked[cname], summary, opts)
+    if not ok then return nil, err, code, d_err end
+    ok, err, code, d_err = timestamps(ctx, cname, coll, docs, summary, opts)
+    if not ok then return nil, err, code, d_err end
     if opts.verify_content then
-      ok, err, code = verify(ctx, meta, cname, coll, docs, marked[cname], summary)
-      if not ok then return nil, err, code end
+      ok, err, code, d_err = verify(ctx, meta, cname, coll, docs, marked[cname], summary)
+      if not ok then return nil, err, code, d_err end
     end
-    ok, err, code = collect(ctx, meta, cname, coll, docs, marked[cname], summary,
+    ok, err, code, d_err = collect(ctx, meta, cname, coll, docs, marked[cname], summary,
       opts.collect_garbage and owned[cname])
-    if not ok then return nil, err, code end
+    if not ok then return nil, err, code, d_err end
   end
   if max_coll then
-    ok, err, code = counter(ctx, max_sid, max_coll, summary, opts)
-    if not ok then return nil, err, code end
+    ok, err, code, d_err = counter(ctx, max_sid, max_coll, summary, opts)
+    if not ok then return nil, err, code, d_err end
   end
   if opts.collect_garbage then return late_writes(ctx, colls, summary) end
   return true
@@ -657,18 +658,18 @@ end
 function M.run(store, opts)
   local ctx = context(store)
   opts = check_opts(opts)
-  local meta, err, code = meta_coll(ctx)
-  if not meta then return nil, err, code end
+  local meta, err, code, d_err = meta_coll(ctx)
+  if not meta then return nil, err, code, d_err end
   ctx.fsck_token = "fsck:" .. hex(core.random_bytes(12))
   ctx.fenced = {}
   local ok
-  ok, err, code = acquire(ctx, meta, opts.force)
-  if not ok then return nil, err, code end
+  ok, err, code, d_err = acquire(ctx, meta, opts.force)
+  if not ok then return nil, err, code, d_err end
   local summary = { collections = {}, violations = {}, taken_over = {}, stale_writers = 0, reported = {} }
-  local ok2, e2, c2 = pass(ctx, meta, opts, summary)
-  local gen, e3, c3 = release(ctx, meta)
-  if not ok2 then return nil, e2, c2 end
-  if not gen then return nil, e3, c3 end
+  local ok2, e2, c2, d_e2 = pass(ctx, meta, opts, summary)
+  local gen, e3, c3, d_e3 = release(ctx, meta)
+  if not ok2 then return nil, e2, c2, d_e2 end
+  if not gen then return nil, e3, c3, d_e3 end
   summary.gen = gen
   local totals = { examined = 0, repaired = 0, conflicts = 0, deleted = 0, unreachable = 0, violations = 0 }
   for _, e in pairs(summary.collections) do

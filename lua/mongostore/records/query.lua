@@ -1,16 +1,16 @@
 -- mongostore.records.query - queries over one record type: where (Q or a plain
 -- filter), only_latest, as_of, order_by, all, count, and keyset pages whose opaque
--- tokens carry the last order keys and sid under an HMAC, so a forged, edited or
--- foreign token is refused.
+-- cursors (mongostore.cursor) carry the last order keys and sid under an HMAC, so
+-- a forged, edited or another query's cursor is refused.
 local core = require "mongostore.core"
 local query = require "mongostore.query"
 local canon = require "mongostore.records.canon"
 local wire = require "mongostore.records.wire"
+local cursor = require "mongostore.cursor"
 
-local type, error, pairs, ipairs, tostring, tonumber, setmetatable, rawequal, pcall = type, error, pairs, ipairs,
-  tostring, tonumber, setmetatable, rawequal, pcall
-local format, concat, sort, byte, char, sub, find = string.format, table.concat, table.sort, string.byte,
-  string.char, string.sub, string.find
+local type, error, pairs, ipairs, tostring, tonumber, setmetatable, rawequal = type, error, pairs, ipairs,
+  tostring, tonumber, setmetatable, rawequal
+local format, concat, sort, sub, find = string.format, table.concat, table.sort, string.sub, string.find
 local floor = math.floor
 local mtype = math.type
 local fail = wire.fail
@@ -19,6 +19,7 @@ local null, array, is_array = core.null, core.array, core.is_array
 local M = {}
 
 M.MAX_PAGE = 10000
+M.DEFAULT_PAGE = 100   -- a page's limit when none is given
 
 -- ------------------------------------------------------------ as_of
 
@@ -35,7 +36,7 @@ local function bad_time(t, why)
   return fail("invalid", format("as_of: %s is not %s", quoted(t), why), { value = t })
 end
 
--- t as nanoseconds, or nil, err, "invalid" (a records error naming the value's
+-- t as nanoseconds, or nil, err, "invalid" (the message naming the value's
 -- type, and text by itself): what a client's time cannot be.
 function M.to_ns(t)
   if canon.is_integer(t) then
@@ -44,7 +45,7 @@ function M.to_ns(t)
   end
   if type(t) == "number" then
     return fail("invalid", "as_of: a number must be an integer of nanoseconds, got one with a fraction "
-      .. "(or not finite)")
+      .. "(or not finite, or beyond the int64 range)")
   end
   if type(t) ~= "string" then
     return fail("invalid", "as_of: t must be nanoseconds (an integer) or ISO-8601 text, got " .. canon.got(t))
@@ -55,6 +56,10 @@ function M.to_ns(t)
   local whole = base and (base .. rest) or t
   local secs = core.iso_to_time(whole)
   if not secs then return bad_time(t, "an ISO-8601 date-time") end
+  -- nanoseconds are int64: from 1677-09-21 to 2262-04-11
+  if not (secs >= -9223372036 and secs < 9223372036) then
+    return bad_time(t, "a time nanoseconds since 1970 can count (1677 to 2262, in int64)")
+  end
   -- the parser takes a date alone or a time without a zone as UTC; here the
   -- zone is required: a date, a time, then Z or an offset
   if not t:find("^%d%d%d%d%-%d%d%-%d%d[Tt ][%d:.]+[Zz]$") and
@@ -69,50 +74,7 @@ function M.to_ns(t)
   return ns
 end
 
--- ------------------------------------------------------------ tokens
-
-local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-local B64_INV = {}
-for i = 1, 64 do B64_INV[byte(B64, i)] = i - 1 end
-
-local function b64(s)
-  local out = {}
-  for i = 1, #s, 3 do
-    local a, b, c = byte(s, i, i + 2)
-    local n = a * 65536 + (b or 0) * 256 + (c or 0)
-    local q = { floor(n / 262144) % 64, floor(n / 4096) % 64, floor(n / 64) % 64, n % 64 }
-    local k = c and 4 or (b and 3 or 2)
-    for j = 1, k do out[#out + 1] = sub(B64, q[j] + 1, q[j] + 1) end
-  end
-  return concat(out)
-end
-
-local function unb64(s)
-  if #s % 4 == 1 then return nil end
-  local out = {}
-  for i = 1, #s, 4 do
-    local n, k = 0, 0
-    for j = i, i + 3 do
-      local ch = byte(s, j)
-      if ch then
-        local v = B64_INV[ch]
-        if not v then return nil end
-        n = n * 64 + v
-        k = k + 1
-      else
-        n = n * 64
-      end
-    end
-    local a, b, c = floor(n / 65536) % 256, floor(n / 256) % 256, n % 256
-    if k == 4 then out[#out + 1] = char(a, b, c)
-    elseif k == 3 then out[#out + 1] = char(a, b)
-    else out[#out + 1] = char(a) end
-  end
-  return concat(out)
-end
-M.b64, M.unb64 = b64, unb64
-
-local equal_bytes = core.same_bytes -- a MAC compared in constant time
+-- ------------------------------------------------------------ cursors
 
 -- Text of a value that is the same in every process: keys sorted, integers
 -- and floats apart, boxes by their text.
@@ -284,17 +246,18 @@ local function where_ctx(T)
 end
 local ctx_of = setmetatable({}, { __mode = "k" })
 
--- A refused builder argument: kept in the query, returned by the call that runs it.
-local function refused(q, _, e)
+-- A refused builder argument (nil, message, code, detail): kept in the query,
+-- returned by the call that runs it (the first one, when there are several).
+local function refused(q, _, msg, code, detail)
   local c = clone(q)
-  if c.refusal == nil then c.refusal = e end
+  if c.refusal == nil then c.refusal = { msg, code, detail } end
   return c
 end
 
 -- The refusal a builder kept, as the call that runs the query returns it.
 local function refusal(q)
-  local e = q.refusal
-  return nil, e, e.code, e.detail
+  local r = q.refusal
+  return nil, r[1], r[2], r[3]
 end
 
 --- q:where(cond): a Q condition, a plain filter of values (data: cast to the fields' types, operators refused),
@@ -411,7 +374,7 @@ function Query:count()
   return store.wire:count(store.colls[self.T.name], self:filter(), store.session)
 end
 
--- What a token is bound to: the type, the filter, the order, the store.
+-- What a cursor is bound to: the type, the filter, the order, the store.
 local function fingerprint(self)
   local out = { self.store.prefix, "\0", self.T.name, "\0" }
   stable(self:filter(), out)
@@ -420,28 +383,23 @@ local function fingerprint(self)
   return canon.hex(core.sha256(concat(out)))
 end
 
-local function token_for(self, qfp, values, sid)
-  local payload = core.bson_encode({ q = qfp, v = array(values), s = sid })
-  local mac = core.hmac_sha256(self.store.page_key, payload)
-  return b64(payload) .. "." .. b64(mac)
+-- The position after the page's last record: its order keys and sid.
+local function cursor_for(self, qfp, values, sid)
+  return cursor.encode(self.store.page_key, qfp, { v = array(values), s = sid })
 end
 
-local function invalid_token(why)
-  return fail("invalid", "page: the token is not one this query gave (" .. why .. ")")
-end
-
-local function read_token(self, qfp, token)
-  if type(token) ~= "string" then return invalid_token("not a string") end
-  local p64, m64 = token:match("^([%w%-_]+)%.([%w%-_]+)$")
-  if not p64 then return invalid_token("malformed") end
-  local payload, mac = unb64(p64), unb64(m64)
-  if not payload or not mac then return invalid_token("malformed") end
-  if not equal_bytes(core.hmac_sha256(self.store.page_key, payload), mac) then
-    return invalid_token("its signature does not match")
+-- A client's cursor text as the position it names, or invalid: a cursor
+-- decodes only under this store's key and this query's fingerprint, and a
+-- position is the order keys (one per key) and an integer sid.
+local function read_cursor(self, qfp, text)
+  -- its order keys are values of the last record: as long as a document may be, in base64
+  local t, why = cursor.decode(self.store.page_key, qfp, text, floor(self.store.max_bson_size * 4 / 3) + 64)
+  if t and (not canon.is_integer(t.s) or type(t.v) ~= "table" or #t.v ~= #(self.order or {})) then
+    t, why = nil, "malformed"
   end
-  local ok, t = pcall(core.bson_decode, payload, { document = true })
-  if not ok or type(t) ~= "table" then return invalid_token("malformed") end
-  if t.q ~= qfp then return invalid_token("it belongs to another query") end
+  if not t then
+    return fail("invalid", format("page %s: cursor is not one this query gave (%s)", self.T.name, why))
+  end
   return t
 end
 
@@ -478,42 +436,71 @@ local function after(order, values, sid)
   return branches
 end
 
---- q:page{ size = n, after = token } -> { items = records, next = token | nil }
--- A size (a client's, perhaps: decimal text is taken) that is not an integer from 1 to MAX_PAGE is invalid.
-function Query:page(opts)
-  if type(opts) ~= "table" then error("page: opts must be a table { size = n, after = token }", 2) end
-  for k in pairs(opts) do
-    if k ~= "size" and k ~= "after" then error("page: unknown option " .. tostring(k), 2) end
-  end
-  if self.refusal then return refusal(self) end
-  local size = opts.size
-  if type(size) == "string" then size = query.cast_value("integer", size) end
-  if type(size) ~= "number" or size ~= floor(size) or size < 1 or size > M.MAX_PAGE then
-    local got = (type(size) == "number" and size == floor(size)) and "one out of range" or article(opts.size)
-    return fail("invalid", format("page %s: size must be an integer from 1 to %d, got %s", self.T.name, M.MAX_PAGE,
+local PAGE_KEYS = { limit = true, cursor = true }
+
+-- An integer a decoder boxed (an int64 beyond a double's range, on LuaJIT):
+-- it prints as its decimal text.
+local function is_int_box(v)
+  local t = type(v)
+  return (t == "userdata" or t == "cdata") and tostring(v):match("^%-?%d+$") ~= nil
+end
+
+-- A page's limit (a client's, perhaps: decimal text is taken) -> the number, or invalid.
+local function page_limit(self, limit)
+  local n = limit
+  if is_int_box(n) then n = tostring(n) end
+  if type(n) == "string" then n = query.cast_value("integer", n) end
+  if type(n) ~= "number" or n ~= n or n ~= floor(n) or n < 1 or n > M.MAX_PAGE then
+    local whole = type(limit) == "number" and limit == floor(limit) and limit > -math.huge and limit < math.huge
+    local got = (whole or is_int_box(limit) or type(limit) == "string" and n ~= nil) and "one out of range"
+      or article(limit)
+    return fail("invalid", format("page %s: limit must be an integer from 1 to %d, got %s", self.T.name, M.MAX_PAGE,
       got))
   end
+  return n
+end
+
+--- q:page{ limit = n, cursor = c } -> { items = records, next_cursor = c | nil }
+-- A limit that is not an integer from 1 to MAX_PAGE, or a cursor this query did not give, is invalid;
+-- a limit of another Lua type than a number or text, a cursor not a string, or another key raises.
+function Query:page(opts)
+  if type(opts) ~= "table" then error("page: opts must be a table { limit = n, cursor = c }", 2) end
+  for k in pairs(opts) do
+    if not PAGE_KEYS[k] then error("page: unknown option " .. tostring(k), 2) end
+  end
+  local lt = type(opts.limit)
+  if lt ~= "number" and lt ~= "string" and lt ~= "nil" and not is_int_box(opts.limit) then
+    error("page: limit must be a number (or its decimal text), got " .. canon.a_type(opts.limit), 2)
+  end
+  if opts.cursor ~= nil and type(opts.cursor) ~= "string" then
+    error("page: cursor must be a string, got " .. canon.a_type(opts.cursor), 2)
+  end
+  if self.refusal then return refusal(self) end
+  local size, e, c, d = page_limit(self, opts.limit == nil and M.DEFAULT_PAGE or opts.limit)
+  if not size then return nil, e, c, d end
   local store = self.store
   if store.closed then return closed(store, "page") end
   local qfp = fingerprint(self)
   local filter = self:filter()
   local order = self.order or {}
-  if opts.after ~= nil then
-    local t, e, c = read_token(self, qfp, opts.after)
+  if opts.cursor ~= nil then
+    local t
+    t, e, c = read_cursor(self, qfp, opts.cursor)
     if not t then return nil, e, c end
-    local branches = after(order, t.v or {}, t.s)
+    local branches = after(order, t.v, t.s)
     if filter["$or"] == nil and filter["$and"] == nil then
       filter["$or"] = array(branches)
     else
       filter = { ["$and"] = array { filter, { ["$or"] = array(branches) } } }
     end
   end
-  local docs, e, c, d = store.wire:find(store.colls[self.T.name], filter, { sort = sort_spec(self), limit = size + 1 },
+  local docs
+  docs, e, c, d = store.wire:find(store.colls[self.T.name], filter, { sort = sort_spec(self), limit = size + 1 },
     store.session)
   if not docs then return nil, e, c, d end
   local more = #docs > size
   if more then docs[#docs] = nil end
-  local nexttok
+  local next_cursor
   if more then
     local last = docs[#docs]
     local values = {}
@@ -521,12 +508,12 @@ function Query:page(opts)
       local v = last[k[1]]
       values[i] = v == nil and null or v
     end
-    nexttok = token_for(self, qfp, values, last._id)
+    next_cursor = cursor_for(self, qfp, values, last._id)
   end
   local items
   items, e, c, d = store:load(self.T, docs)
   if not items then return nil, e, c, d end
-  return { items = items, next = nexttok }
+  return { items = items, next_cursor = next_cursor }
 end
 
 M.Query = Query

@@ -215,7 +215,7 @@ function M.reserve(store, n)
     if type(doc) == "table" then break end
   end
   if type(doc) ~= "table" then
-    return fail("server", "records: the sid counter could not be incremented", { detail = d })
+    return fail("server", "records: the sid counter could not be incremented", d)
   end
   local last = doc.n
   if type(last) ~= "number" then last = tonumber(tostring(last)) end
@@ -258,11 +258,8 @@ end
 local function hook(store, info)
   local h = store.hooks and store.hooks.after_write
   if not h then return true end
-  local ok, e, c = h(info)
-  if ok == nil and e ~= nil then
-    if wire.is_error(e) then return nil, e, e.code end
-    return fail(c or "server", tostring(e))
-  end
+  local ok, e, c, d = h(info)
+  if ok == nil and e ~= nil then return fail(c or "server", tostring(e), d) end
   return true
 end
 
@@ -290,8 +287,8 @@ local function write_degraded(store, plan, ts, root_role)
       node.sid = node.new_sid
       writes = writes + 1
       local ok
-      ok, e, c = hook(store, { type = node.T.name, sid = node.sid, role = role, writes = writes })
-      if not ok then return nil, e, c end
+      ok, e, c, d = hook(store, { type = node.T.name, sid = node.sid, role = role, writes = writes })
+      if not ok then return nil, e, c, d end
     elseif c == "duplicate" and node.T.dedup ~= "none" then
       local hit, e2, c2, d2 = find_by_cid(store, node.T, node.cid, nil)
       if hit == nil then return nil, e2, c2, d2 end
@@ -346,8 +343,8 @@ local function write_tx(store, plan, ts, session, root_role)
       if not r then return nil, e, c, d end
       node.sid = node.new_sid
       writes = writes + 1
-      ok, e, c = hook(store, { type = node.T.name, sid = node.sid, role = role, writes = writes })
-      if not ok then return nil, e, c end
+      ok, e, c, d = hook(store, { type = node.T.name, sid = node.sid, role = role, writes = writes })
+      if not ok then return nil, e, c, d end
     end
   end
   return true
@@ -361,13 +358,9 @@ function M.in_transaction(store, fn)
   local attempts = 0
   while true do
     attempts = attempts + 1
-    local res = { store.db:transaction(fn, store.tx_opts) }
-    if res[1] then return true end
-    local e, c = res[2], res[3]
-    if c ~= "duplicate" or attempts >= 5 then
-      if wire.is_error(e) then return nil, e, e.code, e.detail end
-      return wire.driver("records: transaction", e, c, res[4])
-    end
+    local ok, e, c, d = wire.transaction(store.db, "records: transaction", fn, store.tx_opts)
+    if ok then return true end
+    if c ~= "duplicate" or attempts >= 5 then return nil, e, c, d end
   end
 end
 
@@ -389,8 +382,8 @@ function M.save(store, T, t, session, unit_ts)
   if store.mode == "transactions" then
     local ok
     ok, e, c, d = M.in_transaction(store, function(s)
-      local stamp, e2, c2 = M.stamp(store)
-      if store.ts.enabled and not stamp then return nil, e2, c2 end
+      local stamp, e2, c2, d2 = M.stamp(store)
+      if store.ts.enabled and not stamp then return nil, e2, c2, d2 end
       return write_tx(store, plan, stamp, s, "main")
     end)
     if not ok then return nil, e, c, d end
@@ -399,8 +392,8 @@ function M.save(store, T, t, session, unit_ts)
   local ok
   ok, e, c, d = store.lease:check(nil)
   if not ok then return nil, e, c, d end
-  ts, e, c = M.stamp(store)
-  if store.ts.enabled and not ts then return nil, e, c end
+  ts, e, c, d = M.stamp(store)
+  if store.ts.enabled and not ts then return nil, e, c, d end
   ok, e, c, d = write_degraded(store, plan, ts, "main")
   if not ok then return nil, e, c, d end
   return plan.root.sid
@@ -506,8 +499,8 @@ function M.replace(store, T, sid, t, session, unit_ts)
   if store.mode == "transactions" then
     local ok
     ok, e, c, d = M.in_transaction(store, function(s)
-      local stamp, e2, c2 = M.stamp(store)
-      if store.ts.enabled and not stamp then return nil, e2, c2 end
+      local stamp, e2, c2, d2 = M.stamp(store)
+      if store.ts.enabled and not stamp then return nil, e2, c2, d2 end
       return in_tx(s, stamp)
     end)
     if not ok then return nil, e, c, d end
@@ -523,8 +516,8 @@ replace_degraded = function(store, T, sid, pred, plan)
   local ok, e, c, d = store.lease:check(nil)
   if not ok then return nil, e, c, d end
   local ts
-  ts, e, c = M.stamp(store)
-  if store.ts.enabled and not ts then return nil, e, c end
+  ts, e, c, d = M.stamp(store)
+  if store.ts.enabled and not ts then return nil, e, c, d end
   ok, e, c, d = write_degraded(store, plan, ts, "dep")
   if not ok then return nil, e, c, d end
   if root.hit then

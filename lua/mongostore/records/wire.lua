@@ -3,37 +3,62 @@
 -- and read concerns outside a transaction and with only the session inside one.
 local core = require "mongostore.core"
 
-local type, tostring, setmetatable, getmetatable, ipairs = type, tostring, setmetatable, getmetatable, ipairs
+local type, tostring, setmetatable, ipairs, pairs, select, rawequal = type, tostring, setmetatable, ipairs, pairs,
+  select, rawequal
+local unpack = table.unpack or unpack  -- luacheck: ignore 143
 local format = string.format
 local array = core.array
 
 local M = {}
 
-local Error = {}
-Error.__index = Error
-Error.__name = "mongostore.records.Error"
-Error.__tostring = function(e) return e.message end
-M.Error = Error
-
--- nil, err, code, detail as mongostore.model does: err is an error object
--- (message, code and what else the failure knows) that prints as its message.
-local function fail(code, message, fields)
-  local e = fields or {}
-  e.code, e.message = code, message
-  setmetatable(e, Error)
-  return nil, e, code, e.detail
+-- The one failure shape: nil, message (a string), code, detail (a table of
+-- the structured facts, or nil).
+local function fail(code, message, detail)
+  return nil, message, code, detail
 end
 M.fail = fail
 
-function M.is_error(x) return getmetatable(x) == Error end
-
--- A driver failure (nil, msg, code, detail) kept with its labels, so a
--- transient one returned from a transaction's fn runs it again.
-local function driver(doing, msg, code, detail)
-  if getmetatable(msg) == Error then return nil, msg, msg.code, msg.detail end
-  return fail(code or "server", doing .. ": " .. tostring(msg), { detail = detail })
+-- A driver failure (nil, msg, code, detail) as the store returns it: the
+-- message says what was being done, the driver's detail table stays the
+-- detail (its labels let a transaction run a transient failure again) and
+-- the store's own facts are added to it.
+local function driver(doing, msg, code, detail, facts)
+  if facts then
+    if type(detail) == "table" then
+      for k, v in pairs(facts) do detail[k] = v end
+    else
+      detail = facts
+    end
+  end
+  return nil, doing .. ": " .. tostring(msg), code or "server", detail
 end
 M.driver = driver
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- db:transaction(fn, opts) -> true, fn's values, or the failure: one fn
+-- returned passes as it is (it says what was being done already), the
+-- transaction's own (start, commit, giving up) is prefixed with doing.
+function M.transaction(db, doing, fn, opts)
+  local own
+  local r = pack(db:transaction(function(s)
+    own = nil
+    local res = pack(fn(s))
+    if res[1] == nil and res.n >= 2 then own = res[2] end
+    return unpack(res, 1, res.n)
+  end, opts))
+  if r[1] then return unpack(r, 1, r.n) end
+  local msg, code, detail = r[2], r[3], r[4]
+  if own ~= nil and rawequal(msg, own) then
+    if type(msg) ~= "string" then
+      -- a caller's fn gave something else than a message: kept as detail.error
+      if detail == nil then detail = { error = msg } end
+      msg = tostring(msg)
+    end
+    return nil, msg, code or "server", detail
+  end
+  return driver(doing, msg, code, detail)
+end
 
 local Wire = {}
 Wire.__index = Wire
@@ -74,12 +99,12 @@ local function write_result(doing, reply)
   if type(we) == "table" and we[1] then
     local e = we[1]
     local code = e.code == 11000 and "duplicate" or "server"
-    return fail(code, format("%s: %s", doing, tostring(e.errmsg)), { detail = { code = e.code }, key = e.keyValue })
+    return fail(code, format("%s: %s", doing, tostring(e.errmsg)), { server_code = e.code, key = e.keyValue })
   end
   local wce = reply.writeConcernError
   if type(wce) == "table" then
     return fail("server", format("%s: write concern: %s", doing, tostring(wce.errmsg)),
-      { detail = { code = wce.code } })
+      { server_code = wce.code, labels = reply.errorLabels })
   end
   return reply
 end
