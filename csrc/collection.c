@@ -551,6 +551,20 @@ static int l_delete_many(lua_State *L) { return write_one(L, W_DELETE_MANY, "del
 
 /* ---- find and modify ---- */
 
+/* Points *into at the document under key in from, without a copy (it lives
+ * as long as from does): 1 when there is one. *into, an initialized
+ * bson_t, is destroyed first. */
+static int borrow_document(const bson_t *from, const char *key, bson_t *into) {
+  bson_iter_t it;
+  uint32_t len;
+  const uint8_t *data;
+  if (!bson_iter_init_find(&it, from, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) return 0;
+  bson_iter_document(&it, &len, &data);
+  bson_destroy(into);
+  bson_init_static(into, data, len);
+  return 1;
+}
+
 static int find_and_modify(lua_State *L, int remove, const char *op) {
   bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, sort = BSON_INITIALIZER,
          fields = BSON_INITIALIZER, extra = BSON_INITIALIZER, reply, tmp = BSON_INITIALIZER;
@@ -585,22 +599,8 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   if (upsert) flags |= MONGOC_FIND_AND_MODIFY_UPSERT;
   if (ret_new) flags |= MONGOC_FIND_AND_MODIFY_RETURN_NEW;
   mongoc_find_and_modify_opts_set_flags(fam, (mongoc_find_and_modify_flags_t)flags);
-  if (bson_iter_init_find(&it, &tmp, "sort")) {
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(&it, &len, &data);
-    bson_destroy(&sort);
-    bson_init_static(&sort, data, len);
-    mongoc_find_and_modify_opts_set_sort(fam, &sort);
-  }
-  if (bson_iter_init_find(&it, &tmp, "projection")) {
-    uint32_t len;
-    const uint8_t *data;
-    bson_iter_document(&it, &len, &data);
-    bson_destroy(&fields);
-    bson_init_static(&fields, data, len);
-    mongoc_find_and_modify_opts_set_fields(fam, &fields);
-  }
+  if (borrow_document(&tmp, "sort", &sort)) mongoc_find_and_modify_opts_set_sort(fam, &sort);
+  if (borrow_document(&tmp, "projection", &fields)) mongoc_find_and_modify_opts_set_fields(fam, &fields);
   mongoc_find_and_modify_opts_append(fam, &extra);
   ok = mongoc_collection_find_and_modify_with_opts(k.c->coll, &filter, fam, &reply, &be);
   mongoc_find_and_modify_opts_destroy(fam);

@@ -221,9 +221,8 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
   while (mongoc_cursor_next(cur, &doc)) {
     bson_iter_t it;
     uint32_t idl;
-    const char *idv;
-    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
-    idv = bson_iter_utf8(&it, &idl);
+    const char *idv = ms_utf8_field(doc, "_id", &idl);
+    if (!idv) continue;
     for (i = 0; i < n; i++) {
       commit_in_t *c = &items[i].c;
       if (items[i].state != ITEM_SENT || c->id_len != idl || memcmp(c->id, idv, idl) != 0) continue;

@@ -3,6 +3,34 @@
  * for an operator, and put back into the outbox by hand. */
 #include "store.h"
 
+/* The update that moves the entry `seq` from the array `from` to the array
+ * `to` of its document: $pull it from one and $push it, with its seq,
+ * target_id and event, onto the other. Returns with the pushed entry open
+ * (in *entry, inside *push) for the caller to add to, and to close with
+ * end_move. */
+static void begin_move(bson_t *update, const char *from, const char *to, int64_t seq, const char *target,
+                       size_t tlen, const char *event, size_t evlen, bson_t *push, bson_t *entry) {
+  bson_t pull, cond;
+  bson_append_document_begin(update, "$pull", 5, &pull);
+  bson_append_document_begin(&pull, from, -1, &cond);
+  bson_append_int64(&cond, "seq", 3, seq);
+  bson_append_document_end(&pull, &cond);
+  bson_append_document_end(update, &pull);
+  bson_append_document_begin(update, "$push", 5, push);
+  bson_append_document_begin(push, to, -1, entry);
+  bson_append_int64(entry, "seq", 3, seq);
+  if (target)
+    bson_append_utf8(entry, "target_id", 9, target, (int)tlen);
+  else
+    bson_append_null(entry, "target_id", 9);
+  bson_append_utf8(entry, "event", 5, event, (int)evlen);
+}
+
+static void end_move(bson_t *update, bson_t *push, bson_t *entry) {
+  bson_append_document_end(push, entry);
+  bson_append_document_end(update, push);
+}
+
 /* store:_fail_outbox(seq, token, entry_json_event, target_id|nil, err, at, attempts)
  * -> true (moved, or no longer this caller's) | nil, msg, code
  * One update: $pull the entry from outbox and $push it, with its error, onto
@@ -18,29 +46,16 @@ static int l_fail_outbox(lua_State *L) {
   const char *err = ms_arg_string(L, 6, "fail_outbox: err", &errlen);
   double at = ms_arg_number(L, 7, "fail_outbox: at");
   int64_t attempts = ms_arg_integer(L, 8, "fail_outbox: attempts");
-  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, pull, cond, push, entry;
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, push, entry;
   bson_error_t be;
   int ok;
   bson_append_int64(&filter, "outbox.seq", -1, seq);
   bson_append_utf8(&filter, "outbox_claim.token", -1, token, (int)toklen);
-  bson_append_document_begin(&update, "$pull", 5, &pull);
-  bson_append_document_begin(&pull, "outbox", 6, &cond);
-  bson_append_int64(&cond, "seq", 3, seq);
-  bson_append_document_end(&pull, &cond);
-  bson_append_document_end(&update, &pull);
-  bson_append_document_begin(&update, "$push", 5, &push);
-  bson_append_document_begin(&push, "outbox_failed", -1, &entry);
-  bson_append_int64(&entry, "seq", 3, seq);
-  if (target)
-    bson_append_utf8(&entry, "target_id", 9, target, (int)tlen);
-  else
-    bson_append_null(&entry, "target_id", 9);
-  bson_append_utf8(&entry, "event", 5, event, (int)evlen);
+  begin_move(&update, "outbox", "outbox_failed", seq, target, tlen, event, evlen, &push, &entry);
   bson_append_utf8(&entry, "error", 5, err, (int)(errlen > 2000 ? 2000 : errlen));
   bson_append_double(&entry, "failed_at", 9, at);
   bson_append_int64(&entry, "attempts", 8, attempts);
-  bson_append_document_end(&push, &entry);
-  bson_append_document_end(&update, &push);
+  end_move(&update, &push, &entry);
   ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, NULL, &be);
   bson_destroy(&filter);
   bson_destroy(&update);
@@ -109,27 +124,14 @@ static int l_redeliver_failed(lua_State *L) {
   int64_t seq = ms_arg_integer(L, 3, "redeliver_failed: seq");
   const char *target = lua_isnoneornil(L, 4) ? NULL : ms_arg_string(L, 4, "redeliver_failed: target_id", &tlen);
   const char *event = ms_arg_string(L, 5, "redeliver_failed: event", &evlen);
-  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply, pull, cond, push, entry;
+  bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, reply, push, entry;
   bson_error_t be;
   bson_iter_t it;
   int ok, moved = 0;
   bson_append_utf8(&filter, "_id", 3, id, (int)idlen);
   bson_append_int64(&filter, "outbox_failed.seq", -1, seq);
-  bson_append_document_begin(&update, "$pull", 5, &pull);
-  bson_append_document_begin(&pull, "outbox_failed", -1, &cond);
-  bson_append_int64(&cond, "seq", 3, seq);
-  bson_append_document_end(&pull, &cond);
-  bson_append_document_end(&update, &pull);
-  bson_append_document_begin(&update, "$push", 5, &push);
-  bson_append_document_begin(&push, "outbox", 6, &entry);
-  bson_append_int64(&entry, "seq", 3, seq);
-  if (target)
-    bson_append_utf8(&entry, "target_id", 9, target, (int)tlen);
-  else
-    bson_append_null(&entry, "target_id", 9);
-  bson_append_utf8(&entry, "event", 5, event, (int)evlen);
-  bson_append_document_end(&push, &entry);
-  bson_append_document_end(&update, &push);
+  begin_move(&update, "outbox_failed", "outbox", seq, target, tlen, event, evlen, &push, &entry);
+  end_move(&update, &push, &entry);
   ok = mongoc_collection_update_one(s->exes, &filter, &update, NULL, &reply, &be);
   bson_destroy(&filter);
   bson_destroy(&update);

@@ -5,6 +5,12 @@
  */
 #include "store.h"
 
+const char *ms_utf8_field(const bson_t *doc, const char *key, uint32_t *len) {
+  bson_iter_t it;
+  if (!bson_iter_init_find(&it, doc, key) || !BSON_ITER_HOLDS_UTF8(&it)) return NULL;
+  return bson_iter_utf8(&it, len);
+}
+
 /* A find whose filter is {_id} alone: every server answers it from the _id
  * index (mongo-java-server uses an index only for a filter with exactly its
  * keys). Projects the fields named, up to the first NULL (at most three). */
@@ -283,11 +289,9 @@ static int l_load_many(lua_State *L) {
   bson_destroy(&opts);
   lua_createtable(L, 0, (int)n);
   while (mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t it;
     uint32_t idl;
-    const char *idv;
-    if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) continue;
-    idv = bson_iter_utf8(&it, &idl);
+    const char *idv = ms_utf8_field(doc, "_id", &idl);
+    if (!idv) continue;
     lua_createtable(L, 0, 3);
     ms_push_data(L, doc);
     lua_setfield(L, -2, "data");

@@ -26,7 +26,7 @@ static void append_foreign_filter(bson_t *filter) {
 void ms_foreign_index_filter(bson_t *filter) { append_foreign_filter(filter); }
 
 /* The earliest number in doc.timers, or MS_NO_TIMER. */
-static double earliest_timer(const bson_t *doc) {
+double ms_earliest_timer(const bson_t *doc) {
   bson_iter_t it, t;
   double earliest = MS_NO_TIMER;
   if (bson_iter_init_find(&it, doc, "timers") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &t)) {
@@ -83,7 +83,7 @@ static int l_foreign(lua_State *L) {
     }
     ms_push_data(L, doc);
     lua_setfield(L, -2, "data");
-    lua_pushnumber(L, earliest_timer(doc));
+    lua_pushnumber(L, ms_earliest_timer(doc));
     lua_setfield(L, -2, "next_fire_at");
     lua_rawseti(L, -2, ++n);
   }

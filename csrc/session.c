@@ -76,17 +76,24 @@ static int has_live_cursor(const ms_database_t *db) {
   return 0;
 }
 
-/* Destroys the parked halves of db's sessions (all of them with all = 1:
- * the open ones too, for the database's close). */
-static void sweep(lua_State *L, ms_database_t *db, int all) {
-  int t;
+/* Starts a walk over db's session table with lua_next: pushes the table and
+ * a nil key and returns the table's index, or 0 (nothing pushed) when db has
+ * no sessions. The caller pops the table once lua_next is done. */
+static int begin_walk(lua_State *L, ms_database_t *db) {
   push_sessions(L, db, 0);
   if (!lua_istable(L, -1)) {
     lua_pop(L, 1);
-    return;
+    return 0;
   }
-  t = lua_gettop(L);
   lua_pushnil(L);
+  return lua_gettop(L) - 1;
+}
+
+/* Destroys the parked halves of db's sessions (all of them with all = 1:
+ * the open ones too, for the database's close). */
+static void sweep(lua_State *L, ms_database_t *db, int all) {
+  int t = begin_walk(L, db);
+  if (!t) return;
   while (lua_next(L, t)) {
     int kind = (int)lua_tointeger(L, -1);
     void *key = lua_touserdata(L, -2);
@@ -139,14 +146,8 @@ void ms_session_close_all(lua_State *L, ms_database_t *db) {
 }
 
 void ms_session_note_transient(lua_State *L, ms_database_t *db) {
-  int t;
-  push_sessions(L, db, 0);
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    return;
-  }
-  t = lua_gettop(L);
-  lua_pushnil(L);
+  int t = begin_walk(L, db);
+  if (!t) return;
   while (lua_next(L, t)) {
     if (lua_tointeger(L, -1) == OPEN) {
       ms_session_t *s = (ms_session_t *)lua_touserdata(L, -2);

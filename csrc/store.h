@@ -150,6 +150,11 @@ int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int count, 
 
 /* promoted.c: the filter that picks the documents harel's store committed last */
 void ms_foreign_index_filter(bson_t *filter);
+/* The string under key in doc (its length in *len), or NULL when there is
+ * none or it is not a string (load.c). */
+const char *ms_utf8_field(const bson_t *doc, const char *key, uint32_t *len);
+/* The earliest fire_at in doc.timers, or MS_NO_TIMER (promoted.c). */
+double ms_earliest_timer(const bson_t *doc);
 
 /* ---- each file's methods, set into the method table on top of the stack
  * (store.c assembles them in ms_open_store) ---- */

@@ -115,7 +115,7 @@ static lua_Integer sweep_find(lua_State *L, ms_store_t *s, const bson_t *filter,
     bson_iter_t it, t;
     uint32_t idlen;
     const char *id;
-    double earliest = MS_NO_TIMER, marked = -1;
+    double earliest, marked = -1;
     int due = 0, has_mark = 0;
     int64_t version = 0;
     read++;
@@ -126,12 +126,12 @@ static lua_Integer sweep_find(lua_State *L, ms_store_t *s, const bson_t *filter,
       has_mark = 1;
       marked = bson_iter_as_double(&it);
     }
+    earliest = ms_earliest_timer(doc);
     if (bson_iter_init_find(&it, doc, "timers") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &t)) {
       while (bson_iter_next(&t)) {
         double at;
         if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
         at = bson_iter_as_double(&t);
-        if (at < earliest) earliest = at;
         if (!(at <= now)) continue;
         due++;
         lua_createtable(L, 0, 3);

@@ -3,6 +3,7 @@
 -- boundaries, and the JSON form, which is harel's (field names, order,
 -- ISO-8601 times) so harel's own stores read what we write and we read theirs.
 local core = require "mongostore.core"
+local util = require "mongostore.util"
 
 local type, pairs, ipairs, next, error, tostring = type, pairs, ipairs, next, error, tostring
 local setmetatable, getmetatable = setmetatable, getmetatable
@@ -194,22 +195,8 @@ end
 -- makes a stale copy harmless: a caller who moves `version` on by hand
 -- keeps digests of an older version, and those are dropped on the way back.
 
--- gsub with a table runs in C: a long digest list costs no Lua call per byte.
-local HEX, UNHEX = {}, {}
-for b = 0, 255 do HEX[string.char(b)] = format("%02x", b) end
-for a in ("0123456789abcdefABCDEF"):gmatch(".") do
-  for b in ("0123456789abcdefABCDEF"):gmatch(".") do UNHEX[a .. b] = string.char(tonumber(a .. b, 16)) end
-end
-
 -- Hex text of a binary string, and back (nil when s is not hex of whole bytes).
-function M.to_hex(s)
-  return (s:gsub(".", HEX))
-end
-
-function M.from_hex(s)
-  if #s % 2 == 1 or s:find("%X") then return nil end
-  return (s:gsub("%x%x", UNHEX))
-end
+M.to_hex, M.from_hex = util.hex, util.from_hex
 
 -- Bytes per digest (MS_DIGEST, csrc/ms.h): a list of another length was cut.
 local DIGEST_BYTES = 8

@@ -3,6 +3,7 @@
 -- that run on them: a whole document before it is stored, one value or one
 -- update path (mongostore.query.paths) before an update is sent.
 local core = require "mongostore.core"
+local is_sequence = require("mongostore.util").is_sequence
 
 local type, pairs, ipairs, tostring, format, getmetatable, next, rawget = type, pairs, ipairs, tostring,
   string.format, getmetatable, next, rawget
@@ -48,15 +49,12 @@ local function is_document(v)
   return v[1] == nil
 end
 
+-- An array field's value: one marked as an array, or a plain table whose
+-- keys are 1..n.
 local function is_list(v)
   if type(v) ~= "table" then return false end
   if is_array(v) then return true end
-  if getmetatable(v) ~= nil then return false end
-  local n = #v
-  for k in pairs(v) do
-    if type(k) ~= "number" or k < 1 or k > n or k ~= floor(k) then return false end
-  end
-  return true
+  return getmetatable(v) == nil and is_sequence(v)
 end
 
 -- type name -> test, and the words of its message

@@ -3,6 +3,7 @@
 -- encoding a content id hashes, and turning a stored document back into a record.
 local core = require "mongostore.core"
 local query = require "mongostore.query"
+local util = require "mongostore.util"
 
 local type, error, pairs, ipairs, tostring, rawequal, getmetatable = type, error, pairs, ipairs, tostring, rawequal,
   getmetatable
@@ -146,12 +147,7 @@ local function scalar_ok(kind, v)
 end
 
 local function is_list(v)
-  if type(v) ~= "table" or rawequal(v, null) then return false end
-  local n = #v
-  for k in pairs(v) do
-    if type(k) ~= "number" or k < 1 or k > n or k ~= floor(k) then return false end
-  end
-  return true
+  return type(v) == "table" and not rawequal(v, null) and util.is_sequence(v)
 end
 M.is_list = is_list
 
@@ -248,14 +244,7 @@ function M.encode(T, t, refcid)
   return concat(out)
 end
 
-local HEX = {}
-for i = 0, 255 do HEX[i] = format("%02x", i) end
-
-function M.hex(bytes)
-  local out = {}
-  for i = 1, #bytes do out[i] = HEX[byte(bytes, i)] end
-  return concat(out)
-end
+M.hex = util.hex
 
 -- The fields with identity = false (children's too): what value dedup compares.
 function M.meta_encode(T, t)
