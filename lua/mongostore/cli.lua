@@ -2,6 +2,7 @@
 -- its dispatch. The commands live in mongostore.cli.executions, .maintenance
 -- and .render, what they share in mongostore.cli.common. M.main(argv) returns
 -- the exit code: 0 ok, 1 failed, 2 usage.
+local ms = require "mongostore"
 local term = require "mongostore.cli.term"
 local args = require "mongostore.cli.args"
 
@@ -65,7 +66,7 @@ local function run(argv)
   M.current = def
   local o, words = args.parse(rest, spec)
   if not o then usage(words) end
-  M.debug = o.debug
+  M.debug, M.json = o.debug, o.json
   if o.help then out(command_help(def)) return 0 end
   if o.json and not def.json then usage(name .. " has no --json") end
   return def.run(o, words)
@@ -73,7 +74,7 @@ end
 
 -- argv: the words after the program's name. Returns the exit code.
 function M.main(argv)
-  M.current, M.debug = nil, false
+  M.current, M.debug, M.json = nil, false, false
   local debug_wanted = false
   for _, a in ipairs(argv) do if a == "--debug" then debug_wanted = true end end
   local ok, res = xpcall(run, function(e)
@@ -89,6 +90,11 @@ function M.main(argv)
       prefix = "mongostore: "
     end
     io.stderr:write(prefix, term.clean(res.msg), "\n")
+    if M.json then
+      -- the failure shape, for a program reading stdout
+      local text = ms.json.encode({ message = res.msg, code = res.code, detail = res.detail or ms.null })
+      if text then io.stdout:write(text, "\n") end
+    end
     if res.exit == 2 then
       io.stderr:write(M.current and usage_line(M.current) or "usage: mongostore [global options] COMMAND [arguments]",
         "\n")

@@ -160,6 +160,29 @@ end
 ------------------------------------------------------------------------
 -- list
 
+-- With --json a failure is also the library's failure shape on stdout,
+-- { message, code, detail }, for a program that reads it; without, stdout
+-- stays empty.
+function TestCli:test_a_failure_with_json_prints_message_code_and_detail()
+  local r = self:run({ "show", "no-such-execution", "--json" })
+  assert_failed(r, "no-such-execution")
+  local v, err = ms.json.decode(r.out)
+  lu.assertNotNil(v, "not JSON: " .. tostring(err) .. ": " .. r.out)
+  lu.assertEquals(v.code, "not_found")
+  lu.assertStrContains(v.message, "show no-such-execution")
+  lu.assertIs(v.detail, ms.null)
+  r = self:run({ "list", "--json", "--cursor", "c3.forged.cursor" })
+  assert_failed(r, "cursor")
+  v = ms.json.decode(r.out)
+  lu.assertEquals(v.code, "invalid")
+  r = self:run({ "list", "--json", "--status", "NOPE" })
+  assert_usage(r, "NOPE")
+  lu.assertEquals(ms.json.decode(r.out).code, "usage")
+  r = self:run({ "show", "no-such-execution" })
+  assert_failed(r)
+  lu.assertEquals(r.out, "", "no JSON without --json")
+end
+
 function TestCli:test_list_filters_pages_and_prints_json()
   local want_flow, want_all = {}, {}
   for i = 1, 7 do

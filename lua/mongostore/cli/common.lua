@@ -15,8 +15,13 @@ local format, concat, sort = string.format, table.concat, table.sort
 local Failure = {}
 Failure.__index = Failure
 
-local function usage(msg) error(setmetatable({ exit = 2, msg = msg }, Failure), 0) end
-local function fail(msg) error(setmetatable({ exit = 1, msg = msg }, Failure), 0) end
+-- A failure carries the one failure shape of the library (message, code,
+-- detail): with --json, main prints it on stdout as { message, code,
+-- detail } beside the line on stderr.
+local function usage(msg) error(setmetatable({ exit = 2, msg = msg, code = "usage" }, Failure), 0) end
+local function fail(msg, code, detail)
+  error(setmetatable({ exit = 1, msg = msg, code = code or "failed", detail = detail }, Failure), 0)
+end
 
 local function out(line) io.stdout:write(line, "\n") end
 
@@ -127,8 +132,8 @@ local function db_of(o)
 end
 
 local function connect(o)
-  local store, err = ms.connect(uri_of(o), { db = db_of(o), prefix = o.prefix, wait = wait_of(o) })
-  if not store then fail("cannot connect: " .. tostring(err)) end
+  local store, err, code = ms.connect(uri_of(o), { db = db_of(o), prefix = o.prefix, wait = wait_of(o) })
+  if not store then fail("cannot connect: " .. tostring(err), code) end
   return store
 end
 
@@ -205,10 +210,10 @@ end
 
 -- The chart of an execution, or a failure saying which one is missing.
 local function chart_for(store, charts, id, what)
-  local exe, err = store:load(id)
+  local exe, err, code = store:load(id)
   if exe == nil then
-    if err then fail(format("%s %s: %s", what, id, err)) end
-    fail(format("%s %s: no such execution", what, id))
+    if err then fail(format("%s %s: %s", what, id, err), code) end
+    fail(format("%s %s: no such execution", what, id), "not_found")
   end
   local c = charts.by_id[exe.definition_id]
   if not c then

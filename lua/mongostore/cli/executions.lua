@@ -78,8 +78,8 @@ The last line of a page that has more says its --cursor.]],
     local items, next_cursor = {}, nil -- luacheck: ignore 311
     local progress = o.all and not o.json and term.progress("listing", nil)
     repeat
-      local page, err = store:list_executions(q)
-      if not page then fail(tostring(err)) end
+      local page, err, code = store:list_executions(q)
+      if not page then fail(tostring(err), code) end
       for _, s in ipairs(page.items) do items[#items + 1] = s end
       next_cursor = page.next_cursor
       q.cursor = next_cursor
@@ -138,8 +138,8 @@ command("show", {
     local id = one_id(words, "show")
     local last = int_opt(o, "last", 0, nil, 50)
     local store = connect(o)
-    local exe, err = store:load(id)
-    if exe == nil then fail(format("show %s: %s", id, err or "no such execution")) end
+    local exe, err, code = store:load(id)
+    if exe == nil then fail(format("show %s: %s", id, err or "no such execution"), code or "not_found") end
     local children = {}
     local ids = {}
     for cid in pairs(exe.children or {}) do ids[#ids + 1] = cid end
@@ -271,7 +271,7 @@ command("start", {
     local store = connect(o)
     local id, created, r = new_engine(store, charts, o):start(words[1], { id = o.id, context = context,
                                                                           priority = priority })
-    if not id then fail("start: " .. tostring(created)) end
+    if not id then fail("start: " .. tostring(created), r) end
     return report(o, "start", id, created and "created" or "existed already", r)
   end,
 })
@@ -301,7 +301,7 @@ command("send", {
     end
     local event = { kind = kind, data = data, id = o["event-id"] }
     local ok, how, r = new_engine(store, charts, o):send(id, event)
-    if not ok then fail(format("send %s %s: %s", kind, id, tostring(how))) end
+    if not ok then fail(format("send %s %s: %s", kind, id, tostring(how)), r) end
     return report(o, "send " .. term.clean(kind) .. " (event " .. event.id .. ") to", id, how, r)
   end,
 })
