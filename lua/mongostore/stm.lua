@@ -6,6 +6,7 @@
 local parse = require "mongostore.stm.parse"
 local expand = require "mongostore.stm.expand"
 local chart_mod = require "mongostore.chart"
+local contract = require "mongostore.contract"
 
 local type, pairs, ipairs, next, error, tostring, pcall = type, pairs, ipairs, next, error, tostring, pcall
 local format, concat, setmetatable, getmetatable = string.format, table.concat, setmetatable, getmetatable
@@ -45,26 +46,36 @@ local function load(text, opts)
 end
 
 -- import_paths and max_import_bytes, checked (misuse raises).
-local function check_import_opts(opts, fn)
-  if opts.import_paths ~= nil then
-    if type(opts.import_paths) ~= "table" then error(fn .. ": opts.import_paths must be a list of directories", 3) end
-    for i, p in ipairs(opts.import_paths) do
-      if type(p) ~= "string" or p == "" then
-        error(format("%s: opts.import_paths[%d] must be a non-empty string", fn, i), 3)
-      end
+-- The options of to_chart and expand (mongostore.StmOptions): the
+-- program's, so a value they cannot take raises too.
+local function non_empty(v) return v == "" and "must be a non-empty string" or nil end
+local function names_to_functions(t)
+  for name, fn in pairs(t) do
+    if type(name) ~= "string" or type(fn) ~= "function" then
+      return "must map names to functions (" .. tostring(name) .. ")"
     end
   end
-  local max = opts.max_import_bytes
-  if max ~= nil and (type(max) ~= "number" or max < 1 or max ~= math.floor(max)) then
-    error(fn .. ": opts.max_import_bytes must be a positive integer", 3)
+end
+local function directories(list)
+  for i, p in ipairs(list) do
+    if type(p) ~= "string" or p == "" then return format("entry %d must be a non-empty string", i) end
   end
 end
+local STM_ARGS = {
+  { "text", "string" },
+  { "opts", "table?", fields = {
+      actions = { "table", check = names_to_functions }, guards = { "table", check = names_to_functions },
+      machine = { "string", check = non_empty }, id = { "string", check = non_empty },
+      base_dir = { "string", check = non_empty }, import_paths = { "table", check = directories },
+      max_import_bytes = { "integer", min = 1 } } },
+}
+local TO_CHART = contract.define("stm.to_chart", STM_ARGS)
+local EXPAND = contract.define("stm.expand", STM_ARGS)
 
 function M.expand(text, opts)
-  if type(text) ~= "string" then error("stm.expand: text must be a string, got " .. type(text), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("stm.expand: opts must be a table, got " .. type(opts), 2) end
+  local bad = EXPAND:check(text, opts)
+  if bad then error(bad, 2) end
   opts = opts or {}
-  check_import_opts(opts, "stm.expand")
   local prog = load(text, opts)
   local order = meta[prog].machines
   local name = opts.machine or order[1]
@@ -634,34 +645,11 @@ function Compiler:define(def)
   fail_in(src, pos[1], pos[2], "%s", msg)
 end
 
-local OPTS = { actions = true, guards = true, machine = true, id = true, base_dir = true, import_paths = true,
-               max_import_bytes = true }
-
 -- stm.to_chart(text, { actions = {...}, guards = {...}, machine = "name", id = "chart id" })
 function M.to_chart(text, opts)
-  if type(text) ~= "string" then error("stm.to_chart: text must be a string, got " .. type(text), 2) end
-  if opts ~= nil and type(opts) ~= "table" then error("stm.to_chart: opts must be a table, got " .. type(opts), 2) end
+  local bad = TO_CHART:check(text, opts)
+  if bad then error(bad, 2) end
   opts = opts or {}
-  for k in pairs(opts) do
-    if not OPTS[k] then error("stm.to_chart: unknown option '" .. tostring(k) .. "'", 2) end
-  end
-  for _, key in ipairs { "actions", "guards" } do
-    local t = opts[key]
-    if t ~= nil then
-      if type(t) ~= "table" then error(format("stm.to_chart: opts.%s must be a table, got %s", key, type(t)), 2) end
-      for name, fn in pairs(t) do
-        if type(name) ~= "string" or type(fn) ~= "function" then
-          error(format("stm.to_chart: opts.%s must map names to functions (%s)", key, tostring(name)), 2)
-        end
-      end
-    end
-  end
-  for _, key in ipairs { "machine", "id", "base_dir" } do
-    if opts[key] ~= nil and (type(opts[key]) ~= "string" or opts[key] == "") then
-      error(format("stm.to_chart: opts.%s must be a non-empty string", key), 2)
-    end
-  end
-  check_import_opts(opts, "stm.to_chart")
   local prog = load(text, opts)
   local order = meta[prog].machines
   local function top_fail(fmt, ...) fail_at(text, 1, 1, fmt, ...) end

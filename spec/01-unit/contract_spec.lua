@@ -10,6 +10,7 @@ local contract = require "mongostore.contract"
 require "mongostore.store"
 require "mongostore.engine"
 require "mongostore.ngx"
+require "mongostore.stm"
 
 local format, concat, sort = string.format, table.concat, table.sort
 

@@ -206,9 +206,10 @@ end
 function TestStmErrors:test_wrong_arguments_raise_naming_them()
   lu.assertErrorMsgContains("text must be a string", stm.to_chart, 5)
   lu.assertErrorMsgContains("opts must be a table", stm.to_chart, "x", 5)
-  lu.assertErrorMsgContains("unknown option 'action'", stm.to_chart, "x", { action = {} })
+  lu.assertErrorMsgContains("unknown option action", stm.to_chart, "x", { action = {} })
   lu.assertErrorMsgContains("opts.actions must map names to functions", stm.to_chart, "x", { actions = { a = 1 } })
-  lu.assertErrorMsgContains("opts.machine must be a non-empty string", stm.to_chart, "x", { machine = 3 })
+  lu.assertErrorMsgContains("opts.machine must be a string, got integer", stm.to_chart, "x", { machine = 3 })
+  lu.assertErrorMsgContains("opts.machine must be a non-empty string", stm.to_chart, "x", { machine = "" })
   lu.assertErrorMsgContains("text must be a string", stm.parse, nil)
 end
 
@@ -623,9 +624,9 @@ function TestStmFragments:test_imports_stay_inside_their_directories()
   local uses = function(f) return machine("  use " .. f .. " as C\n  from A to C on Go\n  from A to B on Stop") end
   lu.assertNotNil(stm.to_chart("import \"ok.stm\"\n" .. uses("F"), { base_dir = dir }))
   lu.assertNotNil(stm.to_chart("import \"shared.stm\"\n" .. uses("S"), { base_dir = dir, import_paths = { lib } }))
-  lu.assertErrorMsgContains("opts.import_paths must be a list", stm.to_chart, "x", { base_dir = dir,
+  lu.assertErrorMsgContains("opts.import_paths must be a table", stm.to_chart, "x", { base_dir = dir,
                             import_paths = "x" })
-  lu.assertErrorMsgContains("opts.max_import_bytes must be a positive integer", stm.to_chart, "x",
+  lu.assertErrorMsgContains("opts.max_import_bytes must be an integer", stm.to_chart, "x",
                             { base_dir = dir, max_import_bytes = 0 })
   os.execute("rm -rf " .. helper.shell_quote(dir) .. " " .. helper.shell_quote(lib))
 end
@@ -644,6 +645,7 @@ function TestStmFragments:test_errors_in_an_imported_file_name_it()
   lu.assertFalse(ok)
   lu.assertStrContains(tostring(err), "stm: " .. dir .. "/refused.stm: line 4, column 3: `on error` is not supported")
   build_fails(1, 1, "import \"none.stm\"\n" .. machine(""), { base_dir = dir }, "import not found: none.stm")
-  lu.assertErrorMsgContains("opts.base_dir must be a non-empty string", stm.to_chart, "x", { base_dir = 1 })
+  lu.assertErrorMsgContains("opts.base_dir must be a string, got integer", stm.to_chart, "x", { base_dir = 1 })
+  lu.assertErrorMsgContains("opts.base_dir must be a non-empty string", stm.to_chart, "x", { base_dir = "" })
   os.execute("rm -rf " .. helper.shell_quote(dir))
 end
