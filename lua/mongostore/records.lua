@@ -3,6 +3,7 @@
 -- save, fetch, replace and history, queries and keyset pages, store:transaction and info.
 -- The parts live in mongostore.records.{canon,wire,lease,save,query} (and fsck, fingerprint).
 local core = require "mongostore.core"
+local contract = require "mongostore.contract"
 local mquery = require "mongostore.query"
 local canon = require "mongostore.records.canon"
 local wire = require "mongostore.records.wire"
@@ -80,12 +81,26 @@ Store.__index = Store
 Store.__name = "mongostore.records.Store"
 Store.__tostring = function(s) return format("records store %s (%s)", s.prefix, s.mode) end
 
-local OPEN_KEYS = {
-  types = "table", prefix = "string", transactions = "string", store_timestamps = "boolean",
-  timestamp_resolution = "number", upgrade = "boolean", clock_regression_grace = "boolean",
-  allow_clock_regression = "boolean", lease_ttl = "number", fsck_wait = "number", log = "function",
-  write_concern = "table", read_concern = "table", test_hooks = "table", clock = "function",
-}
+-- records.open's signature (mongostore.contract). Its options are the
+-- program's: a value it cannot take raises too. test_hooks and clock are the
+-- specs' own (documented as such).
+contract.kind("mongostore.Database", function(v) local t = type(v) return t == "userdata" or t == "table" end,
+  "a Database")
+local OPEN = contract.define("records.open", {
+  { "db", "mongostore.Database" },
+  { "opts", "table", fields = {
+      types = { "table", required = true,
+                check = function(v) return #v == 0 and "must be a non-empty list of types" or nil end },
+      prefix = "string", transactions = { "string", one_of = { "auto", "require", "never" } },
+      store_timestamps = "boolean", timestamp_resolution = { "integer", min = 1, max = 1000000000 },
+      upgrade = "boolean", clock_regression_grace = "boolean", allow_clock_regression = "boolean",
+      -- a lease of no length (or a negative one) is expired as it is written,
+      -- so fsck would take a live writer for a dead one; an endless one never
+      -- lets a dead writer go
+      lease_ttl = { "number", gt = 0, lt = math.huge }, fsck_wait = { "number", min = 0 }, log = "function",
+      write_concern = "table", read_concern = "table",
+      test_hooks = "table", clock = "function" } },
+})
 
 local function default_log(level, msg)
   io.stderr:write("mongostore.records: ", level, ": ", msg, "\n")
@@ -178,38 +193,6 @@ local function fingerprint_check(store, upgrade)
 end
 
 --- records.open(db, opts) -> store; or nil, err, code
--- records.open's argument checks (programmer mistakes raise): -> the
--- transaction mode and the timestamp resolution.
-local function check_open_opts(db, opts)
-  if type(db) ~= "userdata" and type(db) ~= "table" then error("open: db must be a Database, got " .. type(db), 3) end
-  if type(opts) ~= "table" then error("open: opts must be a table with types", 3) end
-  for k, v in pairs(opts) do
-    local want = OPEN_KEYS[k]
-    if not want then error("open: unknown option " .. tostring(k), 3) end
-    if type(v) ~= want then error(format("open: opts.%s must be a %s, got %s", k, want, type(v)), 3) end
-  end
-  if type(opts.types) ~= "table" or #opts.types == 0 then
-    error("open: opts.types must be a non-empty list of types", 3)
-  end
-  local tmode = opts.transactions or "auto"
-  if tmode ~= "auto" and tmode ~= "require" and tmode ~= "never" then
-    error("open: opts.transactions must be \"auto\", \"require\" or \"never\", got " .. tostring(tmode), 3)
-  end
-  local resolution = opts.timestamp_resolution or 1000
-  if resolution ~= math.floor(resolution) or resolution < 1 or resolution > 1e9 then
-    error("open: opts.timestamp_resolution must be an integer of nanoseconds from 1 to 1e9", 3)
-  end
-  -- a lease of no length (or a negative one) is expired as it is written, so
-  -- fsck would take a live writer for a dead one; an endless one never lets a
-  -- dead writer go. The test is written so that NaN fails it too.
-  if opts.lease_ttl ~= nil and not (opts.lease_ttl > 0 and opts.lease_ttl < math.huge) then
-    error("open: opts.lease_ttl must be a finite number of seconds > 0, got " .. tostring(opts.lease_ttl), 3)
-  end
-  if opts.fsck_wait ~= nil and (opts.fsck_wait ~= opts.fsck_wait or opts.fsck_wait < 0) then
-    error("open: opts.fsck_wait must be a number of seconds >= 0, got " .. tostring(opts.fsck_wait), 3)
-  end
-  return tmode, resolution
-end
 
 -- The store's mode from the server's answer and the caller's wish: ->
 -- mode, why (degraded), or nil, err, "unavailable".
@@ -254,7 +237,9 @@ local function prepare_store(store, db, ordered, opts)
 end
 
 function M.open(db, opts)
-  local tmode, resolution = check_open_opts(db, opts)
+  local bad = OPEN:check(db, opts)
+  if bad then error(bad, 2) end
+  local tmode, resolution = opts.transactions or "auto", opts.timestamp_resolution or 1000
   local by_name, ordered = closure(opts.types)
   local prefix = opts.prefix or "records."
   local info, e, c, d = db:info()

@@ -11,6 +11,7 @@ require "mongostore.store"
 require "mongostore.engine"
 require "mongostore.ngx"
 require "mongostore.stm"
+require "mongostore.records"
 
 local format, concat, sort = string.format, table.concat, table.sort
 

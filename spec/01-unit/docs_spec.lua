@@ -454,7 +454,6 @@ local OPTION_TABLES = {
   ["mongostore.TransactionOptions"] = { function() return transaction_mod.run end, "OPTS" },
   ["mongostore.StateDef"] = { function() return chart.define end, "STATE_KEYS" },
   ["mongostore.TransitionDef"] = { function() return chart.define end, "TRANSITION_KEYS" },
-  ["mongostore.RecordsOpenOptions"] = { function() return records_mod.open end, "OPEN_KEYS" },
   ["mongostore.RecordSpec"] = { function() return records_mod.define end, "DEFINE_KEYS" },
   ["mongostore.RecordFieldSpec"] = { function() return records_canon.compile_field end, "FIELD_KEYS" },
   ["mongostore.FsckOptions"] = { function() return records_fsck.run end, "OPTS" },
