@@ -572,7 +572,7 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   ms_err_t e;
   mongoc_find_and_modify_opts_t *fam;
   bson_iter_t it;
-  int rc, ok, n, upsert = 0, ret_new = 0, flags = MONGOC_FIND_AND_MODIFY_NONE, ffound;
+  int rc, ok = 0, n, upsert = 0, ret_new = 0, flags = MONGOC_FIND_AND_MODIFY_NONE, ffound;
   MS_CALL_BEGIN(L, k, op, remove ? 3 : 4);
   rc = ms_doc_arg(L, 2, &filter, "filter", 0, &ffound, &e);
   if (rc == 0 && !remove) rc = ms_update_arg(L, 3, &update, "update", &k.found, &e);
@@ -584,32 +584,26 @@ static int find_and_modify(lua_State *L, int remove, const char *op) {
   }
   if (rc == 0 && upsert) rc = ms_storable(&filter, ffound, "filter", &e);
   if (rc == 0) rc = ms_call_session(L, &k, &extra, &e);
-  if (rc) {
-    bson_destroy(&filter);
-    bson_destroy(&update);
-    bson_destroy(&sort);
-    bson_destroy(&fields);
-    bson_destroy(&extra);
-    bson_destroy(&tmp);
-    return ms_call_fail(L, &k, &e);
+  if (rc == 0) {
+    fam = mongoc_find_and_modify_opts_new();
+    if (remove) flags |= MONGOC_FIND_AND_MODIFY_REMOVE;
+    else mongoc_find_and_modify_opts_set_update(fam, &update);
+    if (upsert) flags |= MONGOC_FIND_AND_MODIFY_UPSERT;
+    if (ret_new) flags |= MONGOC_FIND_AND_MODIFY_RETURN_NEW;
+    mongoc_find_and_modify_opts_set_flags(fam, (mongoc_find_and_modify_flags_t)flags);
+    if (borrow_document(&tmp, "sort", &sort)) mongoc_find_and_modify_opts_set_sort(fam, &sort);
+    if (borrow_document(&tmp, "projection", &fields)) mongoc_find_and_modify_opts_set_fields(fam, &fields);
+    mongoc_find_and_modify_opts_append(fam, &extra);
+    ok = mongoc_collection_find_and_modify_with_opts(k.c->coll, &filter, fam, &reply, &be);
+    mongoc_find_and_modify_opts_destroy(fam);
   }
-  fam = mongoc_find_and_modify_opts_new();
-  if (remove) flags |= MONGOC_FIND_AND_MODIFY_REMOVE;
-  else mongoc_find_and_modify_opts_set_update(fam, &update);
-  if (upsert) flags |= MONGOC_FIND_AND_MODIFY_UPSERT;
-  if (ret_new) flags |= MONGOC_FIND_AND_MODIFY_RETURN_NEW;
-  mongoc_find_and_modify_opts_set_flags(fam, (mongoc_find_and_modify_flags_t)flags);
-  if (borrow_document(&tmp, "sort", &sort)) mongoc_find_and_modify_opts_set_sort(fam, &sort);
-  if (borrow_document(&tmp, "projection", &fields)) mongoc_find_and_modify_opts_set_fields(fam, &fields);
-  mongoc_find_and_modify_opts_append(fam, &extra);
-  ok = mongoc_collection_find_and_modify_with_opts(k.c->coll, &filter, fam, &reply, &be);
-  mongoc_find_and_modify_opts_destroy(fam);
   bson_destroy(&filter);
   bson_destroy(&update);
   bson_destroy(&sort);
   bson_destroy(&fields);
   bson_destroy(&extra);
   bson_destroy(&tmp);
+  if (rc) return ms_call_fail(L, &k, &e);
   if (!ok) n = ms_call_fail_bson(L, &k, &be, &reply);
   else if (bson_iter_init_find(&it, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&it))
     n = ms_push_field(L, &reply, "value", &e) ? ms_call_fail(L, &k, &e) : 1;
