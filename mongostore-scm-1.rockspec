@@ -37,12 +37,13 @@ build = {
    modules = {
       ["mongostore.core"] = {
          sources = {
-            "csrc/bsontypes.c", "csrc/bulk.c", "csrc/class.c", "csrc/collection.c", "csrc/commit.c", "csrc/commit_batch.c", "csrc/commit_read.c", "csrc/connect.c",
-            "csrc/core.c", "csrc/cursor.c", "csrc/database.c", "csrc/decode.c", "csrc/dedupe.c",
-            "csrc/ejson.c", "csrc/encode.c", "csrc/errors.c", "csrc/errors_mongoc.c", "csrc/failed.c", "csrc/inbox.c", "csrc/indexes.c", "csrc/isotime.c",
-            "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/promoted.c", "csrc/read.c", "csrc/relay.c", "csrc/session.c", "csrc/store.c",
-            "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
-         },
+            "csrc/base.c", "csrc/bson.c", "csrc/bsontypes.c", "csrc/bulk.c", "csrc/class.c", "csrc/collection.c",
+            "csrc/commit.c", "csrc/commit_batch.c", "csrc/commit_read.c", "csrc/connect.c", "csrc/core.c", "csrc/cursor.c",
+            "csrc/database.c", "csrc/decode.c", "csrc/dedupe.c", "csrc/ejson.c", "csrc/encode.c", "csrc/errors.c",
+            "csrc/errors_mongoc.c", "csrc/failed.c", "csrc/handles.c", "csrc/inbox.c", "csrc/indexes.c", "csrc/isotime.c",
+            "csrc/json.c", "csrc/list.c", "csrc/load.c", "csrc/pool.c", "csrc/promoted.c", "csrc/read.c", "csrc/relay.c",
+            "csrc/session.c", "csrc/store.c", "csrc/timers.c", "csrc/trace.c", "csrc/value.c",
+          },
          defines = {
             "_POSIX_C_SOURCE=200809L", "_DEFAULT_SOURCE",
             'MS_VERSION="' .. version:match("^(.-)%-%d+$") .. '"',

@@ -15,16 +15,6 @@
 #include <string.h>
 
 
-void ms_commit_in_destroy(commit_in_t *c) {
-  bson_free(c->dd_out);
-  c->dd_out = NULL;
-  bson_destroy(&c->emits);
-  bson_destroy(&c->spawns);
-  bson_destroy(&c->set_timers);
-  bson_destroy(&c->unset_timers);
-  bson_destroy(&c->trace);
-}
-
 /* The commit's first trace step (its own index, when it gives one). */
 int64_t ms_commit_first_step_index(const commit_in_t *c) {
   bson_iter_t it;

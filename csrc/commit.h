@@ -44,8 +44,10 @@ typedef struct seqs {
   int aged;  /* some come from a block reserved before (ms_take_seqs) */
 } seqs_t;
 
-/* commit.c's steps, in the order a commit takes them */
+/* commit_read.c: frees what reading a commit built */
 void ms_commit_in_destroy(commit_in_t *c);
+
+/* commit.c's steps, in the order a commit takes them */
 int64_t ms_commit_first_step_index(const commit_in_t *c);
 void ms_commit_build_update(const ms_store_t *s, const commit_in_t *c, const seqs_t *q, bson_t *u);
 int64_t ms_commit_reply_count(const bson_t *reply, const char *field);

@@ -10,6 +10,18 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Frees what reading a commit built (commit_read fills it, commit.c and
+ * commit_batch.c use it). */
+void ms_commit_in_destroy(commit_in_t *c) {
+  bson_free(c->dd_out);
+  c->dd_out = NULL;
+  bson_destroy(&c->emits);
+  bson_destroy(&c->spawns);
+  bson_destroy(&c->set_timers);
+  bson_destroy(&c->unset_timers);
+  bson_destroy(&c->trace);
+}
+
 /* The list at the top of the stack: a table whose keys are 1..n (or marked
  * as an array), never a table with other keys, which would be half-read. */
 static int list_length(lua_State *L, const char *what, lua_Integer *n, ms_err_t *e) {

@@ -201,8 +201,8 @@ void ms_collection_add_bulk(lua_State *L);
 /* indexes.c: create_index, list_indexes, drop_index, drop into the table on top */
 void ms_collection_add_indexes(lua_State *L);
 
-/* ---- each file's methods and metatables (database.c assembles them;
- * ms_open_database, in ms.h, is what core.c calls) ---- */
+/* ---- each file's metatable, made by core.c before ms_open_database (in
+ * ms.h) exports their method tables ---- */
 
 void ms_open_collection(lua_State *L);  /* collection.c: the Collection metatable */
 void ms_open_cursor(lua_State *L);      /* cursor.c: the Cursor metatable */

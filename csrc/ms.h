@@ -186,6 +186,7 @@ int  ms_table_to_bson(lua_State *L, int idx, bson_t *doc, const char *what, ms_e
 int  ms_push_bson_value(lua_State *L, const bson_iter_t *iter, int depth, ms_err_t *e);
 /* Pushes a whole document as a table. */
 int  ms_push_bson_doc(lua_State *L, const bson_t *doc, ms_err_t *e);
+void ms_open_bson(lua_State *L);                          /* bson.c: bson_encode, bson_decode, bson_roundtrip */
 void ms_open_value(lua_State *L);                         /* adds null, array, is_array to module */
 /* An ordered document (index keys, sort, projection): a list of {key, value}
  * pairs in order, or a table; with MS_ORDER_STRICT a table of more than one
@@ -255,12 +256,17 @@ void ms_err_from_bson_timed(ms_err_t *e, const bson_error_t *be, const char *doi
                             int32_t timeout_ms);
 
 /* store.c: the Store userdata (its own files share store.h) */
-void ms_open_store(lua_State *L);                         /* connect and the Store metatable */
+void ms_open_store(lua_State *L, ms_add_methods_t const *parts); /* connect, the Store metatable */
 
 /* database.c: the document API (its own files share document.h) */
-void ms_open_database(lua_State *L);                      /* database() and the document metatables */
+void ms_open_database(lua_State *L);                      /* database(), the Database metatable, and the
+                                                             document classes' method tables (after theirs) */
 
 /* core.c: process-wide helpers */
+/* base.c: libmongoc's init and a quiet log handler, once per process; the
+ * module's own small functions (now, sleep, uuid, hashes, text_error) */
+void ms_process_init(void);
+void ms_open_base(lua_State *L);
 double ms_now(void);
 int ms_random(void *buf, size_t len);                     /* 0, or -1 with errno set */
 /* What is wrong with a string given as an id or a filter value (empty, not

@@ -8,37 +8,6 @@
 
 #include <math.h>
 
-/* How a document harel's store wrote is told from one ours wrote: every
- * commit of ours stores `version` as an int64; harel's (pymongo) stores a
- * Python int that fits in 32 bits as an int32, in its inserts and in the
- * `$set` of every commit, and touches none of the promoted fields. So
- * `version` of type int32 means "committed by harel since our last commit or
- * promotion", and the partial index store.c makes on exactly that filter
- * holds those documents only. Numerically the values are the same, so both
- * sides' version checks match either type. */
-static void append_foreign_filter(bson_t *filter) {
-  bson_t cond;
-  bson_append_document_begin(filter, "version", 7, &cond);
-  bson_append_utf8(&cond, "$type", 5, "int", 3);
-  bson_append_document_end(filter, &cond);
-}
-
-void ms_foreign_index_filter(bson_t *filter) { append_foreign_filter(filter); }
-
-/* The earliest number in doc.timers, or MS_NO_TIMER. */
-double ms_earliest_timer(const bson_t *doc) {
-  bson_iter_t it, t;
-  double earliest = MS_NO_TIMER;
-  if (bson_iter_init_find(&it, doc, "timers") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &t)) {
-    while (bson_iter_next(&t)) {
-      double at;
-      if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
-      at = bson_iter_as_double(&t);
-      if (at < earliest) earliest = at;
-    }
-  }
-  return earliest;
-}
 
 /* store:_foreign(limit) -> { { id, version, data|nil, next_fire_at }, ... }:
  * up to limit documents harel's store committed last, with what the
@@ -57,7 +26,7 @@ static int l_foreign(lua_State *L) {
     lua_newtable(L);
     return 1;
   }
-  append_foreign_filter(&filter);
+  ms_foreign_index_filter(&filter);
   bson_append_document_begin(&opts, "projection", 10, &proj);
   bson_append_int32(&proj, "version", 7, 1);
   bson_append_int32(&proj, "data", 4, 1);

@@ -93,6 +93,21 @@ void ms_arg_table(lua_State *L, int idx, const char *name) {
     luaL_error(L, "%s must be a table, got %s", name, luaL_typename(L, idx));
 }
 
+/* How a document harel's store wrote is told from one ours wrote: every
+ * commit of ours stores `version` as an int64; harel's (pymongo) stores a
+ * Python int that fits in 32 bits as an int32, in its inserts and in the
+ * `$set` of every commit, and touches none of the promoted fields. So
+ * `version` of type int32 means "committed by harel since our last commit or
+ * promotion", and the partial index store.c makes on exactly that filter
+ * holds those documents only (promoted.c finds them by it). Numerically the
+ * values are the same, so both sides' version checks match either type. */
+void ms_foreign_index_filter(bson_t *filter) {
+  bson_t cond;
+  bson_append_document_begin(filter, "version", 7, &cond);
+  bson_append_utf8(&cond, "$type", 5, "int", 3);
+  bson_append_document_end(filter, &cond);
+}
+
 /* ---- counters and storable documents ---- */
 
 /* Reserves count seqs from the counters collection and returns the first of
@@ -449,15 +464,13 @@ static const luaL_Reg store_methods[] = {
   {NULL, NULL}
 };
 
-static ms_add_methods_t const store_parts[] = {
-  ms_open_commit, ms_open_commit_batch, ms_open_load, ms_open_list, ms_open_relay, ms_open_timers, ms_open_trace, ms_open_inbox,
-  ms_open_promoted, ms_open_failed, NULL
-};
-
 /* Sets module.connect and module.Store (the method table, also the
- * metatable's __index) in the module table on top of the stack. */
-void ms_open_store(lua_State *L) {
-  ms_new_class(L, MS_STORE_MT, store_methods, store_parts, l_close, l_close, l_tostring);
+ * metatable's __index) in the module table on top of the stack; parts add
+ * the other store files' methods (core.c lists them: the module is
+ * assembled there alone, so no file here calls back into the files it
+ * serves). */
+void ms_open_store(lua_State *L, ms_add_methods_t const *parts) {
+  ms_new_class(L, MS_STORE_MT, store_methods, parts, l_close, l_close, l_tostring);
   luaL_getmetatable(L, MS_STORE_MT);
   lua_getfield(L, -1, "__index");
   lua_setfield(L, -3, "Store");           /* module.Store: the method table */

@@ -148,16 +148,17 @@ void ms_append_trace_steps(bson_t *dst, const bson_t *steps, int64_t first);
 void ms_append_trace_push(bson_t *push, const bson_t *steps, int64_t first, int64_t trace_max);
 int ms_next_trace_index(ms_store_t *s, const char *id, size_t idlen, int count, int64_t *index, bson_error_t *be);
 
-/* promoted.c: the filter that picks the documents harel's store committed last */
+/* store.c: the filter that picks the documents harel's store committed last (its
+ * partial index, and promoted.c's finds) */
 void ms_foreign_index_filter(bson_t *filter);
 /* The string under key in doc (its length in *len), or NULL when there is
  * none or it is not a string (load.c). */
 const char *ms_utf8_field(const bson_t *doc, const char *key, uint32_t *len);
-/* The earliest fire_at in doc.timers, or MS_NO_TIMER (promoted.c). */
+/* The earliest fire_at in doc.timers, or MS_NO_TIMER (timers.c). */
 double ms_earliest_timer(const bson_t *doc);
 
 /* ---- each file's methods, set into the method table on top of the stack
- * (store.c assembles them in ms_open_store) ---- */
+ * (core.c lists them for ms_open_store) ---- */
 
 void ms_open_commit(lua_State *L);   /* commit.c: _commit */
 void ms_open_commit_batch(lua_State *L); /* commit_batch.c: _commit_many */

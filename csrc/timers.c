@@ -9,6 +9,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The earliest number in doc.timers, or MS_NO_TIMER. */
+double ms_earliest_timer(const bson_t *doc) {
+  bson_iter_t it, t;
+  double earliest = MS_NO_TIMER;
+  if (bson_iter_init_find(&it, doc, "timers") && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &t)) {
+    while (bson_iter_next(&t)) {
+      double at;
+      if (!BSON_ITER_HOLDS_NUMBER(&t)) continue;
+      at = bson_iter_as_double(&t);
+      if (at < earliest) earliest = at;
+    }
+  }
+  return earliest;
+}
+
 /* U+FF0E FULLWIDTH FULL STOP: stands for '.' in timer keys (seed: _enc). */
 #define MS_DOT_ENC "\xef\xbc\x8e"
 

@@ -190,3 +190,17 @@ function TestDocDrift:test_the_error_code_lists_agree()
   table.sort(h)
   lu.assertEquals(h, want, "csrc/ms.h's list")
 end
+
+-- README's layout names every file of the C core: a file added (or
+-- renamed) without a word there fails here.
+function TestDocDrift:test_the_readme_layout_names_every_source_file()
+  local readme = assert(read("README.md"))
+  local layout = readme:match("\n## Layout\n(.-)\n## ") or readme:match("\n## Layout\n(.*)$")
+  lu.assertNotNil(layout, "README.md has a Layout section")
+  local missing = {}
+  for _, path in ipairs(tracked("csrc/*")) do
+    local name = path:match("([^/]+)$")
+    if not layout:find("`" .. name .. "`", 1, true) then missing[#missing + 1] = path end
+  end
+  lu.assertEquals(missing, {}, "C files the README's layout does not name")
+end
