@@ -77,6 +77,13 @@ local function parse_type(text, where)
   return list, optional
 end
 
+local getmetatable = getmetatable
+local function is_int64_box(v)
+  if type(v) ~= "userdata" and type(v) ~= "cdata" then return false end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__name == "mongostore.int64"
+end
+
 -- "a string", "an integer or a table": the kinds of a type, for a message.
 local function describe(list)
   local parts = {}
@@ -90,7 +97,8 @@ end
 
 local function matches(kind, v)
   if kind == "any" then return v ~= nil end
-  if kind == "integer" then return type(v) == "number" end -- integral is a value rule
+  -- integral is a value rule; the core's int64 box is an integer too
+  if kind == "integer" then return type(v) == "number" or is_int64_box(v) end
   if PRIMITIVE[kind] then return type(v) == kind end
   local pred = kinds[kind]
   return pred ~= nil and pred(v) == true
@@ -246,13 +254,7 @@ end
 -- The checks of one call, under prefix; errors are raised at level + 1 of
 -- run's frame (the caller of the public call that asked).
 local function run(self, prefix, level, ...)
-  local args, n = self.args, select("#", ...)
-  if n > #args then
-    local extra = select(#args + 1, ...)
-    if extra ~= nil or n > #args + 1 then
-      error(format("%s: takes %d argument%s, got %d", prefix, #args, #args == 1 and "" or "s", n), level)
-    end
-  end
+  local args = self.args
   local first_bad
   for i, arg in ipairs(args) do
     local v = (select(i, ...))
@@ -265,8 +267,8 @@ end
 
 -- sig:check(...) with the call's arguments (not the receiver): raises on a
 -- wrong type or option, and returns the first refused value's message (or
--- nil). Arguments past the signature's raise: an old positional form meets
--- a clear error, not a silent drop.
+-- nil). Arguments past the signature's are left alone, as Lua leaves them
+-- (`store:delete_timers(store:due_timers(now))` passes the count too).
 function Signature:check(...)
   return (run(self, self.name, 4, ...))
 end

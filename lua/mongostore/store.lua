@@ -618,5 +618,31 @@ function Store:due_timers(now, opts)
   return rows, read
 end
 
+-- The calls the core implements alone take their signatures here first: a
+-- wrong type raises naming the argument, as every Store call does, before
+-- the core sees it (the core keeps its own checks of the values).
+local function checked(name, args)
+  local sig = define("store:" .. name, args)
+  local impl = Store[name]
+  Store[name] = function(self, ...)
+    local bad = sig:check(...)
+    if bad then return invalid(bad) end
+    return impl(self, ...)
+  end
+end
+checked("is_processed", { { "id", "string" }, { "event_id", "string" } })
+checked("ack_outbox", { { "seq", "integer" }, { "token", "string?" } })
+checked("ack_spawn", { { "seq", "integer" }, { "token", "string?" } })
+checked("ack_outbox_many", { { "acks", "table" } })
+checked("release_outbox", { { "source_id", "string" }, { "token", "string" } })
+checked("release_spawn", { { "source_id", "string" }, { "token", "string" } })
+checked("renew_outbox", { { "source_id", "string" }, { "token", "string" }, { "lease", "number" } })
+checked("retry_outbox", { { "source_id", "string" }, { "token", "string" }, { "seq", "integer" },
+                          { "retry_at", "number" }, { "tries", "integer" }, { "release", "boolean?" } })
+checked("delete_timer", { { "execution_id", "string" }, { "path", "string" }, { "fire_at", "number" } })
+checked("delete_timers", { { "timers", "table" } })
+checked("append_trace", { { "execution_id", "string" }, { "entry", "table" } })
+checked("read_trace", { { "execution_id", "string" } })
+
 M.Store = Store
 return M

@@ -39,11 +39,11 @@ function TestContract:test_a_wrong_type_raises_naming_the_argument_at_the_caller
   lu.assertNil(f("x", {}))
 end
 
-function TestContract:test_extra_arguments_raise_so_an_old_positional_form_is_caught()
+function TestContract:test_an_old_positional_form_raises_and_extra_arguments_are_left_alone()
   local sig = contract.define(fresh("g"), { { "opts", "table?" } })
-  lu.assertErrorMsgContains("takes 1 argument, got 2", function() return sig:check(10, 30) end)
-  lu.assertErrorMsgContains("opts must be a table, got integer", function() return sig:check(10) end)
-  lu.assertNil(sig:check(nil, nil), "trailing nils are no arguments")
+  lu.assertErrorMsgContains("opts must be a table, got integer", function() return sig:check(10, 30) end)
+  lu.assertNil(sig:check({}, 2), "a second result passed along (f(g())) is Lua's to drop")
+  lu.assertNil(sig:check(nil, nil))
 end
 
 function TestContract:test_options_unknown_keys_raise_and_values_are_checked()
