@@ -109,6 +109,7 @@ build = {
       ["mongostore.records.lease"] = "lua/mongostore/records/lease.lua",
       ["mongostore.records.query"] = "lua/mongostore/records/query.lua",
       ["mongostore.records.save"] = "lua/mongostore/records/save.lua",
+      ["mongostore.records.search"] = "lua/mongostore/records/search.lua",
       ["mongostore.records.wire"] = "lua/mongostore/records/wire.lua",
    },
    install = { bin = { mongostore = "bin/mongostore" } },
