@@ -312,6 +312,39 @@ end
 
 local OPS = { eq = "$eq", ne = "$ne", lt = "$lt", le = "$lte", gt = "$gt", ge = "$gte" }
 
+-- The conjunction of filters as one document where their keys allow it (an
+-- operator document per field, merged when the operators differ), else an
+-- $and: SecantusDB takes no $and inside an $elemMatch.
+local function all_of(parts)
+  local out = {}
+  for _, p in ipairs(parts) do
+    for k, v in pairs(p) do
+      local have = out[k]
+      if have == nil then
+        out[k] = v
+      else
+        local merged = type(have) == "table" and type(v) == "table" and not rawequal(have, null)
+          and not rawequal(v, null) and {} or nil
+        if merged then
+          for op, x in pairs(have) do
+            if type(op) ~= "string" or op:sub(1, 1) ~= "$" then merged = nil; break end
+            merged[op] = x
+          end
+        end
+        if merged then
+          for op, x in pairs(v) do
+            if type(op) ~= "string" or op:sub(1, 1) ~= "$" or merged[op] ~= nil then merged = nil; break end
+            merged[op] = x
+          end
+        end
+        if not merged then return { ["$and"] = array(parts) } end
+        out[k] = merged
+      end
+    end
+  end
+  return out
+end
+
 -- a string matched as itself in a regular expression
 local function literal(s) return (s:gsub("[^%w]", function(ch) return "\\" .. ch end)) end
 
@@ -321,10 +354,11 @@ local function length_filter(field, op, n)
     return { [field .. "." .. (k - 1)] = { ["$exists"] = true } }
   end
   local function below(k)
-    return { ["$and"] = array { { [field] = { ["$type"] = "array" } }, { ["$nor"] = array { at_least(k) } } } }
+    if k <= 0 then return { [field] = { ["$size"] = 0 }, [field .. ".0"] = { ["$exists"] = true } } end -- never
+    return all_of { { [field] = { ["$type"] = "array" } }, { [field .. "." .. (k - 1)] = { ["$exists"] = false } } }
   end
   if op == "eq" then return { [field] = { ["$size"] = n } }
-  elseif op == "ne" then return { ["$nor"] = array { { [field] = { ["$size"] = n } } } }
+  elseif op == "ne" then return { [field] = { ["$not"] = { ["$size"] = n } } }
   elseif op == "ge" then return at_least(n)
   elseif op == "gt" then return at_least(n + 1)
   elseif op == "lt" then return below(n)
@@ -332,6 +366,37 @@ local function length_filter(field, op, n)
 end
 
 local compile
+
+-- The negation of a filter on a child element, pushed down to the fields
+-- ({ f = { $not = ops } }), for what SecantusDB runs inside an $elemMatch
+-- (no $nor there; a negated conjunction of several fields needs an $or,
+-- which mongo-java-server runs and SecantusDB refuses).
+local function negate(f)
+  local keys = {}
+  for k in pairs(f) do keys[#keys + 1] = k end
+  if #keys == 1 then
+    local k, v = keys[1], f[keys[1]]
+    if k == "$and" then
+      local out = {}
+      for i, p in ipairs(v) do out[i] = negate(p) end
+      return { ["$or"] = array(out) }
+    elseif k == "$or" then
+      local out = {}
+      for i, p in ipairs(v) do out[i] = negate(p) end
+      return all_of(out)
+    elseif k == "$nor" then
+      return #v == 1 and v[1] or { ["$or"] = v }
+    end
+    local ops = v
+    if type(v) ~= "table" or rawequal(v, null) then ops = { ["$eq"] = v } end
+    if ops["$not"] ~= nil and next(ops, next(ops)) == nil then return { [k] = ops["$not"] } end
+    return { [k] = { ["$not"] = ops } }
+  end
+  table.sort(keys)
+  local out = {}
+  for i, k in ipairs(keys) do out[i] = negate({ [k] = f[k] }) end
+  return { ["$or"] = array(out) }
+end
 
 -- The sids of the records of type T's collection matching filter: one find.
 local function sids(ctx, T, filter)
@@ -355,6 +420,12 @@ compile = function(ctx, c, scope)
       if not f then return nil, e, code, d end
       parts[i] = f
     end
+    if op == "and" then return all_of(parts) end
+    if op == "nor" and scope.kind == "child" then
+      -- no $nor inside an $elemMatch on SecantusDB: each part negated
+      for i, p in ipairs(parts) do parts[i] = negate(p) end
+      return all_of(parts)
+    end
     return { ["$" .. op] = array(parts) }
   end
   if op == "any" or op == "all" or op == "none" then
@@ -365,8 +436,8 @@ compile = function(ctx, c, scope)
       local inner, e, code, d = compile(ctx, c.inner, c.tscope)
       if not inner then return nil, e, code, d end
       if op == "any" then return { [c.field] = { ["$elemMatch"] = inner } } end
-      if op == "none" then return { ["$nor"] = array { { [c.field] = { ["$elemMatch"] = inner } } } } end
-      return { ["$nor"] = array { { [c.field] = { ["$elemMatch"] = { ["$nor"] = array { inner } } } } } }
+      if op == "none" then return { [c.field] = { ["$not"] = { ["$elemMatch"] = inner } } } end
+      return { [c.field] = { ["$not"] = { ["$elemMatch"] = negate(inner) } } }
     end
     local inner, e, code, d = compile(ctx, c.inner, c.tscope)
     if not inner then return nil, e, code, d end
@@ -396,8 +467,8 @@ compile = function(ctx, c, scope)
     return { [field] = { ["$all"] = array(v) } }
   end
   if op == "has_only" then
-    return { ["$and"] = array { { [field] = { ["$type"] = "array" } },
-      { ["$nor"] = array { { [field] = { ["$elemMatch"] = { ["$nin"] = array(v) } } } } } } }
+    return all_of { { [field] = { ["$type"] = "array" } },
+      { [field] = { ["$not"] = { ["$elemMatch"] = { ["$nin"] = array(v) } } } } }
   end
   if op == "prefix" then return { [field] = { ["$regex"] = "^" .. literal(v) } } end
   if op == "suffix" then return { [field] = { ["$regex"] = literal(v) .. "$" } } end
