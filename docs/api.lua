@@ -2882,8 +2882,8 @@ and SecantusDB, run every one of them):
   collection for the sids that meet the condition (projected to `_id`),
   then `{ author = { $in = sids } }` in the referring filter (`$nin` for
   `none`; `all` finds the sids that fail the condition, `$nin`). One find
-  per ref condition per call, by the referenced type's own indexes, never a
-  find per row. A search whose ref condition matches very many records
+  per ref condition per call (served by the referenced type's indexes where
+  it declares them), never a find per row. A search whose ref condition matches very many records
   sends their sids: narrow the referenced side. Referenced records are not
   restricted by `only_latest` or `as_of` (a ref names one record).
 - **A child set** (embedded list): `any` is `$elemMatch` of the inner
