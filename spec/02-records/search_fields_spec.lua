@@ -144,6 +144,25 @@ function TestSearchFields:test_outputs_sort_offset_limit()
   lu.assertEquals(ok(s:results()):scalars("title"), { "Alpha", n = 1 })
 end
 
+function TestSearchFields:test_sort_by_sid_and_twice()
+  local s = self.store:searcher()
+  local b = s:variable(Book)
+  s:output(b._sid, "sid"):sort(b._sid, -1):sort(b._sid, 1)
+  local sids = ok(s:results()):scalars()
+  lu.assertEquals(#sids, 5)
+  for i = 2, #sids do lu.assertTrue(sids[i - 1] > sids[i]) end
+  local page = ok(s:page { limit = 2 })
+  lu.assertEquals(page.items[2].sid, sids[2])
+  local walked, token = {}, nil
+  repeat
+    page = ok(s:page { limit = 2, cursor = token })
+    for _, row in ipairs(page.items) do walked[#walked + 1] = row.sid end
+    token = page.next_cursor
+  until not token
+  walked.n = #walked
+  lu.assertEquals(walked, sids)
+end
+
 function TestSearchFields:test_one_first_scalars()
   local s = self.store:searcher()
   local b = s:variable(Book)
@@ -226,6 +245,24 @@ function TestSearchFields:test_bad_values_are_invalid_nothing_sent()
     local _, _, count_code = s:count()
     lu.assertEquals(count_code, "invalid")
     lu.assertNotNil(db)
+  end
+  -- nothing is sent: with the database closed the refusal is still what comes back
+  do
+    local db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+    local store = ok(records.open(db, { types = { Book }, log = function() end }))
+    local s = store:searcher()
+    local b = s:variable(Book)
+    s:add(b.author.name:eq("Ann"))
+    s:add(b.year:gt("soon"))
+    db:close()
+    local r, msg, code = s:results()
+    lu.assertNil(r)
+    lu.assertEquals(code, "invalid")
+    lu.assertStrContains(msg, "book.year gt takes an integer")
+    local t = store:searcher()
+    t:variable(Book)
+    local _, _, closed_code = t:count()
+    lu.assertNotEquals(closed_code, "invalid", "a search that sends something fails otherwise there")
   end
   -- an operator-looking string is compared as data
   local s = self.store:searcher()

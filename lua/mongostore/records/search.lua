@@ -639,10 +639,19 @@ local function plan(self, fn)
   return root, q:filter(), ctx
 end
 
+-- The order keys: the sorts, a key given twice counting once (the first).
+local function order_keys(self)
+  local keys, seen = {}, {}
+  for _, x in ipairs(self.sorts) do
+    if not seen[x.field] then seen[x.field] = true; keys[#keys + 1] = { x.field, x.dir } end
+  end
+  return keys, seen
+end
+
+-- The order keys, then the sid (unless a key is the sid already).
 local function sort_spec(self)
-  local spec = {}
-  for i, x in ipairs(self.sorts) do spec[i] = { x.field, x.dir } end
-  spec[#spec + 1] = { "_id", 1 }
+  local spec, seen = order_keys(self)
+  if not seen._id then spec[#spec + 1] = { "_id", 1 } end
   return spec
 end
 
@@ -708,7 +717,7 @@ local function fingerprint(self, root)
   local out = { self.store.prefix, "\0", root.T.name, "\0", tostring(self.latest), "\0", tostring(self.cut), "\0" }
   for _, c in ipairs(self.conds) do describe(c, out) end
   out[#out + 1] = "\0"
-  for _, x in ipairs(self.sorts) do out[#out + 1] = x.field .. ":" .. x.dir .. "," end
+  for _, k in ipairs(order_keys(self)) do out[#out + 1] = k[1] .. ":" .. k[2] .. "," end
   return canon.hex(core.sha256(concat(out)))
 end
 
@@ -741,13 +750,16 @@ function Searcher:page(opts)
   if not root then return nil, filter, code, detail end
   local store = self.store
   local fp = fingerprint(self, root)
-  local order = {}
-  for i, x in ipairs(self.sorts) do order[i] = { x.field, x.dir } end
+  local order, seen = order_keys(self)
+  local by_sid = seen._id
   if opts.cursor ~= nil then
     local t, why = cursor.decode(store.page_key, fp, opts.cursor, floor(store.max_bson_size * 4 / 3) + 64)
     if t and (not canon.is_integer(t.s) or type(t.v) ~= "table" or #t.v ~= #order) then t, why = nil, "malformed" end
     if not t then return fail("invalid", format("page: cursor is not one this search gave (%s)", why)) end
-    filter = { ["$and"] = array { filter, { ["$or"] = array(rquery.after(order, t.v, t.s)) } } }
+    local branches = rquery.after(order, t.v, t.s)
+    -- ordered by the sid itself: no tie to break (the last branch would be "a larger sid")
+    if by_sid then branches[#branches] = nil end
+    filter = { ["$and"] = array { filter, { ["$or"] = array(branches) } } }
   end
   local docs, e, c, d = store.wire:find(store.colls[root.T.name], filter, { sort = sort_spec(self), limit = size + 1 },
     store.session)
