@@ -29,16 +29,21 @@ local function luajit(name, code)
   return fine, out
 end
 
-TestRecordsLuaJIT = {}
-
-function TestRecordsLuaJIT:test_same_content_same_id_and_sid()
+-- A fresh database and a store of Item in it, here (Lua 5.4); skips when the LuaJIT core is not built.
+local function open_here(prefix)
   local f = io.open(helper.root() .. "/build/jit/mongostore/core.so", "rb")
   if not f then lu.skip("the LuaJIT core is not built (make jit)") end
   f:close()
-  local name = helper.fresh_db("rjit")
+  local name = helper.fresh_db(prefix)
   local db = ok(ms.database(helper.uri(), { db = name, wait = 10 }))
   local Item = assert(load(TYPES .. " return Item", "=types"))()
-  local store = ok(records.open(db, { types = { Item }, log = function() end }))
+  return name, db, Item, ok(records.open(db, { types = { Item }, log = function() end }))
+end
+
+TestRecordsLuaJIT = {}
+
+function TestRecordsLuaJIT:test_same_content_same_id_and_sid()
+  local name, db, Item, store = open_here("rjit")
   local item = { label = "a", n = 3, x = 2.0, xs = { 1.0, 0.5 }, parts = { { k = 1, w = 4.0 } }, by = { name = "me" } }
   local sid = ok(store:save(Item, item))
   local cid = ok(store:fetch(Item, sid))._cid
@@ -69,13 +74,7 @@ function TestRecordsLuaJIT:test_same_content_same_id_and_sid()
 end
 
 function TestRecordsLuaJIT:test_searcher_under_luajit()
-  local f = io.open(helper.root() .. "/build/jit/mongostore/core.so", "rb")
-  if not f then lu.skip("the LuaJIT core is not built (make jit)") end
-  f:close()
-  local name = helper.fresh_db("rjits")
-  local db = ok(ms.database(helper.uri(), { db = name, wait = 10 }))
-  local Item = assert(load(TYPES .. " return Item", "=types"))()
-  local store = ok(records.open(db, { types = { Item }, log = function() end }))
+  local name, db, Item, store = open_here("rjits")
   for i = 1, 7 do
     ok(store:save(Item, { label = "i" .. i, n = i, x = i / 2, xs = { 0.5 * i }, parts = { { k = i, w = 1.0 } },
                           by = { name = i % 2 == 0 and "even" or "odd" } }))
