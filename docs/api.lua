@@ -2883,8 +2883,13 @@ and SecantusDB, run every one of them):
   then `{ author = { $in = sids } }` in the referring filter (`$nin` for
   `none`; `all` finds the sids that fail the condition, `$nin`). One find
   per ref condition per call (served by the referenced type's indexes where
-  it declares them), never a find per row. A search whose ref condition matches very many records
-  sends their sids: narrow the referenced side. Referenced records are not
+  it declares them), never a find per row; the referring find's `$in` is
+  served by an index on the ref where the type declares one
+  (`indexes = { { "author" } }`). `$lookup` (which both servers run) is
+  not used: it joins once per referring document, where the semi-join reads
+  the referenced side once and keeps the search a plain `find` that counts,
+  sorts and pages as `rq` does. A search whose ref condition matches very
+  many records sends their sids: narrow the referenced side. Referenced records are not
   restricted by `only_latest` or `as_of` (a ref names one record).
 - **A child set** (embedded list): `any` is `$elemMatch` of the inner
   condition, `none` `$nor` of it, `all` `$nor` of an `$elemMatch` of the
