@@ -264,6 +264,29 @@ function TestSearchFields:test_bad_values_are_invalid_nothing_sent()
     local _, _, closed_code = t:count()
     lu.assertNotEquals(closed_code, "invalid", "a search that sends something fails otherwise there")
   end
+  -- a client's JSON body: null, an object and an array where a value belongs are data, refused
+  local body = ms.json.decode('{"year": null, "title": {"$ne": ""}, "pages": [1, 2]}')
+  for _, k in ipairs { "year", "title", "pages" } do
+    local x = self.store:searcher()
+    local v = x:variable(Book)
+    x:add(v[k]:eq(body[k]))
+    local r, msg, code = x:results()
+    lu.assertNil(r, k)
+    lu.assertEquals(code, "invalid", k)
+    lu.assertStrContains(msg, "book." .. k)
+  end
+  -- a closed store
+  do
+    local db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+    local store = ok(records.open(db, { types = { Book }, log = function() end }))
+    local x = store:searcher()
+    x:variable(Book)
+    store:close()
+    local r, _, code = x:results()
+    lu.assertNil(r)
+    lu.assertEquals(code, "closed")
+    db:close()
+  end
   -- an operator-looking string is compared as data
   local s = self.store:searcher()
   local b = s:variable(Book)

@@ -143,10 +143,15 @@ end
 
 local function cmp(p, op, v)
   need(p, "field", op)
-  if v == nil or rawequal(v, null) then
+  if v == nil then
     error(format("search: %s:%s needs a value (is_unknown for a missing one)", p.label, op), 3)
   end
   local c = { op = op, scope = p.scope, field = p.field, label = p.label }
+  if rawequal(v, null) then
+    -- a client's JSON null: data, refused as a value
+    c.bad = bad(format("search: %s %s takes a value, got null (is_unknown asks for a missing one)", p.label, op))
+    return through_hops(p, cond(c))
+  end
   if is_path(v) then
     v = v[DATA]
     if v.what ~= "field" or v.scope ~= p.scope or #v.hops > 0 or #p.hops > 0 or v.list or p.list then
