@@ -2905,8 +2905,9 @@ and SecantusDB, run every one of them):
   and `rq:as_of` do; `count` counts every match (offset and limit aside).
 
 Values are data: each is cast to its field's declared type (decimal text to
-an integer field) or refused; a table (`{ ["$gt"] = 0 }`) is never sent as an
-operator. A refused value, limit, offset, sort or time is kept and returned
+an integer field) or refused; a table (`{ ["$gt"] = 0 }`) or a JSON null is
+refused, never sent as an operator; text for `prefix`, `suffix` and
+`contains` is matched as itself. A refused value, limit, offset, sort or time is kept and returned
 by `results`, `count` or `page` as `nil, message, "invalid"` with nothing
 sent; a wrong Lua type, an unknown option or an unknown field raises.
 A second root variable that nothing joins (a cartesian product) is refused
