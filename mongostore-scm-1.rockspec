@@ -110,6 +110,8 @@ build = {
       ["mongostore.records.lease"] = "lua/mongostore/records/lease.lua",
       ["mongostore.records.query"] = "lua/mongostore/records/query.lua",
       ["mongostore.records.save"] = "lua/mongostore/records/save.lua",
+      ["mongostore.records.search"] = "lua/mongostore/records/search.lua",
+      ["mongostore.records.search_plan"] = "lua/mongostore/records/search_plan.lua",
       ["mongostore.records.wire"] = "lua/mongostore/records/wire.lua",
    },
    install = { bin = { mongostore = "bin/mongostore" } },

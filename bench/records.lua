@@ -12,7 +12,9 @@
 -- the first and of the last page by its token), page_last_over_first, raw_page_first_ms (the
 -- first page's find sent by the document API: the server's share), mode (transactions or
 -- degraded), fsck_ms (a report-only fsck over the whole store), fsck_verify_ms (one that also
--- reads every record whole and computes its content id again).
+-- reads every record whole and computes its content id again), search_ms, search_rows and
+-- rt_per_search (a searcher's results through the author ref and into the chapters: the median,
+-- its rows, its commands).
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 local root = here .. "/.."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
@@ -160,6 +162,29 @@ result("page_size", PAGE)
 result("page_first_ms", first_ms)
 result("page_last_ms", last_ms)
 result("page_last_over_first", last_ms / first_ms)
+
+-- a search through the ref and into the child set: one author's books with a long middle chapter,
+-- REPS times (the median), with the commands each sent (the authors' find, the books' find, the
+-- load of the matches' authors)
+local function search()
+  local s = store:searcher { only_latest = true }
+  local b = s:variable(Book)
+  s:add(b.author.name:eq("Author 3"))
+  s:add(b.chapters:any(function(c) return c.pages:ge(25) end))
+  s:output(b.title, "title"):output(b.author.born, "born")
+  s:sort(b.year, 1)
+  return check("search", s:results())
+end
+local search_list, search_rows = {}, 0
+c0 = total()
+for _ = 1, REPS do
+  local s = ms.now()
+  search_rows = #search()
+  search_list[#search_list + 1] = (ms.now() - s) * 1e3
+end
+result("search_ms", median(search_list))
+result("search_rows", search_rows)
+result("rt_per_search", (total() - c0) / REPS)
 
 -- a report-only fsck over the 10,000 books and their 1,000 authors
 t0 = ms.now()

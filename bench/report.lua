@@ -1116,6 +1116,8 @@ if show_records then
     { "one page at the last position", format("%s ms (%s the first; does not grow with the position: %s)",
       f2(n("page_last_ms")), x(ratio_v), ratio_v and (ratio_v <= 1.5 and "yes" or "no") or "not measured") },
     { "the first page's find by the document API (the server's share)", format("%s ms", f2(n("raw_page_first_ms"))) },
+    { "a search through the author ref and into the chapters", format("%s ms, %s rows, %s round trips",
+      f2(n("search_ms")), R["records.search_rows"] or "?", f2(n("rt_per_search"))) },
     { "report-only fsck", format("%s ms over %s records", f1(n("fsck_ms")), R["records.fsck_examined"] or "?") },
     { "fsck with verify_content", format("%s ms", f1(n("fsck_verify_ms"))) },
   })

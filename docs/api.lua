@@ -66,6 +66,10 @@ api.receivers = {
   ["mongostore.Field"] = "Q.title",
   ["mongostore.RecordStore"] = "rs",
   ["mongostore.RecordQuery"] = "rq",
+  ["mongostore.Searcher"] = "s",
+  ["mongostore.SearchPath"] = "b.year",
+  ["mongostore.SearchLength"] = "len",
+  ["mongostore.SearchResults"] = "rows",
 }
 
 -- Names the modules expose that are not the public API.
@@ -2838,6 +2842,252 @@ until not cursor]] },
             { "items", "mongostore.Record[]", "at most `limit` records" },
             { "next_cursor", "string?", "the cursor of the next page (opaque); nil after the last" },
           } },
+      },
+    },
+    {
+      title = "Searching",
+      intro = [[
+`rs:searcher(opts)` builds a search the way a query language would: bind a
+root variable over a record type, add conditions on its fields, on fields
+reached through refs (any depth), on child sets and list refs (`any`, `all`,
+`none`), on lists (`has`, `has_all`, `has_any`, `has_only`, `length`), join
+them with `s.all_of`, `s.any_of`, `s.none_of`, declare outputs, sort, and
+read a result set (`results`), a count or keyset pages.
+
+```lua
+local s = rs:searcher { only_latest = true }
+local b = s:variable(Book)
+s:add(b.year:ge(1990))
+s:add(b.author.name:eq("Ann"))
+s:add(b.chapters:any(function(c) return c.pages:gt(10) end))
+s:add(b.tags:has_only { "sf", "classic" })
+s:output(b, "book"); s:output(b.title, "title"); s:output(b.author.name, "author")
+s:sort(b.year, -1)
+for _, row in ipairs(assert(s:results())) do print(row.book._sid, row.title, row.author) end
+```
+
+What each construct is sent as (both bundled servers, mongo-java-server
+and SecantusDB, run every one of them):
+
+- **Fields** of the root variable (and the store fields `_sid`, `_cid`,
+  `_ts`, `_lin`) are conditions of the one `find` on the type's collection:
+  `$eq`, `$ne`, `$lt`, `$lte`, `$gt`, `$gte`, `$in`, `$nin`; `prefix`,
+  `suffix` and `contains` an anchored `$regex` of the text with every
+  character but letters and digits escaped (matched as itself); `is_known`
+  `$ne: null`, `is_unknown` `null` (missing or null). A field compared with
+  another scalar field of the same variable (`b.pages:gt(b.min_pages)`) is
+  an `$expr` (not inside a child set's element).
+- **A ref path** (`b.author.name:eq("Ann")`, `b.author.country.code`, a list
+  ref `b.editors.name`) is a semi-join: one `find` on the referenced type's
+  collection for the sids that meet the condition (projected to `_id`),
+  then `{ author = { $in = sids } }` in the referring filter (`$nin` for
+  `none`; `all` finds the sids that fail the condition, `$nin`). One find
+  per ref condition per call (served by the referenced type's indexes where
+  it declares them), never a find per row; the referring find's `$in` is
+  served by an index on the ref where the type declares one
+  (`indexes = { { "author" } }`). `$lookup` (which both servers run) is
+  not used: it joins once per referring document, where the semi-join reads
+  the referenced side once and keeps the search a plain `find` that counts,
+  sorts and pages as `rq` does. A search whose ref condition matches very
+  many records sends their sids: narrow the referenced side. Referenced records are not
+  restricted by `only_latest` or `as_of` (a ref names one record).
+- **A child set** (embedded list): `any` is `$elemMatch` of the inner
+  condition, `none` `$nor` of it, `all` `$nor` of an `$elemMatch` of the
+  condition's negation. Paths inside are relative to the element.
+- **Lists**: `has` is `$eq` (an element equal), `has_any` `$in`, `has_all`
+  `$all`, `has_only` "a list with no element outside the set" (`$nor` of an
+  `$elemMatch` `$nin`; an empty list has only those, a missing one not);
+  `length():eq(n)` `$size`, the others whether element `n - 1` exists (on
+  list fields, child sets and list refs).
+- **Outputs** are read from the loaded records: `store:load`'s batched
+  finds of referenced records (one `$in` find per referenced type).
+- `only_latest` and `as_of` restrict the root variable as `rq:only_latest`
+  and `rq:as_of` do; `count` counts every match (offset and limit aside).
+
+Values are data: each is cast to its field's declared type (decimal text to
+an integer field) or refused; a table (`{ ["$gt"] = 0 }`) or a JSON null is
+refused, never sent as an operator; text for `prefix`, `suffix` and
+`contains` is matched as itself. A refused value, limit, offset, sort or time is kept and returned
+by `results`, `count` or `page` as `nil, message, "invalid"` with nothing
+sent; a wrong Lua type, an unknown option or an unknown field raises.
+A second root variable that nothing joins (a cartesian product) is refused
+as `invalid`: reach other records through ref paths.]],
+      entries = {
+        { method = "searcher", of = "mongostore.RecordStore",
+          params = { { "opts", "mongostore.SearcherOptions?", "`only_latest`, `as_of`" } },
+          returns = { { "s", "mongostore.Searcher", "an empty search; nothing is sent until `results`, `count` "
+            .. "or `page`" } },
+          raises = "an `opts` that is not a table, an unknown option, an `only_latest` that is not a boolean, "
+            .. "`as_of` on a store opened with `store_timestamps = false`" },
+        { class = "mongostore.SearcherOptions",
+          desc = "What `rs:searcher` takes; an unknown key raises.",
+          fields = {
+            { "only_latest", "boolean?", "root records without a successor (with `as_of`: none stored by then)" },
+            { "as_of", "integer|string?", "root records stored at or before this time (as `rq:as_of` takes it; "
+              .. "a bad time is `invalid` from the call that runs the search)" },
+          } },
+        { class = "mongostore.Searcher",
+          desc = "A search under construction: its builders change it and return it." },
+        { method = "variable", of = "mongostore.Searcher",
+          params = { { "T", "mongostore.RecordType", "one of the store's types" } },
+          returns = { { "v", "mongostore.SearchPath", "a root variable: index it by field name for paths" } },
+          raises = "a `T` that is not a record type of the store" },
+        { method = "add", of = "mongostore.Searcher",
+          params = { { "cond", "mongostore.SearchCondition", "a condition on the root variable" } },
+          returns = { { "s", "mongostore.Searcher", "the searcher (conditions add up)" } },
+          raises = "a `cond` that is not a condition" },
+        { method = "output", of = "mongostore.Searcher",
+          params = { { "x", "mongostore.SearchPath", "a variable (its record) or a path (its value; through a "
+              .. "list ref the list of values)" },
+            { "name", "string", "the row's field that holds it" } },
+          returns = { { "s", "mongostore.Searcher", "the searcher" } },
+          raises = "an `x` that is not a path, a `name` not a non-empty string or given twice",
+          desc = "Without outputs a row holds the root record under its type's name (`row.book`)." },
+        { method = "sort", of = "mongostore.Searcher",
+          params = { { "path", "mongostore.SearchPath", "a scalar field of the root variable (or `_ts`, `_sid`)" },
+            { "dir", "integer|string?", "1 (default) or -1, also as text" } },
+          returns = { { "s", "mongostore.Searcher", "the searcher; sorts add up, the sid breaks ties" } },
+          raises = "a `path` that is not a path",
+          desc = "A path through a ref or into a list, or another direction, is `invalid` from the call that "
+            .. "runs the search. Nulls sort first ascending and last descending." },
+        { method = "offset", of = "mongostore.Searcher",
+          params = { { "n", "integer|string", "rows to skip (0 or more; decimal text is taken)" } },
+          returns = { { "s", "mongostore.Searcher", "the searcher" } },
+          raises = "an `n` that is neither a number nor text" },
+        { method = "limit", of = "mongostore.Searcher",
+          params = { { "n", "integer|string", "at most this many rows (1 or more; decimal text is taken)" } },
+          returns = { { "s", "mongostore.Searcher", "the searcher" } },
+          raises = "an `n` that is neither a number nor text" },
+        { method = "results", of = "mongostore.Searcher", params = {},
+          returns = { { "rows", "mongostore.SearchResults", "the rows, in order" } },
+          desc = RFAILS("`invalid` (a refused value, limit, offset, sort or time; disconnected variables: "
+            .. "nothing is sent), `closed`, or " .. DRIVER) .. "." },
+        { method = "count", of = "mongostore.Searcher", params = {},
+          returns = { { "n", "integer", "how many root records match (offset and limit aside)" } },
+          desc = RFAILS("`invalid`, `closed`, or " .. DRIVER) .. "." },
+        { method = "page", of = "mongostore.Searcher",
+          params = { { "opts", "mongostore.RecordPageOptions", "the page's limit, and the cursor it starts at" } },
+          returns = { { "page", "mongostore.SearchPage", "the rows after the cursor, and the next cursor" } },
+          raises = "an `opts` that is not a table, an unknown key, a `limit` that is not a number or text, a "
+            .. "`cursor` that is not a string",
+          desc = RFAILS("`invalid` (as `results`; a search with `offset` or `limit`; a `limit` that is not an "
+            .. "integer from 1 to 10000; a cursor this search did not give), `closed`, or " .. DRIVER) .. [[.
+
+Keyset pages as `rq:page` makes them: one root variable, its scalar sort
+keys the order, the sid the tie-breaker, nulls matched explicitly. The
+cursor (`mongostore.cursor`, HMAC-signed) is bound to the store, the type,
+the conditions as declared, `only_latest`, `as_of` and the sorts.]] },
+        { class = "mongostore.SearchPage",
+          desc = "What `s:page` returns.",
+          fields = {
+            { "items", "table[]", "at most `limit` rows, as `results` makes them" },
+            { "next_cursor", "string?", "the cursor of the next page (opaque); nil after the last" },
+          } },
+        { class = "mongostore.SearchPath",
+          desc = "A variable, or a field, child set or ref under one: `b.title`, `b.author.name`. Index it by "
+            .. "name to go on (through refs); a field's name that is one of the methods below is not reachable "
+            .. "as a path. A name the type does not have raises." },
+        { method = "eq", of = "mongostore.SearchPath",
+          params = { { "v", "any", "a value of the field's type (or another scalar field of the same variable)" } },
+          returns = { { "cond", "mongostore.SearchCondition", "equal" } } },
+        { method = "ne", of = "mongostore.SearchPath", params = { { "v", "any", "as `eq`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "not equal (a missing value too)" } } },
+        { method = "lt", of = "mongostore.SearchPath", params = { { "v", "any", "as `eq`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "less than" } } },
+        { method = "le", of = "mongostore.SearchPath", params = { { "v", "any", "as `eq`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "at most" } } },
+        { method = "gt", of = "mongostore.SearchPath", params = { { "v", "any", "as `eq`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "greater than" } } },
+        { method = "ge", of = "mongostore.SearchPath", params = { { "v", "any", "as `eq`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "at least" } } },
+        { method = "in_list", of = "mongostore.SearchPath", params = { { "list", "any[]", "values" } },
+          returns = { { "cond", "mongostore.SearchCondition", "equal to one of them" } } },
+        { method = "nin_list", of = "mongostore.SearchPath", params = { { "list", "any[]", "values" } },
+          returns = { { "cond", "mongostore.SearchCondition", "equal to none of them" } } },
+        { method = "prefix", of = "mongostore.SearchPath", params = { { "text", "string", "the start" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a string field starting with `text`" } },
+          raises = "a field that is not a string field" },
+        { method = "suffix", of = "mongostore.SearchPath", params = { { "text", "string", "the end" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a string field ending with `text`" } },
+          raises = "a field that is not a string field" },
+        { method = "contains", of = "mongostore.SearchPath", params = { { "text", "string", "a part" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a string field holding `text`" } },
+          raises = "a field that is not a string field" },
+        { method = "is_known", of = "mongostore.SearchPath", params = {},
+          returns = { { "cond", "mongostore.SearchCondition", "a value there (not missing, not null)" } } },
+        { method = "is_unknown", of = "mongostore.SearchPath", params = {},
+          returns = { { "cond", "mongostore.SearchCondition", "no value there" } } },
+        { method = "has", of = "mongostore.SearchPath", params = { { "v", "any", "a value" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a list field with an element equal to `v`" } },
+          raises = "a path that is not a list field" },
+        { method = "has_all", of = "mongostore.SearchPath", params = { { "list", "any[]", "values" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a list holding every one of them" } } },
+        { method = "has_any", of = "mongostore.SearchPath", params = { { "list", "any[]", "values" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a list holding one of them at least" } } },
+        { method = "has_only", of = "mongostore.SearchPath", params = { { "list", "any[]", "values" } },
+          returns = { { "cond", "mongostore.SearchCondition", "a list with no element outside them" } } },
+        { method = "length", of = "mongostore.SearchPath", params = {},
+          returns = { { "len", "mongostore.SearchLength", "the length of a list field, child set or list ref, "
+            .. "compared with `eq`, `ne`, `lt`, `le`, `gt`, `ge` and an integer" } } },
+        { method = "any", of = "mongostore.SearchPath",
+          params = { { "fn", "fun(e: mongostore.SearchPath): mongostore.SearchCondition", "the condition on an "
+            .. "element (a child or a referenced record)" } },
+          returns = { { "cond", "mongostore.SearchCondition", "an element meets it" } },
+          raises = "a path that is not a child set or a ref, an `fn` that does not return a condition" },
+        { method = "all", of = "mongostore.SearchPath",
+          params = { { "fn", "fun(e: mongostore.SearchPath): mongostore.SearchCondition", "as `any`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "every element meets it (none: true)" } } },
+        { method = "none", of = "mongostore.SearchPath",
+          params = { { "fn", "fun(e: mongostore.SearchPath): mongostore.SearchCondition", "as `any`" } },
+          returns = { { "cond", "mongostore.SearchCondition", "no element meets it" } } },
+        { class = "mongostore.SearchLength", desc = "`path:length()`, compared with an integer of at least 0." },
+        { method = "eq", of = "mongostore.SearchLength", params = { { "n", "integer", "a length" } },
+          returns = { { "cond", "mongostore.SearchCondition", "exactly `n` elements" } } },
+        { method = "ne", of = "mongostore.SearchLength", params = { { "n", "integer", "a length" } },
+          returns = { { "cond", "mongostore.SearchCondition", "not `n` elements" } } },
+        { method = "lt", of = "mongostore.SearchLength", params = { { "n", "integer", "a length" } },
+          returns = { { "cond", "mongostore.SearchCondition", "fewer than `n`" } } },
+        { method = "le", of = "mongostore.SearchLength", params = { { "n", "integer", "a length" } },
+          returns = { { "cond", "mongostore.SearchCondition", "at most `n`" } } },
+        { method = "gt", of = "mongostore.SearchLength", params = { { "n", "integer", "a length" } },
+          returns = { { "cond", "mongostore.SearchCondition", "more than `n`" } } },
+        { method = "ge", of = "mongostore.SearchLength", params = { { "n", "integer", "a length" } },
+          returns = { { "cond", "mongostore.SearchCondition", "at least `n`" } } },
+        { class = "mongostore.SearchCondition",
+          desc = "A condition: from a path's methods, or `s.all_of(...)` (every one), `s.any_of(...)` (one at "
+            .. "least), `s.none_of(...)` (none), called with a dot, each taking one or more conditions." },
+        { method = "all_of", of = "mongostore.Searcher",
+          params = { { "...", "mongostore.SearchCondition", "one or more conditions" } },
+          returns = { { "cond", "mongostore.SearchCondition", "every one of them holds" } },
+          raises = "no condition, or an argument that is not one",
+          desc = "Called with a dot, not a colon: `s.all_of(a, b)` (also `mongostore.records.search.all_of`)." },
+        { method = "any_of", of = "mongostore.Searcher",
+          params = { { "...", "mongostore.SearchCondition", "one or more conditions" } },
+          returns = { { "cond", "mongostore.SearchCondition", "one of them holds at least" } },
+          raises = "no condition, or an argument that is not one",
+          desc = "Called with a dot, not a colon: `s.any_of(a, b)` (also `mongostore.records.search.any_of`)." },
+        { method = "none_of", of = "mongostore.Searcher",
+          params = { { "...", "mongostore.SearchCondition", "one or more conditions" } },
+          returns = { { "cond", "mongostore.SearchCondition", "none of them holds" } },
+          raises = "no condition, or an argument that is not one",
+          desc = "Called with a dot, not a colon: `s.none_of(a, b)` (also `mongostore.records.search.none_of`)." },
+        { class = "mongostore.SearchResults",
+          desc = "The rows of `s:results()`: an array (`#rows`, `ipairs`), each row a table of the outputs by "
+            .. "name." },
+        { method = "first", of = "mongostore.SearchResults", params = {},
+          returns = { { "row", "table?", "the first row; nil when there is none" } } },
+        { method = "one", of = "mongostore.SearchResults", params = {},
+          returns = { { "row", "table", "the only row" } },
+          desc = "No row is `nil, message, \"not_found\", { count = 0 }`; several `nil, message, \"invalid\", "
+            .. "{ count = n }`, the message naming the count." },
+        { method = "scalars", of = "mongostore.SearchResults",
+          params = { { "name", "string?", "an output (may be left out when there is one)" } },
+          returns = { { "values", "table", "its value in each row, in order (`n` the row count)" } },
+          raises = "no `name` with several outputs, a `name` that is not an output" },
+        { method = "column", of = "mongostore.SearchResults",
+          params = { { "name", "string", "an output" } },
+          returns = { { "values", "table", "its value in each row, in order (`n` the row count)" } },
+          raises = "a `name` that is not an output" },
       },
     },
     {

@@ -1,7 +1,7 @@
 -- examples/records.lua - a small catalogue in the record store: authors and books
 -- (chapters embedded, the author in its own collection by sid), the same author
 -- stored once, a revised edition replacing a book in its lineage, a walk over the
--- books by keyset pages and an fsck. Run it with
+-- books by keyset pages, a search and an fsck. Run it with
 -- `tools/with-server lua5.4 examples/records.lua` (or set MONGOSTORE_URI).
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local ms = require "mongostore"
@@ -64,6 +64,25 @@ repeat
   print(("page %d: %s"):format(n, table.concat(names, ", ")))
   cursor = page.next_cursor
 until not cursor
+
+-- the searcher: variables, conditions through the ref and on the child set, outputs
+local s = store:searcher { only_latest = true }
+local b = s:variable(Book)
+s:add(b.year:ge(1814))
+s:add(b.author.name:eq("Jane Austen"))
+s:add(b.chapters:any(function(c) return c.pages:lt(10) end))
+s:output(b, "book"):output(b.title, "title"):output(b.author.name, "author")
+s:sort(b.year, -1)
+local rows = assert(s:results())
+for _, row in ipairs(rows) do
+  print(("searched: %s by %s, %d chapters"):format(row.title, row.author, #row.book.chapters))
+end
+local any = store:searcher { only_latest = true }
+local a = any:variable(Book)
+any:add(any.any_of(a.title:prefix("P"), a.title:contains("Abbey")))
+any:sort(a.title)
+any:output(a.title, "title")
+print("searched titles: " .. table.concat(assert(any:results()):scalars(), ", "))
 
 -- the integrity pass (the store's own writer lease is not in its way)
 local summary = assert(store:fsck { repair = false, collect_garbage = true })

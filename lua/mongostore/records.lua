@@ -463,6 +463,11 @@ function Store:history(T, sid)
   return self:load(T, chain)
 end
 
+--- store:searcher(opts) -> a searcher (mongostore.records.search): variables, conditions, outputs, results, pages
+function Store:searcher(opts)
+  return require("mongostore.records.search").new(self, opts)
+end
+
 --- store:query(T) -> a query (where, only_latest, as_of, order_by, all, count, page)
 function Store:query(T)
   check_type(self, T, "query")

@@ -13,6 +13,7 @@ local ngx_thread = require "mongostore.ngx_thread"
 local model_mod = require "mongostore.model"
 local records_mod = require "mongostore.records"
 local records_query = require "mongostore.records.query"
+local records_search = require "mongostore.records.search"
 local records_fsck = require "mongostore.records.fsck"
 local records_canon = require "mongostore.records.canon"
 
@@ -84,6 +85,10 @@ local function method_table(class)
   if class == "mongostore.Field" then return field_methods() end
   if class == "mongostore.RecordStore" then return record_store_methods() end
   if class == "mongostore.RecordQuery" then return records_query.Query end
+  if class == "mongostore.Searcher" then return records_search.Searcher end
+  if class == "mongostore.SearchPath" then return records_search.PathMethods end
+  if class == "mongostore.SearchLength" then return records_search.Length end
+  if class == "mongostore.SearchResults" then return records_search.Rows end
   local t = userdata_methods(class)
   if t then return t end
   error("no method table known for " .. class)
@@ -98,6 +103,7 @@ local METHOD_CLASSES = {
   "mongostore.Code", "mongostore.CodeWScope", "mongostore.Symbol", "mongostore.Undefined", "mongostore.DBPointer",
   "mongostore.Model", "mongostore.Document", "mongostore.Query", "mongostore.Registry", "mongostore.ModelSession",
   "mongostore.Field", "mongostore.RecordStore", "mongostore.RecordQuery",
+  "mongostore.Searcher", "mongostore.SearchPath", "mongostore.SearchLength", "mongostore.SearchResults",
 }
 
 -- A class's fields with its parents' (`parent =`), by name.
@@ -405,6 +411,9 @@ local OPTION_PROBES = {
   ["mongostore.FsckOptions"] = { "unknown option", function(o) return records_fsck.run({ db = fake_db }, o) end },
   -- rq:page checks its options before it looks at the query
   ["mongostore.RecordPageOptions"] = { "unknown option", function(o) return records_query.Query.page({}, o) end },
+  ["mongostore.SearcherOptions"] = { "unknown option", function(o)
+    return records_search.new({ colls = {}, ts = { enabled = true, resolution = 1000 } }, o)
+  end },
 }
 
 local function refused_as_unknown(probe, opts)

@@ -24,5 +24,8 @@ function TestRecordsExample:test_records_example()
   lu.assertStrContains(out, "page 1: Northanger Abbey 1817, Persuasion 1817, Emma 1816\n")
   lu.assertStrContains(out, "page 2: Mansfield Park 1814, Pride and Prejudice 1813\n")
   lu.assertNotStrContains(out, "page 3")
+  lu.assertStrContains(out, "searched: Emma by Jane Austen, 2 chapters\n")
+  lu.assertNotStrContains(out, "searched: Persuasion")
+  lu.assertStrContains(out, "searched titles: Northanger Abbey, Persuasion, Pride and Prejudice\n")
   lu.assertStrContains(out, "fsck: 8 records examined, clean: true")
 end

@@ -29,16 +29,21 @@ local function luajit(name, code)
   return fine, out
 end
 
-TestRecordsLuaJIT = {}
-
-function TestRecordsLuaJIT:test_same_content_same_id_and_sid()
+-- A fresh database and a store of Item in it, here (Lua 5.4); skips when the LuaJIT core is not built.
+local function open_here(prefix)
   local f = io.open(helper.root() .. "/build/jit/mongostore/core.so", "rb")
   if not f then lu.skip("the LuaJIT core is not built (make jit)") end
   f:close()
-  local name = helper.fresh_db("rjit")
+  local name = helper.fresh_db(prefix)
   local db = ok(ms.database(helper.uri(), { db = name, wait = 10 }))
   local Item = assert(load(TYPES .. " return Item", "=types"))()
-  local store = ok(records.open(db, { types = { Item }, log = function() end }))
+  return name, db, Item, ok(records.open(db, { types = { Item }, log = function() end }))
+end
+
+TestRecordsLuaJIT = {}
+
+function TestRecordsLuaJIT:test_same_content_same_id_and_sid()
+  local name, db, Item, store = open_here("rjit")
   local item = { label = "a", n = 3, x = 2.0, xs = { 1.0, 0.5 }, parts = { { k = 1, w = 4.0 } }, by = { name = "me" } }
   local sid = ok(store:save(Item, item))
   local cid = ok(store:fetch(Item, sid))._cid
@@ -64,6 +69,36 @@ function TestRecordsLuaJIT:test_same_content_same_id_and_sid()
   lu.assertEquals(b.n, 9007199254740000)
   lu.assertEquals(b._cid, ok(records.content_id(Item, { label = "b", n = 9007199254740000, x = 7.0, xs = {},
                                                         by = { name = "me" } })))
+  store:close()
+  db:close()
+end
+
+function TestRecordsLuaJIT:test_searcher_under_luajit()
+  local name, db, Item, store = open_here("rjits")
+  for i = 1, 7 do
+    ok(store:save(Item, { label = "i" .. i, n = i, x = i / 2, xs = { 0.5 * i }, parts = { { k = i, w = 1.0 } },
+                          by = { name = i % 2 == 0 and "even" or "odd" } }))
+  end
+  local fine, out = luajit(name, [[
+    local ms = require "mongostore"
+    local db = assert(ms.database(URI, { db = DB, wait = 10 }))
+    local store = assert(records.open(db, { types = { Item }, log = function() end }))
+    local s = store:searcher { only_latest = true }
+    local v = s:variable(Item)
+    s:add(v.n:ge("2"))
+    s:add(v.by.name:eq("even"))
+    s:add(v.parts:any(function(p) return p.k:lt(7) end))
+    s:output(v.label, "label"):sort(v.n, -1)
+    print("labels " .. table.concat(assert(s:results()):scalars(), ","))
+    local page = assert(s:page { limit = 2 })
+    local rest = assert(s:page { limit = 2, cursor = page.next_cursor })
+    print("pages " .. page.items[1].label .. page.items[2].label .. " " .. rest.items[1].label
+      .. " " .. tostring(rest.next_cursor))
+    store:close()
+  ]])
+  lu.assertTrue(fine, out)
+  lu.assertStrContains(out, "labels i6,i4,i2\n")
+  lu.assertStrContains(out, "pages i6i4 i2 nil\n")
   store:close()
   db:close()
 end

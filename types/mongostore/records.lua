@@ -110,6 +110,35 @@ local RecordQuery = {}
 ---@field items mongostore.Record[] at most `limit` records
 ---@field next_cursor? string the cursor of the next page (opaque); nil after the last
 
+--- What `rs:searcher` takes; an unknown key raises.
+---@class mongostore.SearcherOptions
+---@field only_latest? boolean root records without a successor (with `as_of`: none stored by then)
+---@field as_of? integer|string root records stored at or before this time (as `rq:as_of` takes it; a bad time is `invalid` from the call that runs the search)
+
+--- A search under construction: its builders change it and return it.
+---@class mongostore.Searcher
+local Searcher = {}
+
+--- What `s:page` returns.
+---@class mongostore.SearchPage
+---@field items table[] at most `limit` rows, as `results` makes them
+---@field next_cursor? string the cursor of the next page (opaque); nil after the last
+
+--- A variable, or a field, child set or ref under one: `b.title`, `b.author.name`. Index it by name to go on (through refs); a field's name that is one of the methods below is not reachable as a path. A name the type does not have raises.
+---@class mongostore.SearchPath
+local SearchPath = {}
+
+--- `path:length()`, compared with an integer of at least 0.
+---@class mongostore.SearchLength
+local SearchLength = {}
+
+--- A condition: from a path's methods, or `s.all_of(...)` (every one), `s.any_of(...)` (one at least), `s.none_of(...)` (none), called with a dot, each taking one or more conditions.
+---@class mongostore.SearchCondition
+
+--- The rows of `s:results()`: an array (`#rows`, `ipairs`), each row a table of the outputs by name.
+---@class mongostore.SearchResults
+local SearchResults = {}
+
 --- What `rs:fsck` takes; an unknown key or a value of the wrong type raises.
 ---@class mongostore.FsckOptions
 ---@field repair? boolean repair lineage links (promote an unpromoted successor, link a missing `_next`, drop a dangling one) and the sid counter
@@ -342,6 +371,215 @@ function RecordQuery:count() end
 ---@param opts mongostore.RecordPageOptions the page's limit, and the cursor it starts at
 ---@return mongostore.RecordPage page # the records after the cursor, and the next cursor
 function RecordQuery:page(opts) end
+
+--- Raises on an `opts` that is not a table, an unknown option, an `only_latest` that is not a boolean, `as_of` on a store opened with `store_timestamps = false`.
+---@param opts? mongostore.SearcherOptions `only_latest`, `as_of`
+---@return mongostore.Searcher s # an empty search; nothing is sent until `results`, `count` or `page`
+function RecordStore:searcher(opts) end
+
+--- Raises on a `T` that is not a record type of the store.
+---@param T mongostore.RecordType one of the store's types
+---@return mongostore.SearchPath v # a root variable: index it by field name for paths
+function Searcher:variable(T) end
+
+--- Raises on a `cond` that is not a condition.
+---@param cond mongostore.SearchCondition a condition on the root variable
+---@return mongostore.Searcher s # the searcher (conditions add up)
+function Searcher:add(cond) end
+
+--- Without outputs a row holds the root record under its type's name (`row.book`).
+---
+--- Raises on an `x` that is not a path, a `name` not a non-empty string or given twice.
+---@param x mongostore.SearchPath a variable (its record) or a path (its value; through a list ref the list of values)
+---@param name string the row's field that holds it
+---@return mongostore.Searcher s # the searcher
+function Searcher:output(x, name) end
+
+--- A path through a ref or into a list, or another direction, is `invalid` from the call that runs the search. Nulls sort first ascending and last descending.
+---
+--- Raises on a `path` that is not a path.
+---@param path mongostore.SearchPath a scalar field of the root variable (or `_ts`, `_sid`)
+---@param dir? integer|string 1 (default) or -1, also as text
+---@return mongostore.Searcher s # the searcher; sorts add up, the sid breaks ties
+function Searcher:sort(path, dir) end
+
+--- Raises on an `n` that is neither a number nor text.
+---@param n integer|string rows to skip (0 or more; decimal text is taken)
+---@return mongostore.Searcher s # the searcher
+function Searcher:offset(n) end
+
+--- Raises on an `n` that is neither a number nor text.
+---@param n integer|string at most this many rows (1 or more; decimal text is taken)
+---@return mongostore.Searcher s # the searcher
+function Searcher:limit(n) end
+
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a refused value, limit, offset, sort or time; disconnected variables: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+---@return mongostore.SearchResults rows # the rows, in order
+function Searcher:results() end
+
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid`, `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+---@return integer n # how many root records match (offset and limit aside)
+function Searcher:count() end
+
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (as `results`; a search with `offset` or `limit`; a `limit` that is not an integer from 1 to 10000; a cursor this search did not give), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+---
+--- Keyset pages as `rq:page` makes them: one root variable, its scalar sort
+--- keys the order, the sid the tie-breaker, nulls matched explicitly. The
+--- cursor (`mongostore.cursor`, HMAC-signed) is bound to the store, the type,
+--- the conditions as declared, `only_latest`, `as_of` and the sorts.
+---
+--- Raises on an `opts` that is not a table, an unknown key, a `limit` that is not a number or text, a `cursor` that is not a string.
+---@param opts mongostore.RecordPageOptions the page's limit, and the cursor it starts at
+---@return mongostore.SearchPage page # the rows after the cursor, and the next cursor
+function Searcher:page(opts) end
+
+---@param v any a value of the field's type (or another scalar field of the same variable)
+---@return mongostore.SearchCondition cond # equal
+function SearchPath:eq(v) end
+
+---@param v any as `eq`
+---@return mongostore.SearchCondition cond # not equal (a missing value too)
+function SearchPath:ne(v) end
+
+---@param v any as `eq`
+---@return mongostore.SearchCondition cond # less than
+function SearchPath:lt(v) end
+
+---@param v any as `eq`
+---@return mongostore.SearchCondition cond # at most
+function SearchPath:le(v) end
+
+---@param v any as `eq`
+---@return mongostore.SearchCondition cond # greater than
+function SearchPath:gt(v) end
+
+---@param v any as `eq`
+---@return mongostore.SearchCondition cond # at least
+function SearchPath:ge(v) end
+
+---@param list any[] values
+---@return mongostore.SearchCondition cond # equal to one of them
+function SearchPath:in_list(list) end
+
+---@param list any[] values
+---@return mongostore.SearchCondition cond # equal to none of them
+function SearchPath:nin_list(list) end
+
+--- Raises on a field that is not a string field.
+---@param text string the start
+---@return mongostore.SearchCondition cond # a string field starting with `text`
+function SearchPath:prefix(text) end
+
+--- Raises on a field that is not a string field.
+---@param text string the end
+---@return mongostore.SearchCondition cond # a string field ending with `text`
+function SearchPath:suffix(text) end
+
+--- Raises on a field that is not a string field.
+---@param text string a part
+---@return mongostore.SearchCondition cond # a string field holding `text`
+function SearchPath:contains(text) end
+
+---@return mongostore.SearchCondition cond # a value there (not missing, not null)
+function SearchPath:is_known() end
+
+---@return mongostore.SearchCondition cond # no value there
+function SearchPath:is_unknown() end
+
+--- Raises on a path that is not a list field.
+---@param v any a value
+---@return mongostore.SearchCondition cond # a list field with an element equal to `v`
+function SearchPath:has(v) end
+
+---@param list any[] values
+---@return mongostore.SearchCondition cond # a list holding every one of them
+function SearchPath:has_all(list) end
+
+---@param list any[] values
+---@return mongostore.SearchCondition cond # a list holding one of them at least
+function SearchPath:has_any(list) end
+
+---@param list any[] values
+---@return mongostore.SearchCondition cond # a list with no element outside them
+function SearchPath:has_only(list) end
+
+---@return mongostore.SearchLength len # the length of a list field, child set or list ref, compared with `eq`, `ne`, `lt`, `le`, `gt`, `ge` and an integer
+function SearchPath:length() end
+
+--- Raises on a path that is not a child set or a ref, an `fn` that does not return a condition.
+---@param fn fun(e: mongostore.SearchPath): mongostore.SearchCondition the condition on an element (a child or a referenced record)
+---@return mongostore.SearchCondition cond # an element meets it
+function SearchPath:any(fn) end
+
+---@param fn fun(e: mongostore.SearchPath): mongostore.SearchCondition as `any`
+---@return mongostore.SearchCondition cond # every element meets it (none: true)
+function SearchPath:all(fn) end
+
+---@param fn fun(e: mongostore.SearchPath): mongostore.SearchCondition as `any`
+---@return mongostore.SearchCondition cond # no element meets it
+function SearchPath:none(fn) end
+
+---@param n integer a length
+---@return mongostore.SearchCondition cond # exactly `n` elements
+function SearchLength:eq(n) end
+
+---@param n integer a length
+---@return mongostore.SearchCondition cond # not `n` elements
+function SearchLength:ne(n) end
+
+---@param n integer a length
+---@return mongostore.SearchCondition cond # fewer than `n`
+function SearchLength:lt(n) end
+
+---@param n integer a length
+---@return mongostore.SearchCondition cond # at most `n`
+function SearchLength:le(n) end
+
+---@param n integer a length
+---@return mongostore.SearchCondition cond # more than `n`
+function SearchLength:gt(n) end
+
+---@param n integer a length
+---@return mongostore.SearchCondition cond # at least `n`
+function SearchLength:ge(n) end
+
+--- Called with a dot, not a colon: `s.all_of(a, b)` (also `mongostore.records.search.all_of`).
+---
+--- Raises on no condition, or an argument that is not one.
+---@param ... mongostore.SearchCondition one or more conditions
+---@return mongostore.SearchCondition cond # every one of them holds
+function Searcher:all_of(...) end
+
+--- Called with a dot, not a colon: `s.any_of(a, b)` (also `mongostore.records.search.any_of`).
+---
+--- Raises on no condition, or an argument that is not one.
+---@param ... mongostore.SearchCondition one or more conditions
+---@return mongostore.SearchCondition cond # one of them holds at least
+function Searcher:any_of(...) end
+
+--- Called with a dot, not a colon: `s.none_of(a, b)` (also `mongostore.records.search.none_of`).
+---
+--- Raises on no condition, or an argument that is not one.
+---@param ... mongostore.SearchCondition one or more conditions
+---@return mongostore.SearchCondition cond # none of them holds
+function Searcher:none_of(...) end
+
+---@return table? row # the first row; nil when there is none
+function SearchResults:first() end
+
+--- No row is `nil, message, "not_found", { count = 0 }`; several `nil, message, "invalid", { count = n }`, the message naming the count.
+---@return table row # the only row
+function SearchResults:one() end
+
+--- Raises on no `name` with several outputs, a `name` that is not an output.
+---@param name? string an output (may be left out when there is one)
+---@return table values # its value in each row, in order (`n` the row count)
+function SearchResults:scalars(name) end
+
+--- Raises on a `name` that is not an output.
+---@param name string an output
+---@return table values # its value in each row, in order (`n` the row count)
+function SearchResults:column(name) end
 
 --- Marks a filter as code for `rq:where`: its operators are sent as written (renaming `sid` to `_id`), only `$where`, `$function` and `$accumulator` refused. The mark is the one `mongostore.query.trusted` gives (and `model.trusted`), kept with the table. Never mark a table a client sent: mark the table your code builds around a client's values, and cast those yourself.
 ---

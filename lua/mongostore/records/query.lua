@@ -436,6 +436,21 @@ local function after(order, values, sid)
   return branches
 end
 
+-- A page's documents, read with limit size + 1: the one past the page is
+-- dropped, and the position after the page's last (its order keys, nulls as
+-- null, and its sid) returned; nil when this was the last page.
+function M.page_end(docs, size, order)
+  if #docs <= size then return nil end
+  docs[#docs] = nil
+  local last = docs[#docs]
+  local values = {}
+  for i, k in ipairs(order) do
+    local v = last[k[1]]
+    values[i] = v == nil and null or v
+  end
+  return values, last._id
+end
+
 local PAGE_KEYS = { limit = true, cursor = true }
 
 -- An integer a decoder boxed (an int64 beyond a double's range, on LuaJIT):
@@ -498,18 +513,8 @@ function Query:page(opts)
   docs, e, c, d = store.wire:find(store.colls[self.T.name], filter, { sort = sort_spec(self), limit = size + 1 },
     store.session)
   if not docs then return nil, e, c, d end
-  local more = #docs > size
-  if more then docs[#docs] = nil end
-  local next_cursor
-  if more then
-    local last = docs[#docs]
-    local values = {}
-    for i, k in ipairs(order) do
-      local v = last[k[1]]
-      values[i] = v == nil and null or v
-    end
-    next_cursor = cursor_for(self, qfp, values, last._id)
-  end
+  local values, sid = M.page_end(docs, size, order)
+  local next_cursor = values and cursor_for(self, qfp, values, sid)
   local items
   items, e, c, d = store:load(self.T, docs)
   if not items then return nil, e, c, d end
@@ -517,5 +522,6 @@ function Query:page(opts)
 end
 
 M.Query = Query
-M.after = after   -- for the unit spec: the keyset condition of a page
+M.after = after   -- the keyset condition of a page (the unit spec, the searcher's pages)
+M.stable = stable -- a value's text, the same in every process (the searcher's cursor binding)
 return M

@@ -146,12 +146,13 @@ function Wire:find_and_modify(coll, query, update, upsert, session)
   return reply.value
 end
 
--- Every document matching; opts: sort (list of pairs), limit, projection.
+-- Every document matching; opts: sort (list of pairs), skip, limit, projection.
 function Wire:find(coll, filter, opts, session)
   opts = opts or {}
   local cmd = { { "find", coll }, { "filter", filter } }
   if opts.sort then cmd[#cmd + 1] = { "sort", ordered(opts.sort) } end
   if opts.projection then cmd[#cmd + 1] = { "projection", opts.projection } end
+  if opts.skip and opts.skip > 0 then cmd[#cmd + 1] = { "skip", opts.skip } end
   if opts.limit then
     cmd[#cmd + 1] = { "limit", opts.limit }
     cmd[#cmd + 1] = { "batchSize", opts.limit }
