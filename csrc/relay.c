@@ -629,22 +629,11 @@ static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
 
 static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
 
-/* store:ack_outbox_many({ { source_id, token, seqs = { seq, ... }, release = bool }, ... })
- * -> true | nil, msg, code
- * The acks of a relay pass: one update per source document, all in one
- * unordered bulk write. Each pulls the listed seqs only while the document
- * is still claimed by token, and with release also gives the claim back (the
- * pass is done with that source), so an ack and a release cost one write. */
-static int l_ack_outbox_many(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "ack_outbox_many");
-  bson_t opts = BSON_INITIALIZER, reply;
-  bson_error_t be;
-  mongoc_bulk_operation_t *bulk;
-  lua_Integer i, n;
-  int ops = 0, ok;
-  ms_arg_table(L, 2, "ack_outbox_many: acks");
-  n = (lua_Integer)luaL_len(L, 2);
-  /* every entry checked before anything is sent */
+/* Checks every ack of ack_outbox_many (the list at 2, n long) before
+ * anything is sent: 0, or what it pushed (nil, msg, code) for a bad source
+ * id or token; a wrong shape raises. */
+static int check_outbox_acks(lua_State *L, lua_Integer n) {
+  lua_Integer i;
   for (i = 1; i <= n; i++) {
     ms_err_t e;
     size_t toklen;
@@ -663,6 +652,72 @@ static int l_ack_outbox_many(lua_State *L) {
     ms_arg_table(L, -1, "ack_outbox_many: seqs");
     lua_pop(L, 4);
   }
+  return 0;
+}
+
+/* The update of acks[i] (checked): q its source document while still
+ * claimed by its token, u the $pull of its seqs and, with release, the
+ * claim given back. */
+static void build_outbox_ack(lua_State *L, lua_Integer i, bson_t *q, bson_t *u) {
+  bson_t pull, cond, in, arr;
+  const char *id, *token;
+  size_t idlen, toklen;
+  lua_Integer j, m;
+  int64_t seq;
+  lua_rawgeti(L, 2, i);
+  lua_getfield(L, -1, "source_id");
+  id = lua_tolstring(L, -1, &idlen);
+  lua_getfield(L, -2, "token");
+  token = lua_tolstring(L, -1, &toklen);
+  bson_append_utf8(q, "_id", 3, id, (int)idlen);
+  bson_append_utf8(q, "outbox_claim.token", -1, token, (int)toklen);
+  bson_append_document_begin(u, "$pull", 5, &pull);
+  bson_append_document_begin(&pull, "outbox", 6, &cond);
+  bson_append_document_begin(&cond, "seq", 3, &in);
+  bson_append_array_begin(&in, "$in", 3, &arr);
+  lua_getfield(L, -3, "seqs");
+  m = (lua_Integer)luaL_len(L, -1);
+  for (j = 1; j <= m; j++) {
+    char ik[24];
+    const char *ikey;
+    size_t iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik);
+    lua_rawgeti(L, -1, j);
+    seq = ms_arg_integer(L, -1, "ack_outbox_many: seqs[i]");
+    bson_append_int64(&arr, ikey, (int)iklen, seq);
+    lua_pop(L, 1);
+  }
+  bson_append_array_end(&in, &arr);
+  bson_append_document_end(&cond, &in);
+  bson_append_document_end(&pull, &cond);
+  bson_append_document_end(u, &pull);
+  lua_getfield(L, -4, "release");
+  if (lua_toboolean(L, -1)) {
+    bson_t set;
+    bson_append_document_begin(u, "$set", 4, &set);
+    bson_append_double(&set, "outbox_claim.until", -1, 0.0);
+    bson_append_document_end(u, &set);
+  }
+  lua_pop(L, 5);
+}
+
+/* store:ack_outbox_many({ { source_id, token, seqs = { seq, ... }, release = bool }, ... })
+ * -> true | nil, msg, code
+ * The acks of a relay pass: one update per source document, all in one
+ * unordered bulk write. Each pulls the listed seqs only while the document
+ * is still claimed by token, and with release also gives the claim back (the
+ * pass is done with that source), so an ack and a release cost one write. */
+static int l_ack_outbox_many(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "ack_outbox_many");
+  bson_t opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  mongoc_bulk_operation_t *bulk;
+  lua_Integer i, n;
+  int ok, nret;
+  ms_arg_table(L, 2, "ack_outbox_many: acks");
+  n = (lua_Integer)luaL_len(L, 2);
+  /* every entry checked before anything is sent */
+  nret = check_outbox_acks(L, n);
+  if (nret) return nret;
   if (n == 0) {
     lua_pushboolean(L, 1);
     return 1;
@@ -671,45 +726,8 @@ static int l_ack_outbox_many(lua_State *L) {
   bulk = mongoc_collection_create_bulk_operation_with_opts(s->exes, &opts);
   bson_destroy(&opts);
   for (i = 1; i <= n; i++) {
-    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, pull, cond, in, arr;
-    const char *id, *token;
-    size_t idlen, toklen;
-    lua_Integer j, m;
-    int64_t seq;
-    lua_rawgeti(L, 2, i);
-    lua_getfield(L, -1, "source_id");
-    id = lua_tolstring(L, -1, &idlen);
-    lua_getfield(L, -2, "token");
-    token = lua_tolstring(L, -1, &toklen);
-    bson_append_utf8(&q, "_id", 3, id, (int)idlen);
-    bson_append_utf8(&q, "outbox_claim.token", -1, token, (int)toklen);
-    bson_append_document_begin(&u, "$pull", 5, &pull);
-    bson_append_document_begin(&pull, "outbox", 6, &cond);
-    bson_append_document_begin(&cond, "seq", 3, &in);
-    bson_append_array_begin(&in, "$in", 3, &arr);
-    lua_getfield(L, -3, "seqs");
-    m = (lua_Integer)luaL_len(L, -1);
-    for (j = 1; j <= m; j++) {
-      char ik[24];
-      const char *ikey;
-      size_t iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik);
-      lua_rawgeti(L, -1, j);
-      seq = ms_arg_integer(L, -1, "ack_outbox_many: seqs[i]");
-      bson_append_int64(&arr, ikey, (int)iklen, seq);
-      lua_pop(L, 1);
-    }
-    bson_append_array_end(&in, &arr);
-    bson_append_document_end(&cond, &in);
-    bson_append_document_end(&pull, &cond);
-    bson_append_document_end(&u, &pull);
-    lua_getfield(L, -4, "release");
-    if (lua_toboolean(L, -1)) {
-      bson_t set;
-      bson_append_document_begin(&u, "$set", 4, &set);
-      bson_append_double(&set, "outbox_claim.until", -1, 0.0);
-      bson_append_document_end(&u, &set);
-    }
-    lua_pop(L, 5);
+    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+    build_outbox_ack(L, i, &q, &u);
     ok = mongoc_bulk_operation_update_one_with_opts(bulk, &q, &u, NULL, &be);
     bson_destroy(&q);
     bson_destroy(&u);
@@ -717,7 +735,6 @@ static int l_ack_outbox_many(lua_State *L) {
       mongoc_bulk_operation_destroy(bulk);
       return ms_store_push_bson_err(L, s, &be, "ack_outbox_many");
     }
-    ops++;
   }
   ok = (int)mongoc_bulk_operation_execute(bulk, &reply, &be);
   mongoc_bulk_operation_destroy(bulk);
