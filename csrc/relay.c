@@ -293,6 +293,66 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
   return rc;
 }
 
+/* Collects into ids (nids of them) the _ids of the next candidates of
+ * cur until they hold at least `room` entries this pass takes; *left counts
+ * the external entries a targeted pass leaves, *more drops to 0 once the
+ * cursor is done. */
+static void collect_candidates(mongoc_cursor_t *cur, const claim_t *k, lua_Integer room, bson_t *ids, uint32_t *nids,
+                               lua_Integer *left, int *more) {
+  const bson_t *doc;
+  lua_Integer want = 0;
+  char key[16];
+  const char *kp;
+  while (want < room) {
+    bson_iter_t id_it;
+    if (!mongoc_cursor_next(cur, &doc)) {
+      *more = 0;
+      break;
+    }
+    lua_Integer seen;
+    if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, k)) continue;
+    seen = entries_seen(doc, k, left);
+    if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass, ...) */
+    bson_uint32_to_string((*nids)++, &kp, key, sizeof key);
+    bson_append_value(ids, kp, -1, bson_iter_value(&id_it));
+    want += seen;
+  }
+}
+
+/* Claims the candidates ids (nids of them) and pushes their entries into
+ * the table on top (n counts them): one candidate by one findAndModify,
+ * more by one update and one find. 0, or what it pushed for a failure. */
+static int claim_candidates(lua_State *L, ms_store_t *s, const claim_t *k, const bson_t *ids, uint32_t nids,
+                            lua_Integer *n, const char *doing) {
+  bson_error_t be;
+  ms_err_t e;
+  int failed_here;
+  if (nids == 1) {
+    /* one candidate: claimed and read back by one findAndModify */
+    bson_iter_t it, val;
+    bson_t reply, value;
+    int rc = 0;
+    const uint8_t *data;
+    uint32_t len;
+    bson_iter_init_find(&it, ids, "0");
+    if (!claim_one(s, k, bson_iter_value(&it), &reply, &be)) {
+      bson_destroy(&reply);
+      return ms_store_push_bson_err(L, s, &be, doing);
+    }
+    if (bson_iter_init_find(&val, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&val)) {
+      bson_iter_document(&val, &len, &data);
+      if (bson_init_static(&value, data, len)) rc = push_claimed(L, k, &value, n, &e);
+    }
+    bson_destroy(&reply);
+    if (rc) return ms_store_push_err(L, s, &e);
+  } else if (nids > 1) {
+    if (!claim_all(s, k, ids, &be)) return ms_store_push_bson_err(L, s, &be, doing);
+    if (read_claimed(L, s, k, ids, nids, n, &be, &e, &failed_here))
+      return failed_here ? ms_store_push_bson_err(L, s, &be, doing) : ms_store_push_err(L, s, &e);
+  }
+  return 0;
+}
+
 /* Claims the pending entries of array `field` (outbox or spawns) until at
  * least `limit` are held, in three round trips however many documents hold
  * them: the find of candidates (unclaimed, or their lease ran out), one
@@ -309,9 +369,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
                          const char *token, size_t toklen, int targeted, int external, const char *doing) {
   claim_t k;
   mongoc_cursor_t *cur;
-  const bson_t *doc;
   bson_error_t be;
-  ms_err_t e;
   lua_Integer n = 0, left = 0;
   int more = 1;
   k.field = field;
@@ -328,61 +386,14 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   while (more && n < limit) {
     bson_t ids = BSON_INITIALIZER;
     uint32_t nids = 0;
-    lua_Integer want = 0;
-    char key[16];
-    const char *kp;
-    int failed_here;
-    while (n + want < limit) {
-      bson_iter_t id_it;
-      if (!mongoc_cursor_next(cur, &doc)) {
-        more = 0;
-        break;
-      }
-      lua_Integer seen;
-      if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
-      seen = entries_seen(doc, &k, &left);
-      if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass, ...) */
-      bson_uint32_to_string(nids++, &kp, key, sizeof key);
-      bson_append_value(&ids, kp, -1, bson_iter_value(&id_it));
-      want += seen;
-    }
-    if (nids == 1) {
-      /* one candidate: claimed and read back by one findAndModify */
-      bson_iter_t it, val;
-      bson_t reply, value;
-      int rc = 0;
-      const uint8_t *data;
-      uint32_t len;
-      bson_iter_init_find(&it, &ids, "0");
-      if (!claim_one(s, &k, bson_iter_value(&it), &reply, &be)) {
-        bson_destroy(&reply);
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return ms_store_push_bson_err(L, s, &be, doing);
-      }
-      if (bson_iter_init_find(&val, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&val)) {
-        bson_iter_document(&val, &len, &data);
-        if (bson_init_static(&value, data, len)) rc = push_claimed(L, &k, &value, &n, &e);
-      }
-      bson_destroy(&reply);
-      if (rc) {
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return ms_store_push_err(L, s, &e);
-      }
-    } else if (nids > 1) {
-      if (!claim_all(s, &k, &ids, &be)) {
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return ms_store_push_bson_err(L, s, &be, doing);
-      }
-      if (read_claimed(L, s, &k, &ids, nids, &n, &be, &e, &failed_here)) {
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return failed_here ? ms_store_push_bson_err(L, s, &be, doing) : ms_store_push_err(L, s, &e);
-      }
-    }
+    int nret;
+    collect_candidates(cur, &k, limit - n, &ids, &nids, &left, &more);
+    nret = claim_candidates(L, s, &k, &ids, nids, &n, doing);
     bson_destroy(&ids);
+    if (nret) {
+      mongoc_cursor_destroy(cur);
+      return nret;
+    }
   }
   if (mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
