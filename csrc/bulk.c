@@ -96,20 +96,101 @@ static int push_insert_result(lua_State *L, const ms_call_t *k, const bson_t *re
   return 1;
 }
 
+/* insert_many's documents on their way into the bulk: scratch is the one
+ * reused buffer of the documents added as soon as they are encoded; late
+ * holds the documents kept from first_late on (made of them so far), checks
+ * marks those libmongoc validates, ids the _id of each document in order. */
+typedef struct {
+  mongoc_bulk_operation_t *bulk;
+  bson_t scratch, ids, unchecked, **late;
+  size_t n, made, first_late;
+  char *checks;
+} insert_batch_t;
+
+/* Encodes docs[i] (at the top of the stack) into the buffer its turn gives
+ * it (the scratch, or a kept document of its own from the first that
+ * libmongoc validates on), adds it to the bulk if it goes at once (a
+ * refusal noted in *irc and *ie, the first one kept) and keeps its _id. */
+static int encode_insert_doc(lua_State *L, const ms_call_t *k, insert_batch_t *b, size_t i, int *irc, ms_err_t *ie,
+                             ms_err_t *e) {
+  char what[32];
+  int found, rc;
+  bson_t *doc;
+  bson_iter_t it;
+  bson_error_t be;
+  ms_index_name(what, sizeof what, "docs[", i + 1, "]");
+  if (b->first_late == b->n) {
+    bson_reinit(&b->scratch);
+    doc = &b->scratch;
+  } else {
+    /* sized as the one before: one allocation, not a chain of reallocs */
+    doc = b->late[b->made] = bson_sized_new(b->late[b->made - 1]->len + 64);
+    b->made++;
+  }
+  rc = ms_encode_insert(L, k, -1, doc, what, &found, e);
+  if (rc) return rc;
+  b->checks[i] = (found & MS_NEEDS_CHECKS) != 0;
+  if (b->first_late == b->n && b->checks[i]) {
+    b->first_late = i;
+    b->late = (bson_t **)bson_malloc0((b->n - i) * sizeof *b->late);
+    doc = b->late[0] = bson_copy(&b->scratch);
+    b->made = 1;
+  }
+  if (b->first_late == b->n && *irc == 0 && !mongoc_bulk_operation_insert_with_opts(b->bulk, doc, &b->unchecked, &be)) {
+    ms_err_set(ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
+    *irc = -1;
+  }
+  if (bson_iter_init_find(&it, doc, "_id")) bson_append_iter(&b->ids, "", 0, &it);
+  else bson_append_null(&b->ids, "", 0);
+  return 0;
+}
+
+/* Nothing is sent before every document is encoded (a bad one refuses the
+ * call whole), but a document libmongoc need not validate goes into the
+ * bulk (which copies it) as soon as it is encoded, through one reused
+ * buffer, and only its _id is kept. From the first that libmongoc validates
+ * on, the rest are kept (each its own heap bson_t: an array of bson_t from
+ * malloc lacks their alignment) and added after the last is encoded, so the
+ * errors come as before: the first document that does not encode, else the
+ * first libmongoc refuses. -1 with e set on either. */
+static int encode_insert_docs(lua_State *L, const ms_call_t *k, insert_batch_t *b, ms_err_t *e) {
+  bson_error_t be;
+  ms_err_t ie;
+  size_t i;
+  int rc = 0, irc = 0;
+  b->first_late = b->n;
+  for (i = 0; i < b->n && rc == 0; i++) {
+    lua_rawgeti(L, 2, (lua_Integer)(i + 1));
+    rc = encode_insert_doc(L, k, b, i, &irc, &ie, e);
+    lua_pop(L, 1);
+  }
+  for (i = b->first_late; rc == 0 && irc == 0 && i < b->n; i++) {
+    if (!mongoc_bulk_operation_insert_with_opts(b->bulk, b->late[i - b->first_late],
+                                                b->checks[i] ? NULL : &b->unchecked, &be)) {
+      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
+      irc = -1;
+    }
+  }
+  if (rc == 0 && irc) {
+    *e = ie;
+    rc = -1;
+  }
+  return rc;
+}
+
 /* c:insert_many(docs, { ordered = true }) -> { inserted = { [i] = id },
  * errors = { { index =, message =, code =, detail = } } }: every document is encoded
  * (and refused whole, nothing written) before any is sent. */
 static int l_insert_many(lua_State *L) {
-  bson_t opts = BSON_INITIALIZER, reply, scratch = BSON_INITIALIZER, ids = BSON_INITIALIZER,
-         unchecked = BSON_INITIALIZER, **late = NULL;
+  bson_t opts = BSON_INITIALIZER, reply;
+  insert_batch_t b = { NULL, BSON_INITIALIZER, BSON_INITIALIZER, BSON_INITIALIZER, NULL, 0, 0, 0, NULL };
   bson_error_t be;
-  ms_err_t e, ie;
-  mongoc_bulk_operation_t *bulk = NULL;
-  size_t n = 0, i, made = 0, first_late;
-  char *failed = NULL, *checks = NULL;
-  int rc = 0, irc = 0, nret;
+  ms_err_t e;
+  size_t i;
+  char *failed = NULL;
+  int nret;
   MS_CALL_BEGIN(L, k, "insert_many", 3);
-  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &n, &e) != MS_KIND_ARRAY || n == 0) {
+  if (lua_type(L, 2) != LUA_TTABLE || ms_table_kind(L, 2, &b.n, &e) != MS_KIND_ARRAY || b.n == 0) {
     ms_err_set(&e, "invalid", "docs must be a non-empty list of documents");
     bson_destroy(&opts);
     return ms_call_fail(L, &k, &e);
@@ -118,79 +199,28 @@ static int l_insert_many(lua_State *L) {
     bson_destroy(&opts);
     return ms_call_fail(L, &k, &e);
   }
-  ms_no_validation(&unchecked);
-  bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
+  ms_no_validation(&b.unchecked);
+  b.bulk = mongoc_collection_create_bulk_operation_with_opts(k.c->coll, &opts);
   bson_destroy(&opts);
-  checks = (char *)bson_malloc0(n);
-  /* Nothing is sent before every document is encoded (a bad one refuses
-   * the call whole), but a document libmongoc need not validate goes into
-   * the bulk (which copies it) as soon as it is encoded, through one reused
-   * buffer, and only its _id is kept. From the first that libmongoc
-   * validates on, the rest are kept (each its own heap bson_t: an array of
-   * bson_t from malloc lacks their alignment) and added after the last is
-   * encoded, so the errors come as before: the first document that does
-   * not encode, else the first libmongoc refuses. */
-  first_late = n;
-  for (i = 0; i < n && rc == 0; i++) {
-    char what[32];
-    int found;
-    bson_t *doc;
-    bson_iter_t it;
-    ms_index_name(what, sizeof what, "docs[", i + 1, "]");
-    lua_rawgeti(L, 2, (lua_Integer)(i + 1));
-    if (first_late == n) {
-      bson_reinit(&scratch);
-      doc = &scratch;
-    } else {
-      /* sized as the one before: one allocation, not a chain of reallocs */
-      doc = late[made] = bson_sized_new(late[made - 1]->len + 64);
-      made++;
-    }
-    rc = ms_encode_insert(L, &k, -1, doc, what, &found, &e);
-    lua_pop(L, 1);
-    if (rc) break;
-    checks[i] = (found & MS_NEEDS_CHECKS) != 0;
-    if (first_late == n && checks[i]) {
-      first_late = i;
-      late = (bson_t **)bson_malloc0((n - i) * sizeof *late);
-      doc = late[0] = bson_copy(&scratch);
-      made = 1;
-    }
-    if (first_late == n && irc == 0 && !mongoc_bulk_operation_insert_with_opts(bulk, doc, &unchecked, &be)) {
-      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
-      irc = -1;
-    }
-    if (bson_iter_init_find(&it, doc, "_id")) bson_append_iter(&ids, "", 0, &it);
-    else bson_append_null(&ids, "", 0);
-  }
-  for (i = first_late; rc == 0 && irc == 0 && i < n; i++) {
-    if (!mongoc_bulk_operation_insert_with_opts(bulk, late[i - first_late], checks[i] ? NULL : &unchecked, &be)) {
-      ms_err_set(&ie, "invalid", "docs[%zu]: %s", i + 1, be.message);
-      irc = -1;
-    }
-  }
-  if (rc == 0 && irc) {
-    e = ie;
-    rc = -1;
-  }
-  if (rc) {
+  b.checks = (char *)bson_malloc0(b.n);
+  if (encode_insert_docs(L, &k, &b, &e)) {
     nret = ms_call_fail(L, &k, &e);
   } else {
-    failed = (char *)bson_malloc0(n);
-    if (!mongoc_bulk_operation_execute(bulk, &reply, &be) && whole_failure(&reply)) {
+    failed = (char *)bson_malloc0(b.n);
+    if (!mongoc_bulk_operation_execute(b.bulk, &reply, &be) && whole_failure(&reply)) {
       nret = ms_call_fail_bson(L, &k, &be, &reply);
     } else {
-      nret = push_insert_result(L, &k, &reply, &ids, failed, n);
+      nret = push_insert_result(L, &k, &reply, &b.ids, failed, b.n);
     }
     bson_destroy(&reply);
   }
-  mongoc_bulk_operation_destroy(bulk);
-  for (i = 0; i < made; i++) bson_destroy(late[i]);
-  bson_free(late);
-  bson_destroy(&scratch);
-  bson_destroy(&ids);
-  bson_destroy(&unchecked);
-  bson_free(checks);
+  mongoc_bulk_operation_destroy(b.bulk);
+  for (i = 0; i < b.made; i++) bson_destroy(b.late[i]);
+  bson_free(b.late);
+  bson_destroy(&b.scratch);
+  bson_destroy(&b.ids);
+  bson_destroy(&b.unchecked);
+  bson_free(b.checks);
   bson_free(failed);
   return nret;
 }

@@ -179,25 +179,19 @@ static int doc_marked(const bson_t *doc, const commit_in_t *c) {
   return c->n_processed > 0;
 }
 
-/* The bulk matched fewer documents than it held commits: one find of the
- * sent commits' documents tells them apart. A document that does not hold
- * the commit's event mark lost (a conflict: the one-event path reloads). One
- * that holds it applied the event, ours or a concurrent writer's of the same
- * event at the same version; when the count of matches says every marked one
- * is ours they are committed, otherwise they are reported as duplicates (the
- * event is applied once either way; the caller reloads before going on). */
-static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, size_t n, int64_t matched,
-                             int results) {
+/* What settle_unmatched's find told of a sent commit's document: whether
+ * it came back, holds the commit's marks, and its version and inbox fence. */
+typedef struct {
+  char have, marked;
+  int64_t found, fence;
+} sent_doc_t;
+
+/* The find of the sent commits' documents, with the fields that tell them
+ * apart; *sent counts the commits. */
+static mongoc_cursor_t *find_sent(ms_store_t *s, const batch_item_t *items, size_t n, int64_t *sent) {
   bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, in, ids, proj;
   mongoc_cursor_t *cur;
-  const bson_t *doc;
-  bson_error_t be;
   size_t i, k = 0;
-  int64_t sent = 0, lost = 0;
-  char *marked = bson_malloc0(n ? n : 1);
-  int64_t *found = bson_malloc0(sizeof(int64_t) * (n ? n : 1));
-  int64_t *fences = bson_malloc0(sizeof(int64_t) * (n ? n : 1));
-  char *have = bson_malloc0(n ? n : 1);
   bson_append_document_begin(&filter, "_id", 3, &in);
   bson_append_array_begin(&in, "$in", 3, &ids);
   for (i = 0; i < n; i++) {
@@ -207,7 +201,7 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
     if (items[i].state != ITEM_SENT) continue;
     iklen = bson_uint32_to_string((uint32_t)k++, &ikey, ik, sizeof ik);
     bson_append_utf8(&ids, ikey, (int)iklen, items[i].c.id, (int)items[i].c.id_len);
-    sent++;
+    (*sent)++;
   }
   bson_append_array_end(&in, &ids);
   bson_append_document_end(&filter, &in);
@@ -218,22 +212,70 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
   bson_append_int32(&proj, "inbox_fence", 11, 1);
   bson_append_document_end(&opts, &proj);
   cur = mongoc_collection_find_with_opts(s->exes, &filter, &opts, NULL);
-  while (mongoc_cursor_next(cur, &doc)) {
-    bson_iter_t it;
-    uint32_t idl;
-    const char *idv = ms_utf8_field(doc, "_id", &idl);
-    if (!idv) continue;
-    for (i = 0; i < n; i++) {
-      commit_in_t *c = &items[i].c;
-      if (items[i].state != ITEM_SENT || c->id_len != idl || memcmp(c->id, idv, idl) != 0) continue;
-      have[i] = 1;
-      found[i] = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it)
-                                                                                            : 0;
-      marked[i] = doc_marked(doc, c);
-      fences[i] = (bson_iter_init_find(&it, doc, "inbox_fence") && BSON_ITER_HOLDS_NUMBER(&it))
-                    ? bson_iter_as_int64(&it) : 0;
-    }
+  bson_destroy(&filter);
+  bson_destroy(&opts);
+  return cur;
+}
+
+/* Notes what a fetched document tells of the sent commits it belongs to. */
+static void note_sent_doc(const bson_t *doc, batch_item_t *items, size_t n, sent_doc_t *docs) {
+  bson_iter_t it;
+  uint32_t idl;
+  const char *idv = ms_utf8_field(doc, "_id", &idl);
+  size_t i;
+  if (!idv) return;
+  for (i = 0; i < n; i++) {
+    commit_in_t *c = &items[i].c;
+    if (items[i].state != ITEM_SENT || c->id_len != idl || memcmp(c->id, idv, idl) != 0) continue;
+    docs[i].have = 1;
+    docs[i].found = (bson_iter_init_find(&it, doc, "version") && BSON_ITER_HOLDS_NUMBER(&it)) ? bson_iter_as_int64(&it)
+                                                                                              : 0;
+    docs[i].marked = (char)doc_marked(doc, c);
+    docs[i].fence = (bson_iter_init_find(&it, doc, "inbox_fence") && BSON_ITER_HOLDS_NUMBER(&it))
+                      ? bson_iter_as_int64(&it) : 0;
   }
+}
+
+/* The result of sent commit c (result index ri) from its document d; ours:
+ * the count of matches says its marks are its own commit's. */
+static void settle_sent(lua_State *L, commit_in_t *c, int results, int ri, const sent_doc_t *d, int ours) {
+  if (d->have && c->fence && d->fence > c->fence && !ours) {
+    result_from_stack(L, results, ri, ms_commit_push_stale(L, c, d->found, d->fence));
+  } else if (ours) {
+    result_committed(L, results, ri, c);
+  } else if (d->marked) {
+    result_from_stack(L, results, ri, ms_commit_push_duplicate(L, c));
+  } else if (d->have && d->found == c->old) {
+    /* at its version and not marked: the seq guard refused it (its
+     * execution holds an entry from a newer block); the one-event path
+     * commits it with fresh seqs */
+    lua_pushnil(L);
+    lua_pushfstring(L, "commit %s: a pending entry is newer than the batch's seqs", c->id);
+    lua_pushliteral(L, "conflict");
+    lua_pushinteger(L, (lua_Integer)d->found);
+    result_from_stack(L, results, ri, 4);
+  } else {
+    result_from_stack(L, results, ri, ms_commit_push_conflict(L, c, d->have, d->found));
+  }
+}
+
+/* The bulk matched fewer documents than it held commits: one find of the
+ * sent commits' documents tells them apart. A document that does not hold
+ * the commit's event mark lost (a conflict: the one-event path reloads). One
+ * that holds it applied the event, ours or a concurrent writer's of the same
+ * event at the same version; when the count of matches says every marked one
+ * is ours they are committed, otherwise they are reported as duplicates (the
+ * event is applied once either way; the caller reloads before going on). */
+static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, size_t n, int64_t matched,
+                             int results) {
+  mongoc_cursor_t *cur;
+  const bson_t *doc;
+  bson_error_t be;
+  size_t i;
+  int64_t sent = 0, lost = 0;
+  sent_doc_t *docs = bson_malloc0(sizeof *docs * (n ? n : 1));
+  cur = find_sent(s, items, n, &sent);
+  while (mongoc_cursor_next(cur, &doc)) note_sent_doc(doc, items, n, docs);
   if (mongoc_cursor_error(cur, &be)) {
     for (i = 0; i < n; i++) {
       if (items[i].state != ITEM_SENT) continue;
@@ -243,39 +285,16 @@ static void settle_unmatched(lua_State *L, ms_store_t *s, batch_item_t *items, s
     }
   } else {
     for (i = 0; i < n; i++)
-      if (items[i].state == ITEM_SENT && !marked[i]) lost++;
+      if (items[i].state == ITEM_SENT && !docs[i].marked) lost++;
     for (i = 0; i < n; i++) {
-      commit_in_t *c = &items[i].c;
       if (items[i].state != ITEM_SENT) continue;
-      if (have[i] && c->fence && fences[i] > c->fence && !(marked[i] && matched == sent - lost)) {
-        result_from_stack(L, results, (int)i + 1, ms_commit_push_stale(L, c, found[i], fences[i]));
-      } else if (marked[i] && matched == sent - lost) {
-        result_committed(L, results, (int)i + 1, c);
-      } else if (marked[i]) {
-        result_from_stack(L, results, (int)i + 1, ms_commit_push_duplicate(L, c));
-      } else if (have[i] && found[i] == c->old) {
-        /* at its version and not marked: the seq guard refused it (its
-         * execution holds an entry from a newer block); the one-event path
-         * commits it with fresh seqs */
-        lua_pushnil(L);
-        lua_pushfstring(L, "commit %s: a pending entry is newer than the batch's seqs", c->id);
-        lua_pushliteral(L, "conflict");
-        lua_pushinteger(L, (lua_Integer)found[i]);
-        result_from_stack(L, results, (int)i + 1, 4);
-      } else {
-        result_from_stack(L, results, (int)i + 1, ms_commit_push_conflict(L, c, have[i], found[i]));
-      }
+      settle_sent(L, &items[i].c, results, (int)i + 1, &docs[i], docs[i].marked && matched == sent - lost);
       items[i].state = ITEM_DONE;
-      ms_commit_in_destroy(c);
+      ms_commit_in_destroy(&items[i].c);
     }
   }
   mongoc_cursor_destroy(cur);
-  bson_destroy(&filter);
-  bson_destroy(&opts);
-  bson_free(marked);
-  bson_free(found);
-  bson_free(fences);
-  bson_free(have);
+  bson_free(docs);
 }
 
 /* The batch's pending commits as one unordered bulk write of CAS updates;

@@ -293,6 +293,66 @@ static int read_claimed(lua_State *L, ms_store_t *s, const claim_t *k, const bso
   return rc;
 }
 
+/* Collects into ids (nids of them) the _ids of the next candidates of
+ * cur until they hold at least `room` entries this pass takes; *left counts
+ * the external entries a targeted pass leaves, *more drops to 0 once the
+ * cursor is done. */
+static void collect_candidates(mongoc_cursor_t *cur, const claim_t *k, lua_Integer room, bson_t *ids, uint32_t *nids,
+                               lua_Integer *left, int *more) {
+  const bson_t *doc;
+  lua_Integer want = 0;
+  char key[16];
+  const char *kp;
+  while (want < room) {
+    bson_iter_t id_it;
+    if (!mongoc_cursor_next(cur, &doc)) {
+      *more = 0;
+      break;
+    }
+    lua_Integer seen;
+    if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, k)) continue;
+    seen = entries_seen(doc, k, left);
+    if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass, ...) */
+    bson_uint32_to_string((*nids)++, &kp, key, sizeof key);
+    bson_append_value(ids, kp, -1, bson_iter_value(&id_it));
+    want += seen;
+  }
+}
+
+/* Claims the candidates ids (nids of them) and pushes their entries into
+ * the table on top (n counts them): one candidate by one findAndModify,
+ * more by one update and one find. 0, or what it pushed for a failure. */
+static int claim_candidates(lua_State *L, ms_store_t *s, const claim_t *k, const bson_t *ids, uint32_t nids,
+                            lua_Integer *n, const char *doing) {
+  bson_error_t be;
+  ms_err_t e;
+  int failed_here;
+  if (nids == 1) {
+    /* one candidate: claimed and read back by one findAndModify */
+    bson_iter_t it, val;
+    bson_t reply, value;
+    int rc = 0;
+    const uint8_t *data;
+    uint32_t len;
+    bson_iter_init_find(&it, ids, "0");
+    if (!claim_one(s, k, bson_iter_value(&it), &reply, &be)) {
+      bson_destroy(&reply);
+      return ms_store_push_bson_err(L, s, &be, doing);
+    }
+    if (bson_iter_init_find(&val, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&val)) {
+      bson_iter_document(&val, &len, &data);
+      if (bson_init_static(&value, data, len)) rc = push_claimed(L, k, &value, n, &e);
+    }
+    bson_destroy(&reply);
+    if (rc) return ms_store_push_err(L, s, &e);
+  } else if (nids > 1) {
+    if (!claim_all(s, k, ids, &be)) return ms_store_push_bson_err(L, s, &be, doing);
+    if (read_claimed(L, s, k, ids, nids, n, &be, &e, &failed_here))
+      return failed_here ? ms_store_push_bson_err(L, s, &be, doing) : ms_store_push_err(L, s, &e);
+  }
+  return 0;
+}
+
 /* Claims the pending entries of array `field` (outbox or spawns) until at
  * least `limit` are held, in three round trips however many documents hold
  * them: the find of candidates (unclaimed, or their lease ran out), one
@@ -309,9 +369,7 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
                          const char *token, size_t toklen, int targeted, int external, const char *doing) {
   claim_t k;
   mongoc_cursor_t *cur;
-  const bson_t *doc;
   bson_error_t be;
-  ms_err_t e;
   lua_Integer n = 0, left = 0;
   int more = 1;
   k.field = field;
@@ -328,61 +386,14 @@ static int claim_entries(lua_State *L, ms_store_t *s, const char *field, lua_Int
   while (more && n < limit) {
     bson_t ids = BSON_INITIALIZER;
     uint32_t nids = 0;
-    lua_Integer want = 0;
-    char key[16];
-    const char *kp;
-    int failed_here;
-    while (n + want < limit) {
-      bson_iter_t id_it;
-      if (!mongoc_cursor_next(cur, &doc)) {
-        more = 0;
-        break;
-      }
-      lua_Integer seen;
-      if (!bson_iter_init_find(&id_it, doc, "_id") || claimed_elsewhere(doc, &k)) continue;
-      seen = entries_seen(doc, &k, &left);
-      if (seen == 0) continue; /* nothing this pass takes (external entries, for a targeted pass, ...) */
-      bson_uint32_to_string(nids++, &kp, key, sizeof key);
-      bson_append_value(&ids, kp, -1, bson_iter_value(&id_it));
-      want += seen;
-    }
-    if (nids == 1) {
-      /* one candidate: claimed and read back by one findAndModify */
-      bson_iter_t it, val;
-      bson_t reply, value;
-      int rc = 0;
-      const uint8_t *data;
-      uint32_t len;
-      bson_iter_init_find(&it, &ids, "0");
-      if (!claim_one(s, &k, bson_iter_value(&it), &reply, &be)) {
-        bson_destroy(&reply);
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return ms_store_push_bson_err(L, s, &be, doing);
-      }
-      if (bson_iter_init_find(&val, &reply, "value") && BSON_ITER_HOLDS_DOCUMENT(&val)) {
-        bson_iter_document(&val, &len, &data);
-        if (bson_init_static(&value, data, len)) rc = push_claimed(L, &k, &value, &n, &e);
-      }
-      bson_destroy(&reply);
-      if (rc) {
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return ms_store_push_err(L, s, &e);
-      }
-    } else if (nids > 1) {
-      if (!claim_all(s, &k, &ids, &be)) {
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return ms_store_push_bson_err(L, s, &be, doing);
-      }
-      if (read_claimed(L, s, &k, &ids, nids, &n, &be, &e, &failed_here)) {
-        bson_destroy(&ids);
-        mongoc_cursor_destroy(cur);
-        return failed_here ? ms_store_push_bson_err(L, s, &be, doing) : ms_store_push_err(L, s, &e);
-      }
-    }
+    int nret;
+    collect_candidates(cur, &k, limit - n, &ids, &nids, &left, &more);
+    nret = claim_candidates(L, s, &k, &ids, nids, &n, doing);
     bson_destroy(&ids);
+    if (nret) {
+      mongoc_cursor_destroy(cur);
+      return nret;
+    }
   }
   if (mongoc_cursor_error(cur, &be)) {
     mongoc_cursor_destroy(cur);
@@ -629,22 +640,11 @@ static int l_ack_outbox(lua_State *L) { return ack(L, "outbox", "ack_outbox"); }
 
 static int l_ack_spawn(lua_State *L) { return ack(L, "spawns", "ack_spawn"); }
 
-/* store:ack_outbox_many({ { source_id, token, seqs = { seq, ... }, release = bool }, ... })
- * -> true | nil, msg, code
- * The acks of a relay pass: one update per source document, all in one
- * unordered bulk write. Each pulls the listed seqs only while the document
- * is still claimed by token, and with release also gives the claim back (the
- * pass is done with that source), so an ack and a release cost one write. */
-static int l_ack_outbox_many(lua_State *L) {
-  STORE_OR_CLOSED(L, s, "ack_outbox_many");
-  bson_t opts = BSON_INITIALIZER, reply;
-  bson_error_t be;
-  mongoc_bulk_operation_t *bulk;
-  lua_Integer i, n;
-  int ops = 0, ok;
-  ms_arg_table(L, 2, "ack_outbox_many: acks");
-  n = (lua_Integer)luaL_len(L, 2);
-  /* every entry checked before anything is sent */
+/* Checks every ack of ack_outbox_many (the list at 2, n long) before
+ * anything is sent: 0, or what it pushed (nil, msg, code) for a bad source
+ * id or token; a wrong shape raises. */
+static int check_outbox_acks(lua_State *L, lua_Integer n) {
+  lua_Integer i;
   for (i = 1; i <= n; i++) {
     ms_err_t e;
     size_t toklen;
@@ -663,6 +663,72 @@ static int l_ack_outbox_many(lua_State *L) {
     ms_arg_table(L, -1, "ack_outbox_many: seqs");
     lua_pop(L, 4);
   }
+  return 0;
+}
+
+/* The update of acks[i] (checked): q its source document while still
+ * claimed by its token, u the $pull of its seqs and, with release, the
+ * claim given back. */
+static void build_outbox_ack(lua_State *L, lua_Integer i, bson_t *q, bson_t *u) {
+  bson_t pull, cond, in, arr;
+  const char *id, *token;
+  size_t idlen, toklen;
+  lua_Integer j, m;
+  int64_t seq;
+  lua_rawgeti(L, 2, i);
+  lua_getfield(L, -1, "source_id");
+  id = lua_tolstring(L, -1, &idlen);
+  lua_getfield(L, -2, "token");
+  token = lua_tolstring(L, -1, &toklen);
+  bson_append_utf8(q, "_id", 3, id, (int)idlen);
+  bson_append_utf8(q, "outbox_claim.token", -1, token, (int)toklen);
+  bson_append_document_begin(u, "$pull", 5, &pull);
+  bson_append_document_begin(&pull, "outbox", 6, &cond);
+  bson_append_document_begin(&cond, "seq", 3, &in);
+  bson_append_array_begin(&in, "$in", 3, &arr);
+  lua_getfield(L, -3, "seqs");
+  m = (lua_Integer)luaL_len(L, -1);
+  for (j = 1; j <= m; j++) {
+    char ik[24];
+    const char *ikey;
+    size_t iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik);
+    lua_rawgeti(L, -1, j);
+    seq = ms_arg_integer(L, -1, "ack_outbox_many: seqs[i]");
+    bson_append_int64(&arr, ikey, (int)iklen, seq);
+    lua_pop(L, 1);
+  }
+  bson_append_array_end(&in, &arr);
+  bson_append_document_end(&cond, &in);
+  bson_append_document_end(&pull, &cond);
+  bson_append_document_end(u, &pull);
+  lua_getfield(L, -4, "release");
+  if (lua_toboolean(L, -1)) {
+    bson_t set;
+    bson_append_document_begin(u, "$set", 4, &set);
+    bson_append_double(&set, "outbox_claim.until", -1, 0.0);
+    bson_append_document_end(u, &set);
+  }
+  lua_pop(L, 5);
+}
+
+/* store:ack_outbox_many({ { source_id, token, seqs = { seq, ... }, release = bool }, ... })
+ * -> true | nil, msg, code
+ * The acks of a relay pass: one update per source document, all in one
+ * unordered bulk write. Each pulls the listed seqs only while the document
+ * is still claimed by token, and with release also gives the claim back (the
+ * pass is done with that source), so an ack and a release cost one write. */
+static int l_ack_outbox_many(lua_State *L) {
+  STORE_OR_CLOSED(L, s, "ack_outbox_many");
+  bson_t opts = BSON_INITIALIZER, reply;
+  bson_error_t be;
+  mongoc_bulk_operation_t *bulk;
+  lua_Integer i, n;
+  int ok, nret;
+  ms_arg_table(L, 2, "ack_outbox_many: acks");
+  n = (lua_Integer)luaL_len(L, 2);
+  /* every entry checked before anything is sent */
+  nret = check_outbox_acks(L, n);
+  if (nret) return nret;
   if (n == 0) {
     lua_pushboolean(L, 1);
     return 1;
@@ -671,45 +737,8 @@ static int l_ack_outbox_many(lua_State *L) {
   bulk = mongoc_collection_create_bulk_operation_with_opts(s->exes, &opts);
   bson_destroy(&opts);
   for (i = 1; i <= n; i++) {
-    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, pull, cond, in, arr;
-    const char *id, *token;
-    size_t idlen, toklen;
-    lua_Integer j, m;
-    int64_t seq;
-    lua_rawgeti(L, 2, i);
-    lua_getfield(L, -1, "source_id");
-    id = lua_tolstring(L, -1, &idlen);
-    lua_getfield(L, -2, "token");
-    token = lua_tolstring(L, -1, &toklen);
-    bson_append_utf8(&q, "_id", 3, id, (int)idlen);
-    bson_append_utf8(&q, "outbox_claim.token", -1, token, (int)toklen);
-    bson_append_document_begin(&u, "$pull", 5, &pull);
-    bson_append_document_begin(&pull, "outbox", 6, &cond);
-    bson_append_document_begin(&cond, "seq", 3, &in);
-    bson_append_array_begin(&in, "$in", 3, &arr);
-    lua_getfield(L, -3, "seqs");
-    m = (lua_Integer)luaL_len(L, -1);
-    for (j = 1; j <= m; j++) {
-      char ik[24];
-      const char *ikey;
-      size_t iklen = bson_uint32_to_string((uint32_t)(j - 1), &ikey, ik, sizeof ik);
-      lua_rawgeti(L, -1, j);
-      seq = ms_arg_integer(L, -1, "ack_outbox_many: seqs[i]");
-      bson_append_int64(&arr, ikey, (int)iklen, seq);
-      lua_pop(L, 1);
-    }
-    bson_append_array_end(&in, &arr);
-    bson_append_document_end(&cond, &in);
-    bson_append_document_end(&pull, &cond);
-    bson_append_document_end(&u, &pull);
-    lua_getfield(L, -4, "release");
-    if (lua_toboolean(L, -1)) {
-      bson_t set;
-      bson_append_document_begin(&u, "$set", 4, &set);
-      bson_append_double(&set, "outbox_claim.until", -1, 0.0);
-      bson_append_document_end(&u, &set);
-    }
-    lua_pop(L, 5);
+    bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER;
+    build_outbox_ack(L, i, &q, &u);
     ok = mongoc_bulk_operation_update_one_with_opts(bulk, &q, &u, NULL, &be);
     bson_destroy(&q);
     bson_destroy(&u);
@@ -717,7 +746,6 @@ static int l_ack_outbox_many(lua_State *L) {
       mongoc_bulk_operation_destroy(bulk);
       return ms_store_push_bson_err(L, s, &be, "ack_outbox_many");
     }
-    ops++;
   }
   ok = (int)mongoc_bulk_operation_execute(bulk, &reply, &be);
   mongoc_bulk_operation_destroy(bulk);

@@ -102,23 +102,9 @@ local function check_invoke(chart_id, path, def, node)
   node.invoke, node.with, node.with_given = inv, with, def.with ~= nil
 end
 
--- Builds the node for one state table (recursively).
-local function build_node(chart_id, def, parent, index)
-  local name = def[1]
-  local parent_path = parent and parent.path or ""
-  check_name(chart_id, parent_path, name)
-  local path = parent and (parent.path == "" and name or parent.path .. "." .. name) or name
-  for k in pairs(def) do
-    if not STATE_KEYS[k] then fail(chart_id, path, "unknown key '%s'", tostring(k)) end
-  end
-  if index[path] then fail(chart_id, path, "duplicate state name '%s'", name) end
-  local node = {
-    name = name, path = path, parent = parent, depth = parent and parent.depth + 1 or 0,
-    children = {}, by_name = {}, outgoing = {},
-    on_enter = def.on_enter, on_exit = def.on_exit, on_activity = def.on_activity,
-    history = def.history ~= false, defer = {},
-  }
-  index[path] = node
+-- Checks a state's hooks, history, defer and timeout; puts the deferred
+-- kinds and the timeout on its node.
+local function check_state_options(chart_id, path, def, node)
   for _, hook in ipairs { "on_enter", "on_exit", "on_activity" } do
     if def[hook] ~= nil and not is_fn(def[hook]) then fail(chart_id, path, "%s must be a function", hook) end
   end
@@ -141,6 +127,45 @@ local function build_node(chart_id, def, parent, index)
     end
     node.timeout = t
   end
+end
+
+-- Checks a state's initial against its children (an orthogonal state has
+-- none: every region runs) and puts the initial child on its node.
+local function check_initial(chart_id, path, def, node)
+  if node.orthogonal then
+    if #node.children == 0 then fail(chart_id, path, "an orthogonal state needs regions (states)") end
+    if def.initial ~= nil then fail(chart_id, path, "an orthogonal state has no initial: every region runs") end
+    for _, region in ipairs(node.children) do
+      if #region.children == 0 then fail(chart_id, region.path, "a region of an orthogonal state needs states") end
+    end
+  elseif #node.children > 0 then
+    if def.initial == nil then fail(chart_id, path, "missing initial") end
+    local init = node.by_name[def.initial]
+    if not init then fail(chart_id, path, "initial '%s' is not one of its states", tostring(def.initial)) end
+    node.initial = init
+  elseif def.initial ~= nil then
+    fail(chart_id, path, "initial given but the state has no states")
+  end
+end
+
+-- Builds the node for one state table (recursively).
+local function build_node(chart_id, def, parent, index)
+  local name = def[1]
+  local parent_path = parent and parent.path or ""
+  check_name(chart_id, parent_path, name)
+  local path = parent and (parent.path == "" and name or parent.path .. "." .. name) or name
+  for k in pairs(def) do
+    if not STATE_KEYS[k] then fail(chart_id, path, "unknown key '%s'", tostring(k)) end
+  end
+  if index[path] then fail(chart_id, path, "duplicate state name '%s'", name) end
+  local node = {
+    name = name, path = path, parent = parent, depth = parent and parent.depth + 1 or 0,
+    children = {}, by_name = {}, outgoing = {},
+    on_enter = def.on_enter, on_exit = def.on_exit, on_activity = def.on_activity,
+    history = def.history ~= false, defer = {},
+  }
+  index[path] = node
+  check_state_options(chart_id, path, def, node)
   if def.final ~= nil then
     if type(def.final) ~= "string" and def.final ~= true then
       fail(chart_id, path, "final must be an outcome string (or true for no outcome)")
@@ -163,20 +188,7 @@ local function build_node(chart_id, def, parent, index)
     end
   end
   node.orthogonal = def.orthogonal == true
-  if node.orthogonal then
-    if #node.children == 0 then fail(chart_id, path, "an orthogonal state needs regions (states)") end
-    if def.initial ~= nil then fail(chart_id, path, "an orthogonal state has no initial: every region runs") end
-    for _, region in ipairs(node.children) do
-      if #region.children == 0 then fail(chart_id, region.path, "a region of an orthogonal state needs states") end
-    end
-  elseif #node.children > 0 then
-    if def.initial == nil then fail(chart_id, path, "missing initial") end
-    local init = node.by_name[def.initial]
-    if not init then fail(chart_id, path, "initial '%s' is not one of its states", tostring(def.initial)) end
-    node.initial = init
-  elseif def.initial ~= nil then
-    fail(chart_id, path, "initial given but the state has no states")
-  end
+  check_initial(chart_id, path, def, node)
   node.kind = node.orthogonal and "orthogonal" or (#node.children > 0 and "composite") or (node.final and "final")
               or (node.invoke and "invoke") or "leaf"
   -- what waits on child executions and joins them: regions or a fan-out

@@ -408,6 +408,138 @@ local EXTERNAL_RENEW = 10 / 3
 -- The loop's wait when there is nothing to claim: 50 ms doubling to 1 s.
 local EXTERNAL_IDLE_MIN, EXTERNAL_IDLE_MAX = 0.05, 1
 
+-- The steps of external_loop share one loop table x: fn and concurrency as
+-- given, wake (a semaphore a finished handler posts), queue[qhead..qlen]
+-- (claimed entries not started yet, with a count of its own: the length of
+-- a list whose head was set to nil is not reliable), live (light threads ->
+-- their entry), running (handlers at work) and open (source_id .. token ->
+-- entries of the claim not settled).
+
+-- The key of the claim an entry came with.
+local function claim_key(e) return e.source_id .. "\0" .. e.token end
+
+-- Settles an entry through a thread once its handler is done: ok true acks
+-- it, anything else is a failed try (why), logged, with its backoff.
+local function settle_entry(x, e, ok, why)
+  e.settling = true -- its claim may be given back from here: not renewed
+  local k = claim_key(e)
+  local left = (x.open[k] or 1) - 1
+  x.open[k] = left > 0 and left or nil
+  local r, err = external_call("external_settle", "settle_external", config.call_timeout, e, ok == true,
+                               why ~= nil and tostring(why) or nil, left <= 0)
+  if not r then
+    ngx.log(ngx.ERR, "mongostore: on_external: outbox ", tostring(e.seq), ": ", tostring(err),
+            " (its claim lapses and it comes again)")
+  elseif r.outcome == "given_up" then
+    ngx.log(ngx.ERR, "mongostore: on_external: ", r.message)
+  elseif r.outcome == "retry" then
+    ngx.log(ngx.WARN, "mongostore: on_external: ", r.message)
+  end
+end
+
+-- The body of an entry's light thread: runs the handler, settles the entry
+-- and frees its slot.
+local function run_entry(x, e)
+  local ok, res, why = pcall(x.fn, e)
+  if not ok then
+    why = res
+  elseif res ~= true then
+    why = why ~= nil and why or ("on_external returned " .. tostring(res))
+  end
+  settle_entry(x, e, ok and res == true, why)
+  x.running = x.running - 1
+  x.wake:post(1)
+end
+
+-- The claims held: the entries running and not settling, and those queued.
+local function held_claims(x)
+  local list = {}
+  for _, e in pairs(x.live) do
+    if not e.settling then list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token } end
+  end
+  for i = x.qhead, x.qlen do
+    local e = x.queue[i]
+    list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token }
+  end
+  return list
+end
+
+-- Renews the claims held; logs each one that ran out meanwhile.
+local function renew_claims(x)
+  local list = held_claims(x)
+  if #list == 0 then return end
+  local _, lost = external_call("external_renew", "renew_external", config.call_timeout, list)
+  if type(lost) == "table" then
+    for _, e in ipairs(lost) do
+      ngx.log(ngx.WARN, "mongostore: on_external: outbox ", tostring(e.seq),
+              ": its claim ran out while its handler ran; another worker may deliver it too")
+    end
+  end
+end
+
+-- Waits for the light threads that are done, forgetting them.
+local function reap_threads(x)
+  for t in pairs(x.live) do
+    if coroutine.status(t) == "dead" then
+      ngx.thread.wait(t)
+      x.live[t] = nil
+    end
+  end
+end
+
+-- Claims entries for the free slots into the queue; the number claimed, or
+-- nil when the claim failed (logged unless every thread slot was busy).
+local function claim_into_queue(x)
+  local entries, err = external_claim(x.concurrency - x.running)
+  if entries == nil then
+    -- every slot busy is load, not a fault: the next round tries again
+    if not tostring(err):find("too many calls in flight", 1, true) then
+      ngx.log(ngx.WARN, "mongostore: on_external: ", tostring(err))
+    end
+    return nil
+  end
+  x.queue, x.qhead, x.qlen = entries, 1, #entries
+  for _, e in ipairs(entries) do
+    local k = claim_key(e)
+    x.open[k] = (x.open[k] or 0) + 1
+  end
+  return #entries
+end
+
+-- Starts a light thread for each queued entry while slots are free; an
+-- entry no thread can be had for is settled as a failed try.
+local function start_queued(x)
+  while x.running < x.concurrency and x.qhead <= x.qlen do
+    local e = x.queue[x.qhead]
+    x.queue[x.qhead] = nil
+    x.qhead = x.qhead + 1
+    x.running = x.running + 1
+    local t, serr = ngx.thread.spawn(run_entry, x, e)
+    if t then
+      x.live[t] = e
+    else
+      x.running = x.running - 1
+      ngx.log(ngx.ERR, "mongostore: on_external: could not start a light thread: ", tostring(serr))
+      settle_entry(x, e, false, "no light thread: " .. tostring(serr))
+    end
+  end
+end
+
+-- On stopping: lets the running handlers finish and settle, and gives the
+-- claims of the entries not started back.
+local function drain_external(x)
+  for t in pairs(x.live) do ngx.thread.wait(t) end
+  local given = {}
+  for i = x.qhead, x.qlen do
+    local e = x.queue[i]
+    local k = claim_key(e)
+    if not given[k] then
+      given[k] = true
+      pcall(M.release_outbox, e.source_id, e.token)
+    end
+  end
+end
+
 -- The on_external loop of one nginx worker (every worker runs one: the
 -- claims keep them apart). It claims external entries through a thread,
 -- runs fn(entry) in a light thread of this timer for each (cosockets work
@@ -417,140 +549,145 @@ local EXTERNAL_IDLE_MIN, EXTERNAL_IDLE_MAX = 0.05, 1
 -- or a raise) is a failed try, logged, with its backoff on the entry.
 local function external_loop(state, fn, concurrency)
   local semaphore = require "ngx.semaphore"
-  local wake = semaphore.new(0)
-  -- claimed entries not started yet: queue[qhead..qlen] (a count of its own:
-  -- the length of a list whose head was set to nil is not reliable)
-  local queue, qhead, qlen = {}, 1, 0
-  local live = {}                   -- light threads -> their entry
-  local running = 0
-  local open = {}                   -- source_id .. token -> entries of the claim not settled
-  local function key(e) return e.source_id .. "\0" .. e.token end
-
-  local function settle(e, ok, why)
-    e.settling = true -- its claim may be given back from here: not renewed
-    local k = key(e)
-    local left = (open[k] or 1) - 1
-    open[k] = left > 0 and left or nil
-    local r, err = external_call("external_settle", "settle_external", config.call_timeout, e, ok == true,
-                                 why ~= nil and tostring(why) or nil, left <= 0)
-    if not r then
-      ngx.log(ngx.ERR, "mongostore: on_external: outbox ", tostring(e.seq), ": ", tostring(err),
-              " (its claim lapses and it comes again)")
-    elseif r.outcome == "given_up" then
-      ngx.log(ngx.ERR, "mongostore: on_external: ", r.message)
-    elseif r.outcome == "retry" then
-      ngx.log(ngx.WARN, "mongostore: on_external: ", r.message)
-    end
-  end
-
-  local function run_entry(e)
-    local ok, res, why = pcall(fn, e)
-    if not ok then
-      why = res
-    elseif res ~= true then
-      why = why ~= nil and why or ("on_external returned " .. tostring(res))
-    end
-    settle(e, ok and res == true, why)
-    running = running - 1
-    wake:post(1)
-  end
-
-  local function held()
-    local list = {}
-    for _, e in pairs(live) do
-      if not e.settling then list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token } end
-    end
-    for i = qhead, qlen do
-      local e = queue[i]
-      list[#list + 1] = { seq = e.seq, source_id = e.source_id, token = e.token }
-    end
-    return list
-  end
-
-  local function renew()
-    local list = held()
-    if #list == 0 then return end
-    local _, lost = external_call("external_renew", "renew_external", config.call_timeout, list)
-    if type(lost) == "table" then
-      for _, e in ipairs(lost) do
-        ngx.log(ngx.WARN, "mongostore: on_external: outbox ", tostring(e.seq),
-                ": its claim ran out while its handler ran; another worker may deliver it too")
-      end
-    end
-  end
-
-  local function reap()
-    for t in pairs(live) do
-      if coroutine.status(t) == "dead" then
-        ngx.thread.wait(t)
-        live[t] = nil
-      end
-    end
-  end
-
+  local x = { fn = fn, concurrency = concurrency, wake = semaphore.new(0), queue = {}, qhead = 1, qlen = 0,
+              live = {}, running = 0, open = {} }
   return function(premature)
     if premature then return end
     local idle, last_renew = EXTERNAL_IDLE_MIN, ngx.now()
     while not (state.stopped or ngx.worker.exiting()) do
       local claimed = 0
-      if qhead > qlen and running < concurrency then
-        local entries, err = external_claim(concurrency - running)
-        if entries == nil then
-          -- every slot busy is load, not a fault: the next round tries again
-          if not tostring(err):find("too many calls in flight", 1, true) then
-            ngx.log(ngx.WARN, "mongostore: on_external: ", tostring(err))
-          end
-          idle = EXTERNAL_IDLE_MAX
-        else
-          claimed = #entries
-          queue, qhead, qlen = entries, 1, #entries
-          for _, e in ipairs(entries) do
-            local k = key(e)
-            open[k] = (open[k] or 0) + 1
-          end
-        end
+      if x.qhead > x.qlen and x.running < concurrency then
+        claimed = claim_into_queue(x)
+        if not claimed then claimed, idle = 0, EXTERNAL_IDLE_MAX end
       end
-      while running < concurrency and qhead <= qlen do
-        local e = queue[qhead]
-        queue[qhead] = nil
-        qhead = qhead + 1
-        running = running + 1
-        local t, serr = ngx.thread.spawn(run_entry, e)
-        if t then
-          live[t] = e
-        else
-          running = running - 1
-          ngx.log(ngx.ERR, "mongostore: on_external: could not start a light thread: ", tostring(serr))
-          settle(e, false, "no light thread: " .. tostring(serr))
-        end
-      end
-      reap()
+      start_queued(x)
+      reap_threads(x)
       if ngx.now() - last_renew >= EXTERNAL_RENEW then
         last_renew = ngx.now()
-        renew()
+        renew_claims(x)
       end
-      if running >= concurrency then
-        wake:wait(EXTERNAL_RENEW / 2) -- every slot busy: until a handler is done
+      if x.running >= concurrency then
+        x.wake:wait(EXTERNAL_RENEW / 2) -- every slot busy: until a handler is done
       elseif claimed > 0 then
         idle = EXTERNAL_IDLE_MIN -- there was work: claim again at once
       else
-        wake:wait(idle)
+        x.wake:wait(idle)
         idle = math.min(idle * 2, EXTERNAL_IDLE_MAX)
       end
     end
     -- stopping: let the running handlers finish and settle, give the rest back
-    for t in pairs(live) do ngx.thread.wait(t) end
-    local given = {}
-    for i = qhead, qlen do
-      local e = queue[i]
-      local k = key(e)
-      if not given[k] then
-        given[k] = true
-        pcall(M.release_outbox, e.source_id, e.token)
-      end
-    end
+    drain_external(x)
   end
 end
+
+-- start_worker's options checked (misuse raises, at start_worker's caller):
+-- the handler of external events (on_external, or deliver's webhook) and
+-- how many run at once.
+local function start_external_opts(opts)
+  if opts.on_external ~= nil and type(opts.on_external) ~= "function" then
+    error("mongostore.ngx.start_worker: on_external must be a function", 3)
+  end
+  local on_external = opts.on_external
+  local concurrency = opts.external_concurrency or 16
+  if opts.deliver ~= nil then
+    if on_external then error("mongostore.ngx.start_worker: give on_external or deliver, not both", 3) end
+    local webhook = require "mongostore.webhook"
+    local ok, herr = pcall(webhook.handler, opts.deliver)
+    if not ok then error("mongostore.ngx.start_worker: " .. tostring(herr):gsub("^.-:%d+: ", ""), 3) end
+    on_external = herr
+    concurrency = opts.deliver.concurrency or opts.external_concurrency or 16
+  end
+  if type(concurrency) ~= "number" or concurrency % 1 ~= 0 or concurrency < 1 or concurrency > 1024 then
+    error("mongostore.ngx.start_worker: external_concurrency must be an integer from 1 to 1024", 3)
+  end
+  return on_external, concurrency
+end
+
+-- Connects the worker's own store and engine (for the direct calls) unless
+-- it has them; false when the server cannot be had this tick.
+local function ensure_worker_engine(state, log)
+  if state.engine then return true end
+  local ms = require "mongostore"
+  -- one quick attempt per tick: a server that is down must not hold the
+  -- worker; the next tick tries again
+  local store, err = ms.connect(config.uri, { db = config.db, prefix = config.prefix, wait = 0,
+                                              trace_max = config.trace_max })
+  if not store then
+    log("worker: " .. tostring(err))
+    return false
+  end
+  local charts = config.charts and require(config.charts) or {}
+  state.store = store
+  state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log,
+                                                   inbox = config.inbox, inbox_group = config.inbox_group,
+                                                   sweep_batch = config.sweep_batch,
+                                                   max_conflicts = config.max_conflicts }
+  return true
+end
+
+-- One worker step (the relays, the inbox's idle pass, the sweep when asked):
+-- in a worker thread while threads work from timers, else directly. A
+-- failed step in a thread backs the worker off, doubling up to 5 s.
+local function worker_step(state, sweep, log)
+  if state.threads ~= false then
+    -- the step runs in a worker thread: the timer yields meanwhile
+    local res = thread_call(1, "worker_step", config, sweep)
+    if not res then return end -- every slot busy: the next tick tries again
+    local stepped, terr
+    if res[1] then stepped, terr = res[2], res[3] else terr = res[2] end
+    if stepped then
+      state.backoff, state.retry_at = nil, nil
+      return
+    end
+    if state.threads == nil and tostring(terr):find("context", 1, true) then
+      state.threads = false -- this lua module cannot run threads from timers: step directly
+    else
+      state.backoff = math.min((state.backoff or 0.25) * 2, 5)
+      state.retry_at = ngx.now() + state.backoff
+      log("worker step: " .. tostring(terr))
+      return
+    end
+  end
+  if not ensure_worker_engine(state, log) then return end
+  local e = state.engine
+  e:relay_spawns()
+  e:relay_outbox()
+  if e.inbox then require("mongostore.inbox").idle_pass(e) end
+  if sweep then e:sweep() end
+end
+
+-- The worker's timer callback: one step per tick at most, the sweep on one
+-- nginx worker at a time under the lock in dict.
+local function worker_tick(state, dict, sweep_interval, lock_ttl, log)
+  return function(premature)
+    if premature or state.stopped then
+      -- reload or shutdown: stop cleanly and let go of the connection
+      state.stopped = true
+      if state.store then state.store:close() end
+      state.store, state.engine = nil, nil
+      return
+    end
+    -- after a failed step (no server, most likely) this worker pauses,
+    -- doubling up to 5 s, rather than log and hold a thread every tick
+    if state.retry_at and ngx.now() < state.retry_at then return end
+    -- one step at a time in this worker: a tick that finds the last step
+    -- still running (a slow or silent server) lets it be, so steps never
+    -- pile up on the thread slots the requests need
+    if state.stepping then return end
+    -- the relays and the inbox run on every nginx worker at once (their
+    -- claims keep them apart); the sweep on one at a time, under the lock
+    local me = tostring(ngx.worker.pid())
+    local now = ngx.now()
+    local sweep = now - state.last_sweep >= sweep_interval and dict:add("sweep", me, lock_ttl)
+    if sweep then state.last_sweep = now end
+    state.stepping = true
+    local done, err = pcall(worker_step, state, sweep, log)
+    state.stepping = false
+    if sweep and dict:get("sweep") == me then dict:delete("sweep") end
+    if not done then log("worker step: " .. tostring(err)) end
+  end
+end
+
 
 -- msngx.start_worker{ interval = 0.1, sweep_interval = 1, lock_dict = "mongostore_locks",
 --                     lock_ttl = 10, on_external = fn(entry), external_concurrency = 16 }
@@ -574,22 +711,7 @@ function M.start_worker(opts)
   for k in pairs(opts) do
     if not START_OPTS[k] then error("mongostore.ngx.start_worker: unknown option " .. tostring(k), 2) end
   end
-  if opts.on_external ~= nil and type(opts.on_external) ~= "function" then
-    error("mongostore.ngx.start_worker: on_external must be a function", 2)
-  end
-  local on_external = opts.on_external
-  local concurrency = opts.external_concurrency or 16
-  if opts.deliver ~= nil then
-    if on_external then error("mongostore.ngx.start_worker: give on_external or deliver, not both", 2) end
-    local webhook = require "mongostore.webhook"
-    local ok, herr = pcall(webhook.handler, opts.deliver)
-    if not ok then error("mongostore.ngx.start_worker: " .. tostring(herr):gsub("^.-:%d+: ", ""), 2) end
-    on_external = herr
-    concurrency = opts.deliver.concurrency or opts.external_concurrency or 16
-  end
-  if type(concurrency) ~= "number" or concurrency % 1 ~= 0 or concurrency < 1 or concurrency > 1024 then
-    error("mongostore.ngx.start_worker: external_concurrency must be an integer from 1 to 1024", 2)
-  end
+  local on_external, concurrency = start_external_opts(opts)
   local interval = opts.interval or 0.1
   local sweep_interval = opts.sweep_interval or 1
   local dict_name = opts.lock_dict or "mongostore_locks"
@@ -600,81 +722,7 @@ function M.start_worker(opts)
   local state = { last_sweep = 0, engine = nil, store = nil, stopped = false }
   worker = state
 
-  local function ensure()
-    if state.engine then return true end
-    local ms = require "mongostore"
-    -- one quick attempt per tick: a server that is down must not hold the
-    -- worker; the next tick tries again
-    local store, err = ms.connect(config.uri, { db = config.db, prefix = config.prefix, wait = 0,
-                                                trace_max = config.trace_max })
-    if not store then
-      log("worker: " .. tostring(err))
-      return false
-    end
-    local charts = config.charts and require(config.charts) or {}
-    state.store = store
-    state.engine = require("mongostore.engine").new{ store = store, charts = charts, trace = config.trace, log = log,
-                                                     inbox = config.inbox, inbox_group = config.inbox_group,
-                                                     sweep_batch = config.sweep_batch,
-                                                     max_conflicts = config.max_conflicts }
-    return true
-  end
-
-  local function tick(premature)
-    if premature or state.stopped then
-      -- reload or shutdown: stop cleanly and let go of the connection
-      state.stopped = true
-      if state.store then state.store:close() end
-      state.store, state.engine = nil, nil
-      return
-    end
-    -- after a failed step (no server, most likely) this worker pauses,
-    -- doubling up to 5 s, rather than log and hold a thread every tick
-    if state.retry_at and ngx.now() < state.retry_at then return end
-    -- one step at a time in this worker: a tick that finds the last step
-    -- still running (a slow or silent server) lets it be, so steps never
-    -- pile up on the thread slots the requests need
-    if state.stepping then return end
-    -- the relays and the inbox run on every nginx worker at once (their
-    -- claims keep them apart); the sweep on one at a time, under the lock
-    local me = tostring(ngx.worker.pid())
-    local now = ngx.now()
-    local sweep = now - state.last_sweep >= sweep_interval and dict:add("sweep", me, lock_ttl)
-    if sweep then state.last_sweep = now end
-    state.stepping = true
-    local done, err = pcall(function()
-      if state.threads ~= false then
-        -- the step runs in a worker thread: the timer yields meanwhile
-        local res = thread_call(1, "worker_step", config, sweep)
-        if not res then return end -- every slot busy: the next tick tries again
-        local stepped, terr
-        if res[1] then stepped, terr = res[2], res[3] else terr = res[2] end
-        if stepped then
-          state.backoff, state.retry_at = nil, nil
-          return
-        end
-        if state.threads == nil and tostring(terr):find("context", 1, true) then
-          state.threads = false -- this lua module cannot run threads from timers: step directly
-        else
-          state.backoff = math.min((state.backoff or 0.25) * 2, 5)
-          state.retry_at = ngx.now() + state.backoff
-          log("worker step: " .. tostring(terr))
-          return
-        end
-      end
-      if not ensure() then return end
-      local e = state.engine
-      e:relay_spawns()
-      e:relay_outbox()
-      if e.inbox then require("mongostore.inbox").idle_pass(e) end
-      if sweep then e:sweep() end
-    end)
-    state.stepping = false
-    if sweep and dict:get("sweep") == me then dict:delete("sweep") end
-    if not done then log("worker step: " .. tostring(err)) end
-  end
-
-  local ok, err = ngx.timer.every(interval, tick)
+  local ok, err = ngx.timer.every(interval, worker_tick(state, dict, sweep_interval, lock_ttl, log))
   if not ok then return nil, "start_worker: " .. tostring(err), "unavailable" end
   worker_started = true
   if on_external then

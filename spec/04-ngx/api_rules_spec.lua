@@ -191,18 +191,16 @@ end
 ------------------------------------------------------------------------
 -- HEAD, duplicates
 
--- Status line, headers (lower-case names) and the bytes after them.
-local function raw_response(text)
-  local head, rest = text:match("^(.-)\r\n\r\n(.*)$")
-  lu.assertNotNil(head, "no HTTP response: " .. text:sub(1, 300))
-  local status = tonumber(head:match("^HTTP/1%.%d (%d+)"))
-  local headers = {}
-  for name, value in head:gmatch("\r\n([^:\r\n]+):%s*([^\r\n]*)") do headers[name:lower()] = value end
+-- Status, headers (lower-case names) and the bytes after them of a raw
+-- exchange.
+local function exchange(bytes)
+  local status, headers, rest = srv():exchange(bytes)
+  lu.assertNotNil(status, "no HTTP response: " .. rest:sub(1, 300))
   return status, headers, rest
 end
 
 local function head(path)
-  return raw_response(srv():raw("HEAD " .. path .. " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
+  return exchange("HEAD " .. path .. " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
 end
 
 function TestApiRules:test_head_answers_like_get_without_a_body()
@@ -230,8 +228,8 @@ function TestApiRules:test_head_answers_like_get_without_a_body()
   lu.assertEquals(body, "")
   -- and a wrong method names HEAD among the allowed ones
   local headers
-  status, headers = raw_response(srv():raw("DELETE /executions/x-head HTTP/1.1\r\nHost: localhost\r\n" ..
-    "Connection: close\r\n\r\n"))
+  status, headers = exchange("DELETE /executions/x-head HTTP/1.1\r\nHost: localhost\r\n" ..
+    "Connection: close\r\n\r\n")
   lu.assertEquals(status, 405)
   lu.assertEquals(headers.allow, "GET, HEAD")
 end

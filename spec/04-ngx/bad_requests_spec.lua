@@ -180,19 +180,7 @@ function TestBadRequests:test_body_too_large()
 end
 
 function TestBadRequests:test_malformed_http_request()
-  srv()
-  local script = [[
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
-s.sendall(b"GARBAGE\r\n\r\n")
-data = b""
-while True:
-    chunk = s.recv(4096)
-    if not chunk: break
-    data += chunk
-sys.stdout.write(data.decode("latin-1"))
-]]
-  local out = H.sh("python3 -c " .. H.shell_quote(script) .. " " .. server.port)
+  local out = srv():raw("GARBAGE\r\n\r\n", { anonymous = true })
   lu.assertStrContains(out, "HTTP/1.1 400")
   lu.assertStrContains(out, "application/json")
   local body = H.decode(out:match("\r\n\r\n(.*)$") or "")

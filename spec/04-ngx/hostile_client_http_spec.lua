@@ -36,14 +36,8 @@ end
 
 local function deep(n) return string.rep('{"a":', n) .. "1" .. string.rep("}", n) end
 
--- The status line, headers (lower-case names) and body of a raw exchange.
-local function raw(bytes, opts)
-  local text = setup():raw(bytes, opts)
-  local head, body = text:match("^(.-)\r\n\r\n(.*)$")
-  local headers = {}
-  for name, value in (head or ""):gmatch("\r\n([^:\r\n]+):%s*([^\r\n]*)") do headers[name:lower()] = value end
-  return tonumber((head or ""):match("^HTTP/1%.%d (%d+)")), headers, body
-end
+-- The status, headers (lower-case names) and body of a raw exchange.
+local function raw(bytes, opts) return setup():exchange(bytes, opts) end
 
 local function assert_refusal(status, body, want, what)
   lu.assertEquals(status, want, what .. ": " .. H.encode({ body }))

@@ -163,22 +163,9 @@ local CASES = {
 
 -- One raw HTTP exchange: status, content type, decoded JSON body.
 local function raw_exchange(bytes)
-  local text = server:raw(bytes)
-  local head, rest = text:match("^(.-)\r\n\r\n(.*)$")
-  if not head then return nil, nil, text end
-  local status = tonumber(head:match("^HTTP/1%.%d (%d+)"))
-  local ctype = head:match("\r\n[Cc]ontent%-[Tt]ype:%s*([^\r\n]*)") or ""
-  if head:lower():find("\r\ntransfer%-encoding:%s*chunked") then
-    local body, pos = {}, 1
-    while true do
-      local size, at = rest:match("^(%x+)\r\n()", pos)
-      if not size or tonumber(size, 16) == 0 then break end
-      body[#body + 1] = rest:sub(at, at + tonumber(size, 16) - 1)
-      pos = at + tonumber(size, 16) + 2
-    end
-    rest = table.concat(body)
-  end
-  return status, ctype, H.decode(rest) or rest
+  local status, headers, body = server:exchange(bytes)
+  if not status then return nil, nil, body end
+  return status, headers["content-type"] or "", H.decode(body) or body
 end
 
 local function run_case(c)

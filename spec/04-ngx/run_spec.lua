@@ -358,29 +358,10 @@ function TestNgxRun:test_concurrent_calls_stay_within_max_inflight()
   for _, c in ipairs(counts) do lu.assertTrue(c >= 1 and c <= VM_POOL, "count " .. c) end
 end
 
--- A request in the background: curl's answer in <dir>/out, its exit status
--- in <dir>/rc once it is done.
-local function background(s, path, body)
-  local dir = s.prefix .. "/bg" .. tostring(math.random(1, 1e9))
-  assert(os.execute("mkdir -p " .. H.shell_quote(dir)))
-  local f = assert(io.open(dir .. "/body.json", "w"))
-  f:write(H.encode(body))
-  f:close()
-  local q = H.shell_quote
-  local cmd = string.format("curl -sS --max-time 30 -H 'Content-Type: application/json' --data-binary @%s -o %s %s;"
-    .. " echo $? > %s.tmp; mv %s.tmp %s", q(dir .. "/body.json"), q(dir .. "/out"), q(s.base .. path),
-    q(dir .. "/rc"), q(dir .. "/rc"), q(dir .. "/rc"))
-  H.sh("sh -c " .. q(cmd) .. " >/dev/null 2>&1 &")
-  return {
-    done = function() return H.read(dir .. "/rc") ~= nil end,
-    answer = function() return H.read(dir .. "/out") end,
-  }
-end
-
 function TestNgxRun:test_a_blocking_function_does_not_block_the_worker()
   local s = srv()
   -- one nginx worker: the slow call, the ping and the release all meet in it
-  local slow = background(s, "/_run", body_of("app.run_probe", "wait_release", "order", 20))
+  local slow = s:background("/_run", body_of("app.run_probe", "wait_release", "order", 20))
   local entered = H.poll(function()
     local _, state = s:get("/_run_state?key=order")
     return type(state) == "table" and state.entered

@@ -7,7 +7,6 @@
 -- bound asserted is an order of magnitude. The timeout goes into the URI only
 -- where the URI sets none.
 local lu = require "luaunit"
-local ms = require "mongostore"
 local helper = require "helpers"
 local H = require "helpers.ngx"
 
@@ -34,11 +33,7 @@ function TestSilentServer.teardownClass()
   server, proxy = nil, nil
 end
 
-local function timed(method, path, body)
-  local t0 = ms.now()
-  local status, decoded = server:request(method, path, body)
-  return status, decoded, ms.now() - t0
-end
+local function timed(method, path, body) return server:timed(method, path, body) end
 
 local function assert_unreachable(status, body, t, what)
   lu.assertEquals(status, 503, what .. ": " .. H.encode({ body }))

@@ -2,8 +2,10 @@
 -- Debian's nginx, its Lua module, lua-resty-core and mongostore's LuaJIT build
 -- are there; an nginx started from examples/openresty/ (rendered into a
 -- temporary prefix, on a free loopback port, with its own database), stopped
--- by its PID; and an HTTP client on curl, one request at a time or many at
--- once (curl --parallel). The specs themselves run under plain Lua 5.4.
+-- by its PID; and an HTTP client on curl, one request at a time (timed or
+-- in the background) or many at once (curl --parallel), with raw exchanges
+-- on one connection and their answers read. The specs themselves run under
+-- plain Lua 5.4.
 local ms = require "mongostore"
 local core = require "mongostore.core"
 local helper = require "helpers"
@@ -361,6 +363,58 @@ sys.stdout.buffer.write(data)
   local file = self.prefix .. "/raw.bin"
   write(file, bytes)
   return (sh("python3 -c " .. q(script) .. " " .. self.port .. " < " .. q(file)))
+end
+
+-- The status, headers (lower-case names) and body of a raw HTTP answer,
+-- the body's chunks joined when it came chunked; nil, {}, text when text
+-- holds no answer's head.
+function M.parse_response(text)
+  local head, rest = text:match("^(.-)\r\n\r\n(.*)$")
+  if not head then return nil, {}, text end
+  local headers = {}
+  for name, value in head:gmatch("\r\n([^:\r\n]+):%s*([^\r\n]*)") do headers[name:lower()] = value end
+  if (headers["transfer-encoding"] or ""):lower():find("^chunked") then
+    local body, pos = {}, 1
+    while true do
+      local size, at = rest:match("^(%x+)\r\n()", pos)
+      if not size or tonumber(size, 16) == 0 then break end
+      body[#body + 1] = rest:sub(at, at + tonumber(size, 16) - 1)
+      pos = at + tonumber(size, 16) + 2
+    end
+    rest = table.concat(body)
+  end
+  return tonumber(head:match("^HTTP/1%.%d (%d+)")), headers, rest
+end
+
+-- One raw exchange (Server:raw) read by parse_response: status, headers,
+-- body.
+function Server:exchange(bytes, opts)
+  return M.parse_response(self:raw(bytes, opts))
+end
+
+-- Server:request with the seconds it took as a third value: status,
+-- decoded body, seconds.
+function Server:timed(method, path, body, headers)
+  local t0 = ms.now()
+  local status, decoded = self:request(method, path, body, headers)
+  return status, decoded, ms.now() - t0
+end
+
+-- A POST of body (a table, sent as JSON) in the background: done() says
+-- whether its answer is in, answer() gives the body read (nil before).
+function Server:background(path, body)
+  local dir = self.prefix .. "/bg" .. tostring(math.random(1, 1e9))
+  assert(os.execute("mkdir -p " .. q(dir)))
+  write(dir .. "/body.json", M.encode(body))
+  local rc = dir .. "/rc"
+  local cmd = string.format("curl -sS --max-time 30 -H 'Content-Type: application/json' --data-binary @%s -o %s %s;"
+    .. " echo $? > %s.tmp; mv %s.tmp %s", q(dir .. "/body.json"), q(dir .. "/out"), q(self.base .. path),
+    q(rc), q(rc), q(rc))
+  sh("sh -c " .. q(cmd) .. " >/dev/null 2>&1 &")
+  return {
+    done = function() return read(rc) ~= nil end,
+    answer = function() return read(dir .. "/out") end,
+  }
 end
 
 function Server:get(path) return self:request("GET", path) end

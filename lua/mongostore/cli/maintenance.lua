@@ -290,6 +290,80 @@ local function collection_names(o)
   return (p and (p .. "_executions") or "executions"), (p and (p .. "_counters") or "counters")
 end
 
+-- doctor: each of the collections named, whether it exists, its documents
+-- and (where collStats answers) its sizes.
+local function doctor_collections(db, names, existing)
+  local collections = {}
+  for _, name in ipairs(names) do
+    local entry = { name = name, exists = existing[name] == true, documents = 0 }
+    if entry.exists then
+      local st = db:command({ { "collStats", name } })
+      if st then
+        entry.documents = math.tointeger(st.count) or st.count
+        entry.bytes = math.tointeger(st.size) or st.size
+        entry.storage_bytes = math.tointeger(st.storageSize) or st.storageSize
+      else
+        entry.documents = db:collection(name):count({})
+      end
+    end
+    collections[#collections + 1] = entry
+  end
+  return collections
+end
+
+-- doctor: each index mongostore needs on the executions collection, present,
+-- missing or with different keys, and how many are not present.
+local function doctor_indexes(db, exes_name, existing)
+  local have = {}
+  if existing[exes_name] then
+    local ixs = db:collection(exes_name):list_indexes()
+    for _, ix in ipairs(ixs or {}) do
+      have[#have + 1] = { name = ix.name, key = (tostring(ms.ejson.encode(ix.key)):gsub("%s", "")) }
+    end
+  end
+  local indexes, missing = {}, 0
+  for _, need in ipairs(NEEDED) do
+    local want = key_text(need.keys)
+    local state = "missing"
+    for _, h in ipairs(have) do
+      if h.key == want then state = "present" break end
+      if h.name == need.name then state = "different keys" end
+    end
+    if state ~= "present" then missing = missing + 1 end
+    indexes[#indexes + 1] = { collection = exes_name, name = need.name, keys = list(need.keys), state = state,
+                              used_by = need.why }
+  end
+  return indexes, missing
+end
+
+-- doctor's report as tables: the checks, the collections, the indexes.
+local function print_doctor(info, build, dbname, collections, indexes, missing)
+  local tx = info.transactions and "yes" or
+    ("no (" .. (info.replica_set and "the replica set does not offer them" or "a standalone server") .. ")")
+  print_table({ "CHECK", "RESULT" }, {
+    { "server", (build and build.version or "?") },
+    { "wire version", info.wire_version },
+    { "transactions", tx },
+    { "replica set", info.replica_set or "-" },
+    { "database", dbname },
+    { "largest document", info.max_bson_size .. " bytes" },
+  })
+  out("")
+  local rows = {}
+  for i, c in ipairs(collections) do
+    rows[i] = { c.name, c.exists and "yes" or "no", c.documents, c.bytes, c.storage_bytes }
+  end
+  print_table({ "COLLECTION", "EXISTS", "DOCUMENTS", "BYTES", "STORAGE" }, rows)
+  out("")
+  rows = {}
+  for i, ix in ipairs(indexes) do rows[i] = { ix.name, concat(ix.keys, ","), ix.state, ix.used_by } end
+  print_table({ "INDEX", "KEYS", "STATE", "USED BY" }, rows)
+  if missing > 0 then
+    out(format("%d index%s missing: `mongostore doctor --fix` (or any worker's connect) creates them", missing,
+      missing == 1 and " is" or "es are"))
+  end
+end
+
 command("doctor", {
   summary = "the server, transactions, the indexes mongostore needs and collection sizes",
   args = "[--fix] [--json]",
@@ -317,71 +391,16 @@ Exits 1 when an index mongostore needs is missing. It reads and never writes, un
     local existing = {}
     local colls = db:list_collections() or {}
     for _, c in ipairs(colls) do existing[c.name] = true end
-    local collections = {}
-    for _, name in ipairs { exes_name, counters_name } do
-      local entry = { name = name, exists = existing[name] == true, documents = 0 }
-      if entry.exists then
-        local st = db:command({ { "collStats", name } })
-        if st then
-          entry.documents = math.tointeger(st.count) or st.count
-          entry.bytes = math.tointeger(st.size) or st.size
-          entry.storage_bytes = math.tointeger(st.storageSize) or st.storageSize
-        else
-          entry.documents = db:collection(name):count({})
-        end
-      end
-      collections[#collections + 1] = entry
-    end
+    local collections = doctor_collections(db, { exes_name, counters_name }, existing)
     report_t.collections = list(collections)
-    local have = {}
-    if existing[exes_name] then
-      local ixs = db:collection(exes_name):list_indexes()
-      for _, ix in ipairs(ixs or {}) do
-        have[#have + 1] = { name = ix.name, key = (tostring(ms.ejson.encode(ix.key)):gsub("%s", "")) }
-      end
-    end
-    local indexes, missing = {}, 0
-    for _, need in ipairs(NEEDED) do
-      local want = key_text(need.keys)
-      local state = "missing"
-      for _, h in ipairs(have) do
-        if h.key == want then state = "present" break end
-        if h.name == need.name then state = "different keys" end
-      end
-      if state ~= "present" then missing = missing + 1 end
-      indexes[#indexes + 1] = { collection = exes_name, name = need.name, keys = list(need.keys), state = state,
-                                used_by = need.why }
-    end
+    local indexes, missing = doctor_indexes(db, exes_name, existing)
     report_t.indexes = list(indexes)
     report_t.missing_indexes = missing
     db:close()
     if o.json then
       json_out(report_t)
     else
-      local tx = info.transactions and "yes" or
-        ("no (" .. (info.replica_set and "the replica set does not offer them" or "a standalone server") .. ")")
-      print_table({ "CHECK", "RESULT" }, {
-        { "server", (build and build.version or "?") },
-        { "wire version", info.wire_version },
-        { "transactions", tx },
-        { "replica set", info.replica_set or "-" },
-        { "database", dbname },
-        { "largest document", info.max_bson_size .. " bytes" },
-      })
-      out("")
-      local rows = {}
-      for i, c in ipairs(collections) do
-        rows[i] = { c.name, c.exists and "yes" or "no", c.documents, c.bytes, c.storage_bytes }
-      end
-      print_table({ "COLLECTION", "EXISTS", "DOCUMENTS", "BYTES", "STORAGE" }, rows)
-      out("")
-      rows = {}
-      for i, ix in ipairs(indexes) do rows[i] = { ix.name, concat(ix.keys, ","), ix.state, ix.used_by } end
-      print_table({ "INDEX", "KEYS", "STATE", "USED BY" }, rows)
-      if missing > 0 then
-        out(format("%d index%s missing: `mongostore doctor --fix` (or any worker's connect) creates them", missing,
-          missing == 1 and " is" or "es are"))
-      end
+      print_doctor(info, build, dbname, collections, indexes, missing)
     end
     return missing > 0 and 1 or 0
   end,

@@ -141,6 +141,234 @@ end
 ------------------------------------------------------------------------
 -- Batched delivery
 
+-- The steps of deliver_many share one batch table b: engine, items,
+-- results, order (distinct targets, first seen first), queue (target -> its
+-- item indexes in list order), pos (target -> the index in queue[target] of
+-- its next event), timed (some item has a timer_path), exes and armed (as
+-- load_many gave them), alone (target -> true: its events go through
+-- deliver from now on), failed (target -> the result that stops its later
+-- events), disarms (item -> its commit left its timer disarmed), deadline,
+-- attempted, group.
+
+-- The distinct targets of items in first-seen order, each target's item
+-- indexes in list order, and whether any item is a timer's Timeout.
+local function group_by_target(items)
+  local order, queue = {}, {}
+  local timed = false
+  for i, it in ipairs(items) do
+    if it.timer_path ~= nil then timed = true end
+    local q = queue[it.id]
+    if not q then
+      q = {}
+      queue[it.id] = q
+      order[#order + 1] = it.id
+    end
+    q[#q + 1] = i
+  end
+  return order, queue, timed
+end
+
+-- Loads every target in one find. False when the find failed for a reason
+-- other than the server (every item's result says so); a server failure
+-- sends every target the one-event way, so that one unreadable execution
+-- does not hold up the others.
+local function load_targets(b)
+  local exes, armed, code = b.engine.store:load_many(b.order, b.timed and { timers = true } or nil)
+  if not exes then
+    if code ~= "server" then
+      for i in ipairs(b.items) do b.results[i] = { index = i, message = armed, code = code } end
+      return false
+    end
+    exes, armed = {}, {}
+    for _, id in ipairs(b.order) do b.alone[id] = true end
+  end
+  b.exes, b.armed = exes, armed
+  return true
+end
+
+-- True once the deadline has passed; the first event is always attempted.
+local function out_of_time(b)
+  if b.deadline and b.attempted and ms.now() > b.deadline then return true end
+  b.attempted = true
+  return false
+end
+
+-- Records item i's result from ok, how, result (deliver's success) or nil,
+-- err, code; a failure stops the target's later events.
+local function settle(b, i, ok, derr, dcode)
+  if ok then
+    b.results[i] = { ok = true, how = derr, result = dcode }
+  else
+    b.results[i] = { index = i, message = derr, code = dcode }
+    b.failed[b.items[i].id] = b.results[i]
+  end
+end
+
+-- Delivers item i the one-event way, or marks it blocked behind its
+-- target's failed event.
+local function deliver_alone(b, i)
+  local it = b.items[i]
+  local f = b.failed[it.id]
+  if f then
+    b.results[i] = { index = i, message = f.message, code = f.code, blocked = true }
+    return
+  end
+  settle(b, i, b.engine:deliver(it.id, it.event, it.timer_path, it.from_outside, it.fence))
+end
+
+-- The interpreter's options for item i: a Timeout is checked against its
+-- timer as armed in the execution in hand.
+local function apply_opts(b, i, id)
+  local path = b.items[i].timer_path
+  if path == nil then return {} end
+  return { armed = b.armed[id] and b.armed[id][path], timer_checked = true }
+end
+
+-- Leaves target id's armed timers as fx's commit leaves them.
+local function rearm(b, id, fx)
+  local t = b.timed and b.armed[id]
+  if not t then return end
+  for _, op in ipairs(fx.timers or {}) do
+    if op.action == "schedule" then t[op.path] = op.fire_at else t[op.path] = nil end
+  end
+end
+
+-- Notes whether item i's timer is no longer armed with its fire_at once
+-- its commit lands.
+local function note_disarm(b, i, id)
+  local path = b.items[i].timer_path
+  if path == nil then return end
+  local data = b.items[i].event.data
+  local armed = b.armed[id]
+  b.disarms[i] = not (armed and armed[path] == (data and data.fire_at))
+end
+
+-- The earliest of the timers t, for a commit's next_fire_at.
+local function earliest(t)
+  local at = math.huge
+  for _, v in pairs(t) do if v < at then at = v end end
+  return at
+end
+
+-- Whether item nxt may join the group of item first, whose event ids so
+-- far are seen: a new id, the same fence, and fields that fit the chart.
+local function joins_group(b, c, id, first, nxt, seen)
+  local items = b.items
+  local nev = items[nxt].event
+  if (nev.id ~= nil and seen[nev.id]) or items[nxt].fence ~= items[first].fence then return false end
+  return not items[nxt].from_outside or fits_declared(c, nev, id) == true
+end
+
+-- Applies item i's event, and (a group) the target's next ones while they
+-- join it, to exe in hand; returns the commit { exe, opts } and what
+-- settling it needs.
+local function build_commit(b, id, i, exe, c)
+  local items, q, group = b.items, b.queue[id], b.group
+  local members, fxs, after, now = { i }, {}, {}, b.engine.now()
+  local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
+  local seen, old = {}, exe.version
+  while true do
+    local m = members[#members]
+    local ev = items[m].event
+    if ev.id ~= nil then seen[ev.id] = true end
+    -- the k-th event applies to the version k - 1 commits would have
+    -- made, so the ids it derives from it are the ones it would get alone
+    set_version(exe, old + #members - 1)
+    local fx = runtime.apply(c, exe, ev, now, apply_opts(b, m, id))
+    rearm(b, id, fx)
+    note_disarm(b, m, id)
+    fxs[#fxs + 1] = fx
+    after[#after + 1] = { status = exe.status, active_path = exe.active_path, error = exe.error }
+    local nxt = q[b.pos[id]]
+    if #members >= group or not nxt or not joins_group(b, c, id, i, nxt, seen) then break end
+    members[#members + 1] = nxt
+    b.pos[id] = b.pos[id] + 1
+  end
+  set_version(exe, old)
+  local opts
+  if #members == 1 then
+    opts = commit_opts(b.engine, exe, items[i].event, fxs[1], now, items[i].fence)
+  else
+    opts = group_commit_opts(b.engine, items, members, fxs, after, now)
+  end
+  -- every armed timer is known here: the commit sets the mark exactly
+  if b.timed and b.armed[id] then opts.next_fire_at = earliest(b.armed[id]) end
+  return { exe, opts }, { members = members, fxs = fxs, after = after, exe = exe, before = before, id = id }
+end
+
+-- One round: each target's next event (or group) is settled at once (the
+-- target failed before, has no execution in hand, the event does not fit)
+-- or built into a commit. Returns the commits, what settling each needs,
+-- and whether any target had an event left.
+local function build_round(b)
+  local commits, which = {}, {}
+  local any = false
+  local items, results = b.items, b.results
+  for _, id in ipairs(b.order) do
+    local i = b.queue[id][b.pos[id]]
+    if i then
+      any = true
+      b.pos[id] = b.pos[id] + 1
+      local exe = b.exes[id]
+      local c = exe and b.engine:chart_of(exe)
+      if b.failed[id] then
+        deliver_alone(b, i)
+      elseif out_of_time(b) then
+        results[i] = { index = i, message = "deferred to a later pass: the batch ran out of time", code = "blocked",
+                       deferred = true }
+        b.failed[id] = results[i]
+      elseif b.alone[id] or not c then
+        -- absent or unknown here: deliver says so in its own words
+        b.alone[id] = true
+        deliver_alone(b, i)
+      elseif items[i].from_outside and not fits_declared(c, items[i].event, id) then
+        settle(b, i, fits_declared(c, items[i].event, id))
+      else
+        local commit, settling = build_commit(b, id, i, exe, c)
+        commits[#commits + 1] = commit
+        which[#commits] = settling
+      end
+    end
+  end
+  return commits, which, any
+end
+
+-- Settles the results got of commit_many for the commits described by
+-- which: a landed commit applies its events; one that did not sends its
+-- target the one-event way from now on.
+local function settle_round(b, got, which)
+  local items, results = b.items, b.results
+  for k, r in ipairs(got) do
+    local w = which[k]
+    local members, id = w.members, w.id
+    if r.ok then
+      for m, i in ipairs(members) do
+        local fx = w.fxs[m]
+        if fx.failed then log_failed(b.engine, id, items[i].event.kind, fx) end
+        settle(b, i, true, "applied", delivery_result(fx.outcome, w.after[m], fx.failed))
+        results[i].disarmed = b.disarms[i]
+      end
+    else
+      -- the execution in hand went through the interpreter without its
+      -- commit landing, or may be behind the stored one: reload from now on
+      b.alone[id] = true
+      if #members > 1 then
+        -- nothing of the group landed: each of its events goes the one-event way
+        if r.code == "stale" then
+          settle(b, members[1], nil, r.message, r.code)
+          for m = 2, #members do deliver_alone(b, members[m]) end
+        else
+          for _, i in ipairs(members) do deliver_alone(b, i) end
+        end
+      elseif r.code == "duplicate" then
+        settle(b, members[1], true, "duplicate", delivery_result("duplicate", w.before))
+      elseif r.code == "stale" then settle(b, members[1], nil, r.message, r.code)
+      else deliver_alone(b, members[1]) end
+    end
+  end
+end
+
+
 -- Applies a list of events { { id = target, event = ev, from_outside = bool,
 -- timer_path = path }, ... } together (from_outside: checked against a .stm
 -- chart's declared fields, as deliver checks them; timer_path: the event is
@@ -180,189 +408,20 @@ end
 -- execution's next_fire_at to the earliest timer it leaves. A timer item
 -- whose commit left its timer disarmed says so (results[i].disarmed).
 function Engine:deliver_many(items, deadline, group)
-  local store, results = self.store, {}
-  local attempted = false
-  local function out_of_time()
-    if deadline and attempted and ms.now() > deadline then return true end
-    attempted = true
-    return false
-  end
-  local order, queue = {}, {} -- distinct targets in first-seen order; target -> item indexes
-  local timed = false
-  for i, it in ipairs(items) do
-    if it.timer_path ~= nil then timed = true end
-    local q = queue[it.id]
-    if not q then
-      q = {}
-      queue[it.id] = q
-      order[#order + 1] = it.id
-    end
-    q[#q + 1] = i
-  end
-  if #order == 0 then return results end
-  local exes, armed, code = store:load_many(order, timed and { timers = true } or nil)
-  local alone = {} -- target -> true: its events go through deliver from now on
-  if not exes then
-    if code ~= "server" then
-      for i in ipairs(items) do results[i] = { index = i, message = armed, code = code } end
-      return results
-    end
-    -- the server refused the find, or one execution's stored data is not
-    -- readable: each event goes the one-event way, so that one such
-    -- execution does not hold up the others
-    exes, armed = {}, {}
-    for _, id in ipairs(order) do alone[id] = true end
-  end
-  local failed = {} -- target -> the result that stops its later events
-  -- ok, how, result (deliver's success) or nil, err, code
-  local function settle(i, ok, derr, dcode)
-    local id = items[i].id
-    if ok then
-      results[i] = { ok = true, how = derr, result = dcode }
-    else
-      results[i] = { index = i, message = derr, code = dcode }
-      failed[id] = results[i]
-    end
-  end
-  local function one(i)
-    local it = items[i]
-    if failed[it.id] then
-      local f = failed[it.id]
-      results[i] = { index = i, message = f.message, code = f.code, blocked = true }
-      return
-    end
-    settle(i, self:deliver(it.id, it.event, it.timer_path, it.from_outside, it.fence))
-  end
-  -- the interpreter's options for item i: a Timeout is checked against its
-  -- timer as armed in the execution in hand
-  local function apply_opts(i, id)
-    local path = items[i].timer_path
-    if path == nil then return {} end
-    return { armed = armed[id] and armed[id][path], timer_checked = true }
-  end
-  -- the timers as fx's commit leaves them
-  local function rearm(id, fx)
-    local t = timed and armed[id]
-    if not t then return end
-    for _, op in ipairs(fx.timers or {}) do
-      if op.action == "schedule" then t[op.path] = op.fire_at else t[op.path] = nil end
-    end
-  end
-  -- item i's timer is no longer armed with its fire_at once its commit lands
-  local disarms = {}
-  local function note_disarm(i, id)
-    local path = items[i].timer_path
-    if path == nil then return end
-    local data = items[i].event.data
-    disarms[i] = not (armed[id] and armed[id][path] == (data and data.fire_at))
-  end
-  -- the earliest timer armed after a commit, for its next_fire_at
-  local function earliest(id)
-    local t, at = armed[id], math.huge
-    for _, v in pairs(t) do if v < at then at = v end end
-    return at
-  end
-  local pos = {} -- target -> the index in queue[target] of its next event
-  for _, id in ipairs(order) do pos[id] = 1 end
-  group = group or 1
+  local order, queue, timed = group_by_target(items)
+  local b = {
+    engine = self, items = items, results = {}, order = order, queue = queue, pos = {}, timed = timed,
+    alone = {}, failed = {}, disarms = {}, deadline = deadline, attempted = false, group = group or 1,
+  }
+  if #order == 0 then return b.results end
+  if not load_targets(b) then return b.results end
+  for _, id in ipairs(order) do b.pos[id] = 1 end
   while true do
-    local commits, which = {}, {}
-    local any = false
-    for _, id in ipairs(order) do
-      local q = queue[id]
-      local i = q[pos[id]]
-      if i then
-        any = true
-        pos[id] = pos[id] + 1
-        local exe = exes[id]
-        local c = exe and self:chart_of(exe)
-        if failed[id] then
-          one(i)
-        elseif out_of_time() then
-          results[i] = { index = i, message = "deferred to a later pass: the batch ran out of time", code = "blocked",
-                         deferred = true }
-          failed[id] = results[i]
-        elseif alone[id] or not c then
-          -- absent or unknown here: deliver says so in its own words
-          alone[id] = true
-          one(i)
-        elseif items[i].from_outside and not fits_declared(c, items[i].event, id) then
-          settle(i, fits_declared(c, items[i].event, id))
-        else
-          -- this event, and (a group) the target's next ones while they fit,
-          -- applied in order to the execution in hand, for one commit
-          local members, fxs, after, now = { i }, {}, {}, self.now()
-          local before = { status = exe.status, active_path = exe.active_path, error = exe.error }
-          local seen, old = {}, exe.version
-          while true do
-            local ev = items[members[#members]].event
-            if ev.id ~= nil then seen[ev.id] = true end
-            -- the k-th event applies to the version k - 1 commits would have
-            -- made, so the ids it derives from it are the ones it would get alone
-            set_version(exe, old + #members - 1)
-            local fx = runtime.apply(c, exe, ev, now, apply_opts(members[#members], id))
-            rearm(id, fx)
-            note_disarm(members[#members], id)
-            fxs[#fxs + 1] = fx
-            after[#after + 1] = { status = exe.status, active_path = exe.active_path, error = exe.error }
-            local nxt = q[pos[id]]
-            if #members >= group or not nxt then break end
-            local nev = items[nxt].event
-            if (nev.id ~= nil and seen[nev.id]) or items[nxt].fence ~= items[i].fence
-                or (items[nxt].from_outside and not fits_declared(c, nev, id)) then
-              break
-            end
-            members[#members + 1] = nxt
-            pos[id] = pos[id] + 1
-          end
-          set_version(exe, old)
-          local opts
-          if #members == 1 then
-            opts = commit_opts(self, exe, items[i].event, fxs[1], now, items[i].fence)
-          else
-            opts = group_commit_opts(self, items, members, fxs, after, now)
-          end
-          -- every armed timer is known here: the commit sets the mark exactly
-          if timed and armed[id] then opts.next_fire_at = earliest(id) end
-          commits[#commits + 1] = { exe, opts }
-          which[#commits] = { members = members, fxs = fxs, after = after, exe = exe, before = before, id = id }
-        end
-      end
-    end
+    local commits, which, any = build_round(b)
     if not any then break end
-    if #commits > 0 then
-      local got = store:commit_many(commits)
-      for k, r in ipairs(got) do
-        local w = which[k]
-        local members, id = w.members, w.id
-        if r.ok then
-          for m, i in ipairs(members) do
-            local fx = w.fxs[m]
-            if fx.failed then log_failed(self, id, items[i].event.kind, fx) end
-            settle(i, true, "applied", delivery_result(fx.outcome, w.after[m], fx.failed))
-            results[i].disarmed = disarms[i]
-          end
-        else
-          -- the execution in hand went through the interpreter without its
-          -- commit landing, or may be behind the stored one: reload from now on
-          alone[id] = true
-          if #members > 1 then
-            -- nothing of the group landed: each of its events goes the one-event way
-            if r.code == "stale" then
-              settle(members[1], nil, r.message, r.code)
-              for m = 2, #members do one(members[m]) end
-            else
-              for _, i in ipairs(members) do one(i) end
-            end
-          elseif r.code == "duplicate" then
-            settle(members[1], true, "duplicate", delivery_result("duplicate", w.before))
-          elseif r.code == "stale" then settle(members[1], nil, r.message, r.code)
-          else one(members[1]) end
-        end
-      end
-    end
+    if #commits > 0 then settle_round(b, self.store:commit_many(commits), which) end
   end
-  return results
+  return b.results
 end
 
 M.delivery_result = delivery_result

@@ -269,6 +269,39 @@ function M.delete_many(q, opts)
   return setmetatable({ kind = "delete_many", q = q, hard = opts and opts.hard }, Bulk)
 end
 
+-- bulk_write's failure for the values its ops refused (errors: { index =,
+-- errs = } by op): every refused value (by its op's index), and each
+-- refused op in the per-item shape (detail.failed).
+local function bulk_validation_fail(self, errors)
+  local all, failed = {}, {}
+  for _, e in ipairs(errors) do
+    for _, x in ipairs(e.errs) do all[#all + 1] = { field = x.field, message = x.message, index = e.index } end
+    local _, message, code, detail = validation_error(self, "bulk_write", e.errs)
+    failed[#failed + 1] = { index = e.index, message = message, code = code, detail = detail }
+  end
+  local _, message, code, detail = validation_error(self, "bulk_write", all)
+  detail.failed = failed
+  return nil, message, code, detail
+end
+
+-- After bulk_write: the inserted documents tracked, as insert leaves them;
+-- a refused one (or, ordered, one after the first refusal, never attempted)
+-- as it was.
+local function track_bulk_inserts(self, res, inserts, ordered)
+  local refused, first = {}, math.huge
+  for _, e in ipairs(res.errors) do
+    refused[e.index] = true
+    if e.index < first then first = e.index end
+  end
+  for _, x in ipairs(inserts) do
+    if refused[x.index] or (ordered and x.index > first) then
+      restore_managed(self, x.doc, x.vals)
+    else
+      snaps[x.doc] = snapshot(x.doc)
+    end
+  end
+end
+
 --- Model:bulk_write{ model.update_one(q, ...), ... } -> the document API's BulkWriteResult.
 function Model:bulk_write(list, opts)
   check_class(self, "bulk_write")
@@ -323,16 +356,7 @@ function Model:bulk_write(list, opts)
   end
   if #errors > 0 then
     for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
-    -- every refused value (by its op's index), and each refused op in the per-item shape
-    local all, failed = {}, {}
-    for _, e in ipairs(errors) do
-      for _, x in ipairs(e.errs) do all[#all + 1] = { field = x.field, message = x.message, index = e.index } end
-      local _, message, code, detail = validation_error(self, "bulk_write", e.errs)
-      failed[#failed + 1] = { index = e.index, message = message, code = code, detail = detail }
-    end
-    local _, message, code, detail = validation_error(self, "bulk_write", all)
-    detail.failed = failed
-    return nil, message, code, detail
+    return bulk_validation_fail(self, errors)
   end
   local ordered = not (opts and opts.ordered == false)
   local res, msg, code, detail = coll:bulk_write(out, { ordered = ordered, session = raw })
@@ -340,20 +364,7 @@ function Model:bulk_write(list, opts)
     for _, x in ipairs(inserts) do restore_managed(self, x.doc, x.vals) end
     return driver_fail(msg, code, detail)
   end
-  -- the inserted documents tracked, as insert leaves them; a refused one (or,
-  -- ordered, one after the first refusal, never attempted) as it was
-  local refused, first = {}, math.huge
-  for _, e in ipairs(res.errors) do
-    refused[e.index] = true
-    if e.index < first then first = e.index end
-  end
-  for _, x in ipairs(inserts) do
-    if refused[x.index] or (ordered and x.index > first) then
-      restore_managed(self, x.doc, x.vals)
-    else
-      snaps[x.doc] = snapshot(x.doc)
-    end
-  end
+  track_bulk_inserts(self, res, inserts, ordered)
   return res
 end
 

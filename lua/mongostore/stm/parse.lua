@@ -520,6 +520,48 @@ function Parser:state_item(w, t)
   return name, nt, child
 end
 
+-- The hook after `on`: enter, exit or activity.
+function Parser:hook_name()
+  local which = self:peek()
+  local v = which.class == "name" and which.value
+  if not (v == "enter" or v == "exit" or v == "activity") then
+    self:expected("'enter', 'exit' or 'activity'")
+  end
+  self:advance()
+  return which.value
+end
+
+-- The seconds after `ttl`: an integer.
+function Parser:ttl_seconds()
+  local v = self:peek()
+  if v.class ~= "int" then self:expected("seconds (an integer)") end
+  self:advance()
+  return tonumber(v.value)
+end
+
+-- One or more refs (each a `what`) separated by commas, as a list.
+function Parser:ref_list(what)
+  local list = { (self:ref(what)) }
+  while self:is_op(",") do
+    self:advance()
+    list[#list + 1] = self:ref(what)
+  end
+  return setmetatable(list, M.LIST)
+end
+
+-- The `{ child: key ... }` after `with`: child context key -> context key.
+function Parser:with_pairs()
+  self:op("{")
+  local pairs_ = {}
+  repeat
+    local child = self:ref("a child context key")
+    self:op(":")
+    pairs_[child] = self:ref("a context key")
+  until self:is_op("}")
+  self:op("}")
+  return pairs_
+end
+
 function Parser:items(cfg)
   local info = { order = {}, at = {}, uses = {} }
   meta[cfg] = info
@@ -534,22 +576,14 @@ function Parser:items(cfg)
       set("start", (self:ref("the initial state")))
     elseif w == "on" then
       self:advance()
-      local which = self:peek()
-      local v = which.class == "name" and which.value
-      if not (v == "enter" or v == "exit" or v == "activity") then
-        self:expected("'enter', 'exit' or 'activity'")
-      end
-      self:advance()
-      set("on_" .. which.value, self:action())
+      local hook = self:hook_name()
+      set("on_" .. hook, self:action())
     elseif w == "timeout" then
       self:advance()
       set("timeout", self:timeout_value())
     elseif w == "ttl" then
       self:advance()
-      local v = self:peek()
-      if v.class ~= "int" then self:expected("seconds (an integer)") end
-      self:advance()
-      set("ttl", tonumber(v.value))
+      set("ttl", self:ttl_seconds())
     elseif w == "context" then
       self:advance()
       set("context_schema", self:context_schema())
@@ -558,12 +592,7 @@ function Parser:items(cfg)
       set("outcome", (self:ref("an outcome")))
     elseif w == "carry" or w == "defer" then
       self:advance()
-      local list = { (self:ref(w == "carry" and "a context key" or "an event kind")) }
-      while self:is_op(",") do
-        self:advance()
-        list[#list + 1] = self:ref(w == "carry" and "a context key" or "an event kind")
-      end
-      set(w, setmetatable(list, M.LIST))
+      set(w, self:ref_list(w == "carry" and "a context key" or "an event kind"))
     elseif w == "no" then
       self:advance()
       self:word("history")
@@ -577,15 +606,7 @@ function Parser:items(cfg)
       self:invoke_item(cfg)
     elseif w == "with" then
       self:advance()
-      self:op("{")
-      local pairs_ = {}
-      repeat
-        local child = self:ref("a child context key")
-        self:op(":")
-        pairs_[child] = self:ref("a context key")
-      until self:is_op("}")
-      self:op("}")
-      set("invoke_with", pairs_)
+      set("invoke_with", self:with_pairs())
     elseif w == "use" then
       self:advance()
       uses = uses or {}
