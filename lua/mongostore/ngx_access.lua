@@ -5,8 +5,9 @@
 -- a:check applies them to the current nginx request and ends it with a
 -- 401/403/415 whose body says no more than the status.
 local core = require "mongostore.core"
+local contract = require "mongostore.contract"
 
-local type, ipairs, pairs, tostring, error, setmetatable = type, ipairs, pairs, tostring, error, setmetatable
+local type, ipairs, tostring, error, setmetatable = type, ipairs, tostring, error, setmetatable
 local lower = string.lower
 
 local M = {}
@@ -26,11 +27,10 @@ local same_digest = core.same_bytes
 
 local function token_list(list, what)
   if list == nil then return {} end
-  if type(list) ~= "table" then error("access.new: " .. what .. " must be a list of strings", 3) end
   local out = {}
   for i, t in ipairs(list) do
     if type(t) ~= "string" or t == "" then
-      error("access.new: " .. what .. "[" .. i .. "] must be a non-empty string", 3)
+      error("access.new: opts." .. what .. "[" .. i .. "] must be a non-empty string", 3)
     end
     out[#out + 1] = t
   end
@@ -46,13 +46,12 @@ end
 -- A write token may read too. Tokens are kept only as HMAC-SHA256 digests
 -- under a key made here, so every comparison is of 32 bytes whatever the
 -- lengths of what was sent and what is configured.
+local NEW = contract.define("access.new", {
+  { "opts", "table", fields = { read_tokens = "table", write_tokens = "table", allowed_origins = "table" } },
+})
+
 function M.new(opts)
-  if type(opts) ~= "table" then error("access.new: opts must be a table", 2) end
-  for k in pairs(opts) do
-    if k ~= "read_tokens" and k ~= "write_tokens" and k ~= "allowed_origins" then
-      error("access.new: unknown option '" .. tostring(k) .. "'", 2)
-    end
-  end
+  NEW:check(opts)
   local self = setmetatable({ key = core.random_bytes(32), read = {}, write = {}, origins = {} }, Access)
   for _, t in ipairs(token_list(opts.read_tokens, "read_tokens")) do
     self.read[#self.read + 1] = core.hmac_sha256(self.key, t)

@@ -12,6 +12,7 @@ require "mongostore.engine"
 require "mongostore.ngx"
 require "mongostore.stm"
 require "mongostore.records"
+require "mongostore.ngx_access"
 
 local format, concat, sort = string.format, table.concat, table.sort
 

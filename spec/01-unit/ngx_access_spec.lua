@@ -105,7 +105,8 @@ end
 
 function TestAccessDecide:test_misuse_raises()
   lu.assertErrorMsgContains("kind must be 'read' or 'write'", a().decide, a(), { kind = "admin" })
-  lu.assertErrorMsgContains("unknown option 'tokens'", access.new, { tokens = {} })
+  lu.assertErrorMsgContains("access.new: unknown option tokens", access.new, { tokens = {} })
+  lu.assertErrorMsgContains("opts.read_tokens must be a table, got string", access.new, { read_tokens = "r" })
   lu.assertErrorMsgContains("read_tokens[1] must be a non-empty string", access.new, { read_tokens = { "" } })
   lu.assertErrorMsgContains("allowed_origins[1] must be scheme://host", access.new,
                             { allowed_origins = { "app.example" } })
