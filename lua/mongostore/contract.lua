@@ -132,6 +132,11 @@ local function compile_value(spec, label, where, optional_default)
     if k == "integer" then has_int = true elseif k == "number" then has_num = true end
   end
   v.integral = has_int and not has_num
+  -- the common case, one Lua type and no rule, is judged by one type() test
+  if #list == 1 and PRIMITIVE[list[1]] and list[1] ~= "integer" and list[1] ~= "any" then v.single = list[1] end
+  v.int_only = #list == 1 and list[1] == "integer"
+  v.has_rules = v.integral or v.min ~= nil or v.max ~= nil or v.gt ~= nil or v.lt ~= nil or v.one_of ~= nil
+    or v.check ~= nil
   return v
 end
 
@@ -165,6 +170,9 @@ function M.define(name, args)
         arg.fields[k].name = k
       end
       arg.field_names = keys
+      local required = {}
+      for _, k in ipairs(keys) do if not arg.fields[k].optional then required[#required + 1] = k end end
+      arg.required = required
     end
     sig.args[i] = arg
   end
@@ -208,47 +216,76 @@ local function value_error(prefix, spec, v)
   return nil
 end
 
+-- One value against its spec: nil, or "type" and the message (a wrong
+-- Lua type, which the caller raises), or "value" and the message (a value
+-- refused, which it returns).
+local function judge(prefix, spec, v)
+  if v == nil then
+    if spec.optional then return nil end
+    return "type", format("%s: %s must be %s, got nil", prefix, spec.label, spec.type_text)
+  end
+  local single = spec.single
+  if single then
+    if type(v) ~= single then
+      return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
+    end
+  elseif spec.int_only then
+    if type(v) ~= "number" and not is_int64_box(v) then
+      return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
+    end
+  else
+    local ok = false
+    for _, k in ipairs(spec.kinds) do
+      if matches(k, v) then ok = true break end
+    end
+    if not ok then
+      return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
+    end
+  end
+  if spec.has_rules then
+    local why = value_error(prefix, spec, v)
+    if why then return "value", why end
+  end
+  return nil
+end
+
 -- Raises for a wrong type (level: the caller of the public call); returns
 -- why a value is refused, or nil.
 local function check_value(prefix, spec, v, level)
-  if v == nil then
-    if spec.optional then return nil end
-    error(format("%s: %s must be %s, got nil", prefix, spec.label, spec.type_text), level)
-  end
-  local ok = false
-  for _, k in ipairs(spec.kinds) do
-    if matches(k, v) then ok = true break end
-  end
-  if not ok then
-    error(format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v)), level)
-  end
-  return value_error(prefix, spec, v)
+  local what, msg = judge(prefix, spec, v)
+  if what == "type" then error(msg, level) end
+  return msg
 end
 M.check_value = check_value
 
+-- An options table, in one pass over the keys it has: an unknown key
+-- raises at once; of the wrong types (raised) and the refused values
+-- (returned) the first by name is the one told, so the message is the same
+-- in every process.
 local function check_fields(prefix, arg, t, level)
   local fields = arg.fields
-  for k in pairs(t) do
-    if fields[k] == nil then
-      error(format("%s: unknown option %s", prefix, tostring(k)), level)
+  local type_key, type_msg, bad_key, bad_msg
+  for k, v in pairs(t) do
+    local f = fields[k]
+    if f == nil then error(format("%s: unknown option %s", prefix, tostring(k)), level) end
+    if f.needs and t[f.needs] == nil then
+      error(format("%s: %s needs %s.%s", prefix, f.label, arg.name, f.needs), level)
+    end
+    if f.excludes and t[f.excludes] ~= nil then
+      error(format("%s: %s and %s.%s exclude each other", prefix, f.label, arg.name, f.excludes), level)
+    end
+    local what, msg = judge(prefix, f, v)
+    if what == "type" then
+      if type_key == nil or k < type_key then type_key, type_msg = k, msg end
+    elseif what == "value" then
+      if bad_key == nil or k < bad_key then bad_key, bad_msg = k, msg end
     end
   end
-  local first_bad
-  for _, k in ipairs(arg.field_names) do
-    local f, v = fields[k], t[k]
-    if v == nil and not f.optional then check_value(prefix, f, v, level + 1) end
-    if v ~= nil then
-      if f.needs and t[f.needs] == nil then
-        error(format("%s: %s needs %s.%s", prefix, f.label, arg.name, f.needs), level)
-      end
-      if f.excludes and t[f.excludes] ~= nil then
-        error(format("%s: %s and %s.%s exclude each other", prefix, f.label, arg.name, f.excludes), level)
-      end
-      local bad = check_value(prefix, f, v, level + 1)
-      first_bad = first_bad or bad
-    end
+  if type_msg then error(type_msg, level) end
+  for _, k in ipairs(arg.required) do
+    if t[k] == nil then check_value(prefix, fields[k], nil, level + 1) end
   end
-  return first_bad
+  return bad_msg
 end
 
 -- The checks of one call, under prefix; errors are raised at level + 1 of
