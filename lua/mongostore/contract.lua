@@ -28,8 +28,7 @@
 -- registered with contract.kind (a predicate, as `mongostore.Execution`).
 -- Rules on a value: min, max (inclusive), gt, lt (exclusive), one_of (a set
 -- of allowed values), check (a function returning why not, or nil).
-local type, error, pairs, ipairs, tostring, select, setmetatable = type, error, pairs, ipairs, tostring, select,
-  setmetatable
+local type, error, pairs, ipairs, tostring, setmetatable = type, error, pairs, ipairs, tostring, setmetatable
 local format, sort, concat = string.format, table.sort, table.concat
 local math_type = math.type or function(v) -- Lua 5.1 / LuaJIT
   if type(v) ~= "number" then return nil end
@@ -38,6 +37,9 @@ local math_type = math.type or function(v) -- Lua 5.1 / LuaJIT
 end
 
 local M = {}
+
+-- A signature's arguments at most (checked without a vararg list).
+local MAX_ARGS = 6
 
 -- Every signature defined, by name, and their names in definition order.
 M.signatures = {}
@@ -176,6 +178,8 @@ function M.define(name, args)
     end
     sig.args[i] = arg
   end
+  if #sig.args > MAX_ARGS then error(format("contract.define: %s: at most %d arguments", name, MAX_ARGS), 2) end
+  sig.n = #sig.args
   M.signatures[name] = sig
   M.names[#M.names + 1] = name
   return sig
@@ -290,31 +294,61 @@ end
 
 -- The checks of one call, under prefix; errors are raised at level + 1 of
 -- run's frame (the caller of the public call that asked).
-local function run(self, prefix, level, ...)
-  local args = self.args
-  local first_bad
-  for i, arg in ipairs(args) do
-    local v = (select(i, ...))
-    local bad = check_value(prefix, arg, v, level + 1)
-    if arg.fields and v ~= nil then bad = check_fields(prefix, arg, v, level + 1) or bad end
-    first_bad = first_bad or bad
-  end
-  return first_bad
+-- One argument: its value, and its options when it takes some. Raised
+-- errors are raised at level (counted from one's frame: the caller of the
+-- public call that asked).
+local function one(prefix, arg, v, level)
+  local what, msg = judge(prefix, arg, v)
+  if what == "type" then error(msg, level) end
+  if arg.fields and v ~= nil then return check_fields(prefix, arg, v, level + 1) or msg end
+  return msg
+end
+
+-- The arguments, by position, without a vararg list, so a check costs a
+-- few tests per argument (one(1), run(2), check or check_in(3), the public
+-- call(4): its caller is level 5).
+local function run(self, prefix, a1, a2, a3, a4, a5, a6)
+  local args, n = self.args, self.n
+  if n == 0 then return nil end
+  local bad = one(prefix, args[1], a1, 5)
+  if n == 1 then return bad end
+  local b = one(prefix, args[2], a2, 5)
+  bad = bad or b
+  if n == 2 then return bad end
+  b = one(prefix, args[3], a3, 5)
+  bad = bad or b
+  if n == 3 then return bad end
+  b = one(prefix, args[4], a4, 5)
+  bad = bad or b
+  if n == 4 then return bad end
+  b = one(prefix, args[5], a5, 5)
+  bad = bad or b
+  if n == 5 then return bad end
+  b = one(prefix, args[6], a6, 5)
+  return bad or b
 end
 
 -- sig:check(...) with the call's arguments (not the receiver): raises on a
 -- wrong type or option, and returns the first refused value's message (or
 -- nil). Arguments past the signature's are left alone, as Lua leaves them
 -- (`store:delete_timers(store:due_timers(now))` passes the count too).
-function Signature:check(...)
-  return (run(self, self.name, 4, ...))
+function Signature:check(a1, a2, a3, a4, a5, a6)
+  local args, n = self.args, self.n
+  -- the common shapes, one and two arguments, without run's frame
+  if n == 1 then return (one(self.name, args[1], a1, 4)) end
+  if n == 2 then
+    local bad = one(self.name, args[1], a1, 4)
+    local b = one(self.name, args[2], a2, 4)
+    return bad or b
+  end
+  return (run(self, self.name, a1, a2, a3, a4, a5, a6))
 end
 
 -- sig:check_in(prefix, ...): the same checks for a part of another call (an
 -- item of a batch), its messages under that call's prefix ("store:commit_many:
 -- items[3]").
-function Signature:check_in(prefix, ...)
-  return (run(self, prefix, 4, ...))
+function Signature:check_in(prefix, a1, a2, a3, a4, a5, a6)
+  return (run(self, prefix, a1, a2, a3, a4, a5, a6))
 end
 
 -- contract.fail(code, message[, detail]) -> nil, message, code, detail: the
