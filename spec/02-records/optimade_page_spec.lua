@@ -1,0 +1,148 @@
+-- spec/02-records/optimade_page_spec.lua - records.optimade beyond the
+-- corpus: a page through a filter (signed cursor, a bad cursor invalid), the
+-- store timestamp as as_of (nanoseconds and ISO-8601), client input (a huge
+-- filter, deep parentheses, NUL bytes, invalid UTF-8, text that is not a
+-- string: invalid, nothing sent) and programmer misuse (raises).
+local lu = require "luaunit"
+local ms = require "mongostore"
+local helper = require "helpers"
+local records = require "mongostore.records"
+local optimade = require "mongostore.records.optimade"
+
+local ok = helper.ok
+
+local Item = records.define { name = "item", dedup = "none",
+                              fields = { k = "string", n = "integer", tags = "string[]" } }
+
+TestOptimadePage = {}
+
+function TestOptimadePage:setUp()
+  self.name = helper.fresh_db("roptpage")
+  self.db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+  self.store = ok(records.open(self.db, { types = { Item }, log = function() end }))
+  self.sids = {}
+  for i = 1, 7 do
+    self.sids[i] = ok(self.store:save(Item, { k = "i" .. i, n = i, tags = { i % 2 == 0 and "even" or "odd" } }))
+  end
+end
+
+function TestOptimadePage:tearDown()
+  if self.store then self.store:close() end
+  if self.db then self.db:close() end
+end
+
+local function ks(rows)
+  local out = {}
+  for i, row in ipairs(rows) do out[i] = row.item.k end
+  table.sort(out)
+  return out
+end
+
+function TestOptimadePage:test_a_page_through_a_filter()
+  local seen, cursor, pages = {}, nil, 0
+  repeat
+    local page = ok(records.optimade(self.store, Item, 'tags HAS "odd" OR n = 2',
+      { page = { limit = 2, cursor = cursor } }))
+    pages = pages + 1
+    lu.assertTrue(#page.items <= 2)
+    for _, row in ipairs(page.items) do seen[#seen + 1] = row.item.k end
+    cursor = page.next_cursor
+    lu.assertTrue(cursor == nil or type(cursor) == "string")
+  until cursor == nil or pages > 10
+  table.sort(seen)
+  lu.assertEquals(seen, { "i1", "i2", "i3", "i5", "i7" })
+  lu.assertEquals(pages, 3)
+  -- a cursor of another filter, or a client's made-up one, is invalid
+  local first = ok(records.optimade(self.store, Item, "n > 1", { page = { limit = 1 } }))
+  local r, msg, code = records.optimade(self.store, Item, "n > 2",
+    { page = { limit = 1, cursor = first.next_cursor } })
+  lu.assertNil(r); lu.assertEquals(code, "invalid"); lu.assertStrContains(msg, "cursor")
+  r, msg, code = records.optimade(self.store, Item, "n > 1", { page = { limit = 1, cursor = "not-a-cursor" } })
+  lu.assertNil(r); lu.assertEquals(code, "invalid"); lu.assertStrContains(msg, "cursor")
+  r, msg, code = records.optimade(self.store, Item, "n > 1", { page = { limit = 0 } })
+  lu.assertNil(r); lu.assertEquals(code, "invalid"); lu.assertStrContains(msg, "limit")
+  -- the limit as a client's text
+  lu.assertEquals(#ok(records.optimade(self.store, Item, "n > 1", { page = { limit = "3" } })).items, 3)
+end
+
+function TestOptimadePage:test_the_store_timestamp_is_as_of()
+  local last = 0
+  for _, sid in ipairs(self.sids) do
+    local ts = ok(self.store:fetch(Item, sid))._ts
+    if ts > last then last = ts end
+  end
+  local res = self.store.ts.resolution
+  local cut = last * res
+  -- a later record, stored after the cut (a pause longer than the resolution)
+  os.execute("sleep 0.05")
+  local late = ok(self.store:save(Item, { k = "late", n = 99 }))
+  lu.assertTrue(ok(self.store:fetch(Item, late))._ts > last)
+  local before = ks(ok(records.optimade(self.store, Item, "_httk_store_timestamp <= " .. cut)))
+  lu.assertEquals(before, { "i1", "i2", "i3", "i4", "i5", "i6", "i7" })
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, "_httk_store_timestamp > " .. cut))), { "late" })
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, cut .. " >= _httk_store_timestamp AND n >= 6"))),
+    { "i6", "i7" })
+  -- the same as the searcher's as_of
+  local s = self.store:searcher { as_of = cut }
+  s:variable(Item)
+  lu.assertEquals(ks(ok(s:results())), before)
+  -- ISO-8601 text with a zone
+  local secs, frac = cut // 1000000000, cut % 1000000000
+  local iso = os.date("!%Y-%m-%dT%H:%M:%S", secs) .. string.format(".%09dZ", frac)
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, '_httk_store_timestamp <= "' .. iso .. '"'))), before)
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, '_httk_store_timestamp <= "2000-01-01T00:00:00Z"'))), {})
+  lu.assertEquals(#ok(records.optimade(self.store, Item, "_httk_store_timestamp IS KNOWN")), 8)
+  -- a bad time is invalid
+  local r, msg, code = records.optimade(self.store, Item, '_httk_store_timestamp <= "yesterday"')
+  lu.assertNil(r); lu.assertEquals(code, "invalid"); lu.assertStrContains(msg, "_httk_store_timestamp")
+end
+
+function TestOptimadePage:test_client_input_is_refused_and_nothing_is_sent()
+  local db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+  local store = ok(records.open(db, { types = { Item }, log = function() end }))
+  db:close()
+  local deep = string.rep("(", optimade.MAX_DEPTH + 1) .. "n = 1" .. string.rep(")", optimade.MAX_DEPTH + 1)
+  local cases = {
+    { string.rep("n = 1 OR ", 2000) .. "n = 2", "bytes, more than" },
+    { deep, "nest deeper than" },
+    { string.rep("(", 5000), "nest deeper than" },
+    { "n = 1\0 OR n = 2", "line 1, column 6: a NUL byte" },
+    { 'k = "a\0b"', "NUL byte" },
+    { 'k = "\255\254"', "line 1, column 6: the filter is not valid UTF-8" },
+    { 'k = "\192\175"', "not valid UTF-8" },
+    { 'k = "\237\160\128"', "not valid UTF-8" },
+    { "n = 1\n AND\n k = \"\128\"", "line 3, column 7" },
+    { 42, "must be text" },
+    { { n = 1 }, "must be text" },
+    { true, "must be text" },
+    { ms.null, "must be text" },
+  }
+  for i, case in ipairs(cases) do
+    local r, msg, code = records.optimade(store, Item, case[1])
+    lu.assertNil(r, "case " .. i)
+    lu.assertEquals(code, "invalid", "case " .. i .. ": " .. tostring(msg))
+    lu.assertStrContains(msg, case[2], false, "case " .. i)
+  end
+  -- as deep as allowed, and a long chain of NOT, parse and run
+  local allowed = string.rep("(", optimade.MAX_DEPTH) .. "n = 1" .. string.rep(")", optimade.MAX_DEPTH)
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, allowed))), { "i1" })
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, string.rep("NOT ", 501) .. "n > 1"))), { "i1" })
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, 'k = "ünï" OR k = "i2"'))), { "i2" })
+  store:close()
+end
+
+function TestOptimadePage:test_misuse_raises()
+  lu.assertErrorMsgContains("rs must be a record store", records.optimade, {}, Item, "n = 1")
+  lu.assertErrorMsgContains("T must be a record type", records.optimade, self.store, {}, "n = 1")
+  lu.assertErrorMsgContains("opts must be a table", records.optimade, self.store, Item, "n = 1", 3)
+  lu.assertErrorMsgContains("unknown option", records.optimade, self.store, Item, "n = 1", { limit = 3 })
+  lu.assertErrorMsgContains("page must be a table", records.optimade, self.store, Item, "n = 1", { page = 3 })
+  lu.assertErrorMsgContains("unknown option", records.optimade, self.store, Item, "n = 1", { page = { size = 3 } })
+  local Other = records.define { name = "other", fields = { a = "string" } }
+  lu.assertError(records.optimade, self.store, Other, "a = \"x\"")
+  -- only_latest
+  local sid = self.sids[1]
+  ok(self.store:replace(Item, sid, { k = "i1b", n = 1 }))
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, "n = 1"))), { "i1", "i1b" })
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, "n = 1", { only_latest = true }))), { "i1b" })
+end
