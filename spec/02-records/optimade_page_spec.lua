@@ -146,3 +146,36 @@ function TestOptimadePage:test_misuse_raises()
   lu.assertEquals(ks(ok(records.optimade(self.store, Item, "n = 1"))), { "i1", "i1b" })
   lu.assertEquals(ks(ok(records.optimade(self.store, Item, "n = 1", { only_latest = true }))), { "i1b" })
 end
+
+-- the same filter under LuaJIT (the OpenResty interpreter), in its own process on the same store
+function TestOptimadePage:test_under_luajit_the_same_matches()
+  local root = helper.root()
+  local f = io.open(root .. "/build/jit/mongostore/core.so", "rb")
+  lu.assertNotNil(f, "the LuaJIT core is built (make build/jit/mongostore/core.so)")
+  f:close()
+  local filter = 'NOT (n < 3 OR n >= 6) AND tags HAS ANY "odd", "even" OR k ENDS "7"'
+  local code = string.format([[
+    package.path = %q; package.cpath = %q .. ";" .. package.cpath
+    local ms = require "mongostore"
+    local records = require "mongostore.records"
+    local Item = records.define { name = "item", dedup = "none",
+                                  fields = { k = "string", n = "integer", tags = "string[]" } }
+    local db = assert(ms.database(%q, { db = %q, wait = 10 }))
+    local store = assert(records.open(db, { types = { Item }, log = function() end }))
+    local rows = assert(records.optimade(store, Item, %q))
+    local out = {}
+    for i, row in ipairs(rows) do out[i] = row.item.k end
+    table.sort(out)
+    print("keys " .. table.concat(out, ","))
+    local _, msg, c = records.optimade(store, Item, "n = 1 AND (")
+    print("refused " .. c .. " " .. msg)
+    store:close(); db:close()
+  ]], root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path, root .. "/build/jit/?.so",
+    helper.uri(), self.name, filter)
+  local p = assert(io.popen("LD_PRELOAD= luajit -e " .. helper.shell_quote(code) .. " 2>&1", "r"))
+  local out = p:read("a")
+  p:close()
+  lu.assertEquals(ks(ok(records.optimade(self.store, Item, filter))), { "i3", "i4", "i5", "i7" })
+  lu.assertStrContains(out, "keys i3,i4,i5,i7\n")
+  lu.assertStrContains(out, "refused invalid optimade: line 1, column 12: unexpected end of the filter")
+end
