@@ -126,8 +126,8 @@ local grammar = P {
     function(t) return #t == 1 and t[1] or { t = "or", parts = t } end,
   And = Ct(V("Not") * (sp * kw("AND") * sp * V("Not")) ^ 0) /
     function(t) return #t == 1 and t[1] or { t = "and", parts = t } end,
-  Not = (Ct((kw("NOT") * sp * Cc(true)) ^ 0) * V("Primary")) /
-    function(nots, x) if #nots % 2 == 1 then return { t = "not", x = x } end return x end,
+  -- one NOT per phrase, as the specification's grammar has it (NOT (NOT x) for two)
+  Not = kw("NOT") * sp * V("Primary") / function(x) return { t = "not", x = x } end + V("Primary"),
   Primary = tok(P("(")) * sp * V("Or") * sp * tok(P(")")) + predicate,
 }
 
