@@ -3130,6 +3130,8 @@ wrong kind, a filter longer than 8192 bytes, parentheses nested deeper than
 nothing is sent for a refused filter. Tuples (`HAS "a":"b"`), operators after
 `HAS` and boolean literals are not part of the grammar; `NOT` is taken once
 per phrase, as the specification's grammar has it (`NOT (NOT x)` for two).
+A field named like a searcher method (`length`, `has`, `any`, `eq`, ...) is
+not reachable through the searcher's paths and is refused `invalid`.
 
 The specs check the corpus they share against the `optimade` Python
 package's Lark grammar (1.5.0, pinned in `tools/requirements-test.txt`):

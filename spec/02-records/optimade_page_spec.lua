@@ -141,6 +141,14 @@ function TestOptimadePage:test_misuse_raises()
   lu.assertErrorMsgContains("unknown option", records.optimade, self.store, Item, "n = 1", { page = { size = 3 } })
   local Other = records.define { name = "other", fields = { a = "string" } }
   lu.assertError(records.optimade, self.store, Other, "a = \"x\"")
+  -- a field named like a searcher method is refused, not raised
+  local Odd = records.define { name = "odd", fields = { length = "integer", has = "string[]" } }
+  local st = ok(records.open(self.db, { types = { Odd }, prefix = "odd", log = function() end }))
+  for _, f in ipairs { "length = 1", 'has HAS "x"', "length IS KNOWN" } do
+    local r, msg, code = records.optimade(st, Odd, f)
+    lu.assertNil(r, f); lu.assertEquals(code, "invalid", f); lu.assertStrContains(msg, "not reachable", f)
+  end
+  st:close()
   -- only_latest
   local sid = self.sids[1]
   ok(self.store:replace(Item, sid, { k = "i1b", n = 1 }))

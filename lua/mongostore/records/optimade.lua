@@ -166,6 +166,11 @@ end
 
 local TYPE_WORD = { string = "text", integer = "an integer", float = "a number", boolean = "a boolean" }
 
+-- The searcher's path methods: a field of one of these names is not reachable as a path (b.length is the method)
+local METHOD = {}
+for name in ("eq ne lt le gt ge in_list nin_list prefix suffix contains is_known is_unknown has has_all has_any "
+    .. "has_only length any all none"):gmatch("%S+") do METHOD[name] = true end
+
 -- What path names in shape: a leaf { kind, decl } or nil, message.
 local function walk(T, path)
   local shape, label, segs = T, T.name, {}
@@ -175,6 +180,9 @@ local function walk(T, path)
     local kind = shape.kinds[name]
     if kind == nil then return nil, format("%s has no property %s", label, name) end
     label = label .. "." .. name
+    if METHOD[name] then
+      return nil, format("%s is not reachable in a search (a searcher method has its name)", label)
+    end
     if kind == "field" then
       if i < #segs then return nil, format("%s is a field: it has no property %s", label, segs[i + 1]) end
       leaf = { kind = "field", decl = shape.fields[name] }
