@@ -188,3 +188,37 @@ function TestOptimadePage:test_under_luajit_the_same_matches()
   lu.assertStrContains(out, "keys i3,i4,i5,i7\n")
   lu.assertStrContains(out, "refused invalid optimade: line 1, column 12: unexpected end of the filter")
 end
+
+-- token soup and random bytes: every filter gets an answer (rows, or nil, message, code), none raises
+function TestOptimadePage:test_random_filters_never_raise()
+  local db = ok(ms.database(helper.uri(), { db = self.name, wait = 10 }))
+  local store = ok(records.open(db, { types = { Item }, log = function() end }))
+  db:close()
+  local tokens = { "n", "k", "tags", "nope", "a.b", "_httk_store_timestamp", "=", "!=", "<", "<=", ">", ">=",
+                   "AND", "OR", "NOT", "(", ")", "HAS", "ALL", "ANY", "ONLY", "LENGTH", "IS", "KNOWN", "UNKNOWN",
+                   "CONTAINS", "STARTS", "ENDS", "WITH", ",", '"x"', '"\\""', "1", "-1.5", "1e3", ".5", "1e999",
+                   '"2026-01-01T00:00:00Z"', "\"", "\\" }
+  local rng = 12345
+  local function rand(n) rng = (rng * 1103515245 + 12345) % 2147483648; return rng % n + 1 end
+  local refused, sent = 0, 0
+  for i = 1, 1500 do
+    local parts = {}
+    if i % 5 == 0 then
+      for j = 1, rand(30) do parts[j] = string.char(rand(256) - 1) end
+    else
+      for j = 1, rand(9) do parts[j] = tokens[rand(#tokens)] end
+    end
+    local text = table.concat(parts, i % 5 == 0 and "" or " ")
+    local fine, r, msg, code = pcall(records.optimade, store, Item, text)
+    lu.assertTrue(fine, string.format("%q raised: %s", text, tostring(r)))
+    if r == nil then
+      lu.assertEquals(type(msg), "string", text)
+      lu.assertEquals(type(code), "string", text)
+      if code == "invalid" then refused = refused + 1 else sent = sent + 1 end
+    end
+  end
+  -- most of the soup is refused; what parses was sent (the closed database answers)
+  lu.assertTrue(refused > 1000, tostring(refused))
+  lu.assertTrue(sent > 0, tostring(sent))
+  store:close()
+end
