@@ -108,6 +108,7 @@ build = {
       ["mongostore.records.fingerprint"] = "lua/mongostore/records/fingerprint.lua",
       ["mongostore.records.fsck"] = "lua/mongostore/records/fsck.lua",
       ["mongostore.records.lease"] = "lua/mongostore/records/lease.lua",
+      ["mongostore.records.optimade"] = "lua/mongostore/records/optimade.lua",
       ["mongostore.records.query"] = "lua/mongostore/records/query.lua",
       ["mongostore.records.save"] = "lua/mongostore/records/save.lua",
       ["mongostore.records.search"] = "lua/mongostore/records/search.lua",

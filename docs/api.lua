@@ -3091,6 +3091,84 @@ the conditions as declared, `only_latest`, `as_of` and the sorts.]] },
       },
     },
     {
+      title = "OPTIMADE filters",
+      intro = [[
+`records.optimade(rs, T, filter, opts)` takes a filter in the OPTIMADE v1.x
+filter language, as a client sends it (`?filter=` of an OPTIMADE endpoint),
+and runs it as a searcher over `T`: the result set, or with `opts.page` a
+page in the page shape. The grammar is the project's own, written with LPeg:
+
+- **Comparisons** `= != < <= > >=` of a property with a value, a value on
+  either side (`1990 <= year` is `year >= 1990`), or of two single fields of
+  the record itself (`pages > min_pages`). A comparison with an unknown
+  (missing or null) value is false, `!=` included (`year != 1990` matches
+  records whose year is known and not 1990; `NOT year = 1990` matches the
+  unknown ones too).
+- **Text**: `CONTAINS`, `STARTS [WITH]`, `ENDS [WITH]`, matched as
+  itself (no pattern characters). Strings are in double quotes with `\"` and
+  `\\` as the only escapes; numbers as the spec writes them (`1`, `-1.5`,
+  `+2`, `1e3`, `.5`): text for a string field, a number for an integer or
+  float field (an integer field takes a whole number only).
+- **Lists**: `HAS v`, `HAS ALL v, ...`, `HAS ANY v, ...`, `HAS ONLY v, ...`
+  on list fields; `LENGTH [op] n` on list fields, child sets and list refs.
+- `IS KNOWN`, `IS UNKNOWN` on any property; `NOT` binds tighter than
+  `AND`, `AND` than `OR`; parentheses.
+- **Dotted paths**: a ref's fields (`author.name`, through list refs, any
+  depth: a semi-join as in the searcher), a child set's (`chapters.pages > 10`:
+  some chapter has more than 10 pages).
+- `_httk_store_timestamp` is the store timestamp (ISO-8601 text with a zone,
+  or integer nanoseconds): `_httk_store_timestamp <= "2026-01-01T00:00:00Z"`
+  is `as_of` (records stored by then), `<`, `>`, `>=`, `=` and `!=` compare
+  at the store's resolution.
+
+Keywords are upper case and properties lower case (`[a-z_][a-z0-9_]*`, as
+OPTIMADE has them). A filter is client input: it never raises. A property
+the type lacks is `invalid` naming it, a syntax error `invalid` with where
+it is (`optimade: line 1, column 12: unexpected "=="`), as are a value of the
+wrong kind, a filter longer than 8192 bytes, parentheses nested deeper than
+24, a NUL byte, text that is not UTF-8 and a filter that is not a string;
+nothing is sent for a refused filter. Tuples (`HAS "a":"b"`), operators after
+`HAS` and boolean literals are not part of the grammar; `NOT` is taken once
+per phrase, as the specification's grammar has it (`NOT (NOT x)` for two).
+A field named like a searcher method (`length`, `has`, `any`, `eq`, ...) is
+not reachable through the searcher's paths and is refused `invalid`.
+
+The specs check the corpus they share against the `optimade` Python
+package's Lark grammar (1.5.0, pinned in `tools/requirements-test.txt`):
+what one accepts the other parses, and every syntax error here is one there,
+but for three listed differences: the package takes a backslash before any
+character in a string (here only `\"` and `\\`), an empty filter (no
+filter to it; `invalid` here), and refuses a fraction after `LENGTH` (here
+parsed, then refused as a value).]],
+      entries = {
+        { fn = "optimade", module = "mongostore.records",
+          params = { { "rs", "mongostore.RecordStore", "the store" },
+                     { "T", "mongostore.RecordType", "one of the store's types: the filter's properties are its" },
+                     { "filter", "string", "the OPTIMADE filter, as the client sent it" },
+                     { "opts", "mongostore.OptimadeOptions?", "`page`, `only_latest`" } },
+          returns = { { "rows", "mongostore.SearchResults|mongostore.SearchPage",
+                        "the matching records (`row[T.name]`); with `opts.page` a page `{ items, next_cursor }`" } },
+          raises = "an `rs` that is not a record store, a `T` that is not a record type (of the store), an "
+            .. "`opts` that is not a table, an unknown option, a `page` that is not a table or holds an unknown "
+            .. "key or a wrong Lua type",
+          desc = RFAILS("`invalid` (a syntax error with its line and column, an unknown property, a value of the "
+            .. "wrong kind, a filter too long or nested too deep, NUL bytes, invalid UTF-8, a bad page limit or "
+            .. "cursor: nothing is sent), `closed`, or " .. DRIVER) .. ".",
+          example = [[
+-- GET /optimade/v1/structures?filter=...&page_limit=20&page_cursor=...
+local page, err, code = records.optimade(rs, Structure, args.filter,
+  { page = { limit = args.page_limit or 20, cursor = args.page_cursor } })
+if not page then return code == "invalid" and 400 or 500, err end
+for _, row in ipairs(page.items) do print(row.structure.formula) end]] },
+        { class = "mongostore.OptimadeOptions",
+          desc = "What `records.optimade` takes; an unknown key raises.",
+          fields = {
+            { "page", "mongostore.RecordPageOptions?", "`{ limit, cursor }`: a page of the matches (as `s:page`)" },
+            { "only_latest", "boolean?", "records without a successor (as the searcher's)" },
+          } },
+      },
+    },
+    {
       title = "Taking client values",
       intro = [[
 A web handler hands the store what a client sent: a sid from the path, a

@@ -72,6 +72,11 @@ function M.define(spec)
   return setmetatable(T, TypeMeta)
 end
 
+--- records.optimade(rs, T, filter, opts) -> rows | page | nil, message, "invalid": an OPTIMADE filter over T
+function M.optimade(rs, T, filter, opts)
+  return require("mongostore.records.optimade").search(rs, T, filter, opts)
+end
+
 function M.is_type(x) return type(x) == "table" and rawequal(getmetatable(x), TypeMeta) end
 
 -- ------------------------------------------------------------ the store

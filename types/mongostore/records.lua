@@ -139,6 +139,11 @@ local SearchLength = {}
 ---@class mongostore.SearchResults
 local SearchResults = {}
 
+--- What `records.optimade` takes; an unknown key raises.
+---@class mongostore.OptimadeOptions
+---@field page? mongostore.RecordPageOptions `{ limit, cursor }`: a page of the matches (as `s:page`)
+---@field only_latest? boolean records without a successor (as the searcher's)
+
 --- What `rs:fsck` takes; an unknown key or a value of the wrong type raises.
 ---@class mongostore.FsckOptions
 ---@field repair? boolean repair lineage links (promote an unpromoted successor, link a missing `_next`, drop a dangling one) and the sid counter
@@ -580,6 +585,16 @@ function SearchResults:scalars(name) end
 ---@param name string an output
 ---@return table values # its value in each row, in order (`n` the row count)
 function SearchResults:column(name) end
+
+--- Fails with `nil, message, code, detail` (`detail` a [`RecordFailureDetail`](#type-recordfailuredetail) or nil), code `invalid` (a syntax error with its line and column, an unknown property, a value of the wrong kind, a filter too long or nested too deep, NUL bytes, invalid UTF-8, a bad page limit or cursor: nothing is sent), `closed`, or the document API's `network`, `timeout`, `server`, `unavailable`.
+---
+--- Raises on an `rs` that is not a record store, a `T` that is not a record type (of the store), an `opts` that is not a table, an unknown option, a `page` that is not a table or holds an unknown key or a wrong Lua type.
+---@param rs mongostore.RecordStore the store
+---@param T mongostore.RecordType one of the store's types: the filter's properties are its
+---@param filter string the OPTIMADE filter, as the client sent it
+---@param opts? mongostore.OptimadeOptions `page`, `only_latest`
+---@return mongostore.SearchResults|mongostore.SearchPage rows # the matching records (`row[T.name]`); with `opts.page` a page `{ items, next_cursor }`
+function records.optimade(rs, T, filter, opts) end
 
 --- Marks a filter as code for `rq:where`: its operators are sent as written (renaming `sid` to `_id`), only `$where`, `$function` and `$accumulator` refused. The mark is the one `mongostore.query.trusted` gives (and `model.trusted`), kept with the table. Never mark a table a client sent: mark the table your code builds around a client's values, and cast those yourself.
 ---
