@@ -228,23 +228,19 @@ local function judge(prefix, spec, v)
     if spec.optional then return nil end
     return "type", format("%s: %s must be %s, got nil", prefix, spec.label, spec.type_text)
   end
-  local single = spec.single
-  if single then
-    if type(v) ~= single then
-      return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
-    end
+  local ok
+  if spec.single then
+    ok = type(v) == spec.single
   elseif spec.int_only then
-    if type(v) ~= "number" and not is_int64_box(v) then
-      return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
-    end
+    ok = type(v) == "number" or is_int64_box(v)
   else
-    local ok = false
+    ok = false
     for _, k in ipairs(spec.kinds) do
       if matches(k, v) then ok = true break end
     end
-    if not ok then
-      return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
-    end
+  end
+  if not ok then
+    return "type", format("%s: %s must be %s, got %s", prefix, spec.label, spec.type_text, what_of(v))
   end
   if spec.has_rules then
     local why = value_error(prefix, spec, v)
@@ -260,7 +256,6 @@ local function check_value(prefix, spec, v, level)
   if what == "type" then error(msg, level) end
   return msg
 end
-M.check_value = check_value
 
 -- An options table, in one pass over the keys it has: an unknown key
 -- raises at once; of the wrong types (raised) and the refused values
@@ -292,8 +287,6 @@ local function check_fields(prefix, arg, t, level)
   return bad_msg
 end
 
--- The checks of one call, under prefix; errors are raised at level + 1 of
--- run's frame (the caller of the public call that asked).
 -- One argument: its value, and its options when it takes some. Raised
 -- errors are raised at level (counted from one's frame: the caller of the
 -- public call that asked).

@@ -117,6 +117,31 @@ local function commit_detail(found)
   return nil
 end
 
+-- The arguments of one commit for the core (shared by commit and
+-- commit_many): (id, definition_id, version, data, ops), or nil, msg.
+local function commit_args(self, exe, opts)
+  local doing = "commit " .. exe.id
+  local emits, err = prepare_emits(opts.emits, doing)
+  if err then return nil, err end
+  local old = exe.version
+  local adv = opts.advance or 1
+  local data
+  data, err = execution.to_json(exe, old + adv)
+  if not data then return nil, doing .. ": " .. err end
+  local dd = digests_of(exe)
+  if dd == nil and old > 0 and (opts.processed_event_id ~= nil or opts.processed_event_ids ~= nil) then
+    -- digests unknown (fields of another version, or built by hand): fetch
+    -- them (the version check makes sure they are the ones at `old`)
+    local got, _, fetched = self:_load(exe.id)
+    if got ~= nil then dd = fetched end
+  end
+  return exe.id, exe.definition_id, old, data, {
+    status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
+    processed_event_ids = opts.processed_event_ids, dedupe = dd, advance = adv, timers = opts.timers,
+    spawns = opts.spawns, trace = opts.trace, fence = opts.fence, next_fire_at = opts.next_fire_at,
+  }
+end
+
 -- store:commit(exe, { emits, processed_event_id, timers, spawns, trace, fence })
 -- -> true | nil, msg, code[, found]. On success exe.version is one higher;
 -- on any failure it stays where it was and nothing is written.
@@ -135,38 +160,11 @@ end
 -- version (the sweep, through load_many's timers): the mark is set to it,
 -- where a commit otherwise only lowers it for the timers it schedules.
 local function commit(self, exe, opts)
-  opts = opts or {}
-  local doing = "commit " .. exe.id
-  local emits, err = prepare_emits(opts.emits, doing)
-  if err then return invalid(err) end
-  local old = exe.version
-  local adv = opts.advance or 1
-  local data
-  data, err = execution.to_json(exe, old + adv)
-  if not data then return invalid(doing .. ": " .. err) end
-  local dd = digests_of(exe)
-  if dd == nil and old > 0 and (opts.processed_event_id ~= nil or opts.processed_event_ids ~= nil) then
-    -- digests unknown (fields of another version, or built by hand): fetch
-    -- them (the version check below makes sure they are the ones at `old`)
-    local got, _, fetched = self:_load(exe.id)
-    if got ~= nil then dd = fetched end
-  end
-  local ok, msg, code, found = self:_commit(exe.id, exe.definition_id, old, data, {
-    status = exe.status,
-    parent_id = exe.parent_id,
-    emits = emits,
-    processed_event_id = opts.processed_event_id,
-    processed_event_ids = opts.processed_event_ids,
-    dedupe = dd,
-    timers = opts.timers,
-    spawns = opts.spawns,
-    trace = opts.trace,
-    fence = opts.fence,
-    advance = adv,
-    next_fire_at = opts.next_fire_at,
-  })
+  local id, def, old, data, ops = commit_args(self, exe, opts or {})
+  if not id then return invalid(def) end
+  local ok, msg, code, found = self:_commit(id, def, old, data, ops)
   if ok then
-    set_version(exe, old + adv)
+    set_version(exe, old + ops.advance)
     if msg ~= nil then set_digests(exe, msg) end
     return true
   end
@@ -177,29 +175,6 @@ function Store:commit(exe, opts)
   local bad = COMMIT:check(exe, opts)
   if bad then return invalid(bad) end
   return commit(self, exe, opts)
-end
-
--- The arguments of one commit for the core (shared by commit and
--- commit_many): (id, definition_id, version, data, ops), or nil, msg.
-local function commit_args(self, exe, opts)
-  local doing = "commit " .. exe.id
-  local emits, err = prepare_emits(opts.emits, doing)
-  if err then return nil, err end
-  local old = exe.version
-  local adv = opts.advance or 1
-  local data
-  data, err = execution.to_json(exe, old + adv)
-  if not data then return nil, doing .. ": " .. err end
-  local dd = digests_of(exe)
-  if dd == nil and old > 0 and (opts.processed_event_id ~= nil or opts.processed_event_ids ~= nil) then
-    local got, _, fetched = self:_load(exe.id)
-    if got ~= nil then dd = fetched end
-  end
-  return exe.id, exe.definition_id, old, data, {
-    status = exe.status, parent_id = exe.parent_id, emits = emits, processed_event_id = opts.processed_event_id,
-    processed_event_ids = opts.processed_event_ids, dedupe = dd, advance = adv, timers = opts.timers,
-    spawns = opts.spawns, trace = opts.trace, fence = opts.fence, next_fire_at = opts.next_fire_at,
-  }
 end
 
 -- store:commit_many({ { exe, opts }, ... }) -> { [i] = { ok = true } | { index = i, message = msg, code = code,

@@ -51,8 +51,9 @@ local function all_of(parts)
   return out
 end
 
--- a string matched as itself in a regular expression
-local function literal(s) return (s:gsub("[^%w]", function(ch) return "\\" .. ch end)) end
+-- text matched as itself inside a $regex (the query builder's own escape:
+-- ASCII metacharacters only, so a UTF-8 character stays whole)
+local literal = require("mongostore.query").escape
 
 local function length_filter(field, op, n)
   local function at_least(k)
